@@ -1,0 +1,67 @@
+"""Tenants, their users, API keys and IAM grants."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class Tenant(models.Model):
+    slug = models.SlugField(max_length=63, unique=True)
+    name = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Membership(models.Model):
+    """A user belongs to exactly one tenant and acts in it."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="membership")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+
+    def __str__(self) -> str:
+        return f"{self.user} @ {self.tenant}"
+
+
+class Permission(models.TextChoices):
+    FLEET_ADMIN = "compute:fleet:admin", "compute:fleet:admin"
+
+
+class Grant(models.Model):
+    """``permission`` on ``scope`` of ``tenant`` for ``user``."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="grants")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="grants")
+    permission = models.CharField(max_length=64, choices=Permission.choices)
+    scope = models.CharField(max_length=64, default="fleet")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "user", "permission", "scope"], name="grant_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.permission} on {self.tenant}/{self.scope} for {self.user}"
+
+
+class ApiKey(models.Model):
+    """A bearer key. Only its SHA-256 is stored; the plain key is shown once."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys")
+    prefix = models.CharField(max_length=16, help_text="The first characters of the key, to recognise it.")
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"

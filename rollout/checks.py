@@ -1,0 +1,1 @@
+"""System checks of settings.ROLLOUT (filled in with the signing module)."""

@@ -1,0 +1,42 @@
+"""The module's options, read from settings.ROLLOUT (the seed's rolloutModule(options)).
+
+Validation happens in rollout/checks.py as system checks; here values are
+only read, with defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+
+DEFAULT_EVERY = 30
+
+
+@dataclass(frozen=True)
+class RolloutOptions:
+    pins: tuple[str, ...]
+    threshold: int
+    downloads_url: str | None
+    every: int
+
+
+def options() -> RolloutOptions:
+    raw = getattr(settings, "ROLLOUT", {}) or {}
+    release = raw.get("release") or {}
+    threshold = release.get("threshold", 1)
+    every = raw.get("every", DEFAULT_EVERY)
+    return RolloutOptions(
+        pins=tuple(release.get("pins") or ()),
+        threshold=threshold if isinstance(threshold, int) else 1,
+        downloads_url=(raw.get("downloadsUrl") or None),
+        every=every if isinstance(every, int) and every >= 1 else DEFAULT_EVERY,
+    )
+
+
+def binary_url(version: str, platform: str) -> str | None:
+    """``{downloadsUrl}/bcd/{version}/{platform}``, or None without a downloads URL."""
+    base = options().downloads_url
+    if not base:
+        return None
+    return f"{base.rstrip('/')}/bcd/{version}/{platform}"

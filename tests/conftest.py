@@ -1,0 +1,51 @@
+"""Fixtures shared by every test area. Area-specific ones live in tests/<area>/conftest.py."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from project.fleet.models import Permission, Tenant
+from project.fleet.services.iam import api_key_create, tenant_create
+
+
+@pytest.fixture
+def tenant(db) -> Tenant:
+    return tenant_create(slug="acme")
+
+
+@pytest.fixture
+def other_tenant(db) -> Tenant:
+    return tenant_create(slug="globex")
+
+
+def client_for(tenant: Tenant, username: str, *, admin: bool = True) -> APIClient:
+    """An API client holding a fresh key of ``username`` in ``tenant``."""
+    grants = [Permission.FLEET_ADMIN] if admin else []
+    _, plain = api_key_create(tenant=tenant, username=username, grants=grants)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {plain}")
+    return client
+
+
+@pytest.fixture
+def api(tenant) -> APIClient:
+    """A client with compute:fleet:admin on ``tenant``'s fleet scope."""
+    return client_for(tenant, "ops")
+
+
+@pytest.fixture
+def other_api(other_tenant) -> APIClient:
+    """A fleet admin of another tenant."""
+    return client_for(other_tenant, "intruder")
+
+
+@pytest.fixture
+def ungranted_api(tenant) -> APIClient:
+    """A valid key of ``tenant`` without the grant."""
+    return client_for(tenant, "viewer", admin=False)
+
+
+@pytest.fixture
+def anonymous_api() -> APIClient:
+    return APIClient()
