@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from decimal import Decimal
 
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
@@ -19,6 +20,7 @@ def empty_spec() -> dict:
 
 
 class Pool(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="pools")
     name = models.CharField(max_length=100)
     # A fraction in [0, 1]; Decimal so that ceil(budget * n) has no float error.
@@ -46,6 +48,7 @@ class Pool(models.Model):
 
 
 class Node(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="nodes")
     pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="nodes")
     name = models.CharField(max_length=200)
@@ -56,11 +59,11 @@ class Node(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["id"]
+        ordering = ["name"]
         constraints = [
             models.UniqueConstraint(fields=["tenant", "name"], name="node_name_unique_in_tenant"),
         ]
-        indexes = [models.Index(fields=["pool", "id"], name="node_pool_idx")]
+        indexes = [models.Index(fields=["pool", "name"], name="node_pool_idx")]
 
     def __str__(self) -> str:
         return self.name
@@ -95,6 +98,7 @@ class Workflow(models.Model):
         ACTIVE = "active", "active"
         FINISHED = "finished", "finished"
 
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="workflows")
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="workflows")
     # Denormalised from node so the budget counts a pool's disruption in one index scan.
@@ -105,7 +109,7 @@ class Workflow(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        ordering = ["-id"]
+        ordering = ["-started_at"]
         constraints = [
             models.UniqueConstraint(
                 fields=["node", "kind"], condition=Q(state="active"), name="workflow_one_active_per_node_kind"
@@ -139,6 +143,7 @@ class Command(models.Model):
         DONE = "done", "done"
         CANCELLED = "cancelled", "cancelled"
 
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="commands")
     kind = models.CharField(max_length=64, choices=Kind.choices)
     payload = models.JSONField(default=dict)
@@ -149,7 +154,7 @@ class Command(models.Model):
     completed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        ordering = ["id"]
+        ordering = ["created_at"]
         indexes = [models.Index(fields=["node"], condition=Q(state="pending"), name="command_pending_node_idx")]
 
     def __str__(self) -> str:
