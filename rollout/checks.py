@@ -1,1 +1,263 @@
-"""System checks of settings.ROLLOUT (filled in with the signing module)."""
+"""System checks of settings.ROLLOUT and FLEET_MIN_PROTOCOL_VERSION.
+
+A bad configuration fails ``manage.py check`` (and every management command
+and the server's start) with a ``rollout.E…`` error instead of crashing at
+first use. A missing option that only disables a feature is a ``rollout.W…``
+warning. The settings are read from the environment by project/settings.py,
+which keeps a malformed integer as its raw string so that it is reported here.
+
+| id | what |
+| --- | --- |
+| rollout.E001 | ROLLOUT, ROLLOUT["release"] or the pins list has the wrong type |
+| rollout.E002 | a pin is not ``sha256/<base64 of 32 bytes>`` |
+| rollout.E003 | the threshold is not an integer |
+| rollout.E004 | the threshold is below 1 |
+| rollout.E005 | the threshold is above the number of distinct pins |
+| rollout.E006 | the downloads URL is not https:// (or http:// to a loopback host) |
+| rollout.E007 | ``every`` is not an integer >= 1 |
+| rollout.E008 | FLEET_MIN_PROTOCOL_VERSION is not an integer >= 1 |
+| rollout.W001 | no pins: registering answers 503 no_release_keys |
+| rollout.W002 | no downloads URL: creating a rollout answers 503 no_downloads_url |
+| rollout.W003 | a pin is listed twice (it counts once) |
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Warning, register
+
+from rollout.release.keys import parse_pin
+
+TAG = "rollout"
+PINS_HINT = (
+    "Set ROLLOUT_RELEASE_PINS to comma-separated pins, each printed by "
+    "`python -m rollout.release pin KEY.pem` (see docs/signing.md)."
+)
+
+
+def _describe(value: Any) -> str:
+    return f"{value!r} ({type(value).__name__})"
+
+
+def _release_options() -> tuple[dict[str, Any] | None, list[CheckMessage]]:
+    raw = getattr(settings, "ROLLOUT", None)
+    if raw is None:
+        return {}, []
+    if not isinstance(raw, dict):
+        return None, [
+            Error(
+                f"settings.ROLLOUT must be a dict, not {type(raw).__name__}.",
+                hint='ROLLOUT = {"release": {"pins": [...], "threshold": 1}, "downloadsUrl": "...", "every": 30}',
+                id="rollout.E001",
+            )
+        ]
+    return raw, []
+
+
+@register(TAG)
+def check_release_keys(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Pins and threshold: ROLLOUT["release"] (ROLLOUT_RELEASE_PINS, ROLLOUT_RELEASE_THRESHOLD)."""
+    options, messages = _release_options()
+    if options is None:
+        return messages
+    release = options.get("release")
+    if release is None:
+        release = {}
+    if not isinstance(release, dict):
+        return [
+            Error(
+                f'settings.ROLLOUT["release"] must be a dict, not {type(release).__name__}.',
+                hint='"release": {"pins": ["sha256/..."], "threshold": 1}',
+                id="rollout.E001",
+            )
+        ]
+
+    pins = release.get("pins")
+    if pins is None:
+        pins = []
+    if isinstance(pins, str) or not isinstance(pins, list | tuple):
+        messages.append(
+            Error(
+                f'settings.ROLLOUT["release"]["pins"] must be a list of pins, not {type(pins).__name__}.',
+                hint=PINS_HINT,
+                id="rollout.E001",
+            )
+        )
+        pins = []
+
+    valid: list[str] = []
+    malformed = 0
+    for pin in pins:
+        try:
+            parse_pin(pin)
+        except ValueError as exc:
+            malformed += 1
+            messages.append(
+                Error(
+                    f"Malformed release pin in ROLLOUT_RELEASE_PINS: {exc}.",
+                    hint="A pin is sha256/ followed by the standard base64 (with padding) of 32 bytes. " + PINS_HINT,
+                    id="rollout.E002",
+                )
+            )
+            continue
+        if pin in valid:
+            messages.append(
+                Warning(
+                    f"The release pin {pin} is listed more than once; it counts once toward the threshold.",
+                    hint="Remove the duplicate from ROLLOUT_RELEASE_PINS.",
+                    id="rollout.W003",
+                )
+            )
+            continue
+        valid.append(pin)
+
+    threshold = release.get("threshold", 1)
+    if type(threshold) is not int:
+        messages.append(
+            Error(
+                f"The release threshold (ROLLOUT_RELEASE_THRESHOLD) must be an integer, not {_describe(threshold)}.",
+                hint="Set ROLLOUT_RELEASE_THRESHOLD to how many distinct pinned keys must sign, for example 2.",
+                id="rollout.E003",
+            )
+        )
+    elif threshold < 1:
+        messages.append(
+            Error(
+                f"The release threshold (ROLLOUT_RELEASE_THRESHOLD) must be at least 1; it is {threshold}.",
+                hint="Set ROLLOUT_RELEASE_THRESHOLD to 1 or more: an unsigned release is never accepted.",
+                id="rollout.E004",
+            )
+        )
+    elif pins and not malformed and threshold > len(valid):
+        # Only when every pin is well formed: a malformed one is already reported (E002).
+        messages.append(
+            Error(
+                f"The release threshold {threshold} (ROLLOUT_RELEASE_THRESHOLD) is more than the {len(valid)} distinct "
+                "pinned key(s) in ROLLOUT_RELEASE_PINS: "
+                "no release could ever be registered.",
+                hint="Lower ROLLOUT_RELEASE_THRESHOLD or add pins to ROLLOUT_RELEASE_PINS.",
+                id="rollout.E005",
+            )
+        )
+
+    if not pins:
+        messages.append(
+            Warning(
+                "No release keys are pinned: registering a release answers 503 no_release_keys.",
+                hint=PINS_HINT,
+                id="rollout.W001",
+            )
+        )
+    return messages
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if address.version == 4:
+        return address in ipaddress.ip_network("127.0.0.0/8")
+    return address == ipaddress.ip_address("::1")
+
+
+def _downloads_url_problem(url: Any) -> str | None:
+    if not isinstance(url, str):
+        return f"must be a string, not {type(url).__name__}"
+    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
+        return "contains whitespace or control characters"
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        parts.port  # noqa: B018 (raises ValueError on a malformed port)
+    except ValueError as exc:
+        return f"is not a valid URL ({exc})"
+    if parts.scheme not in ("https", "http"):
+        return "must start with https://"
+    if not host:
+        return "has no host"
+    if parts.username is not None or parts.password is not None:
+        return "must not carry credentials"
+    if parts.query or parts.fragment or "?" in url or "#" in url:
+        return "must not have a query or fragment: binary paths are appended to it"
+    if parts.scheme == "http" and not _loopback(host):
+        return "uses plain http:// to a host that is not loopback; use https://"
+    return None
+
+
+@register(TAG)
+def check_downloads_url(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """ROLLOUT["downloadsUrl"] (ROLLOUT_DOWNLOADS_URL)."""
+    options, messages = _release_options()
+    if options is None:
+        return []  # reported by check_release_keys
+    url = options.get("downloadsUrl")
+    if url is None or url == "":
+        return [
+            Warning(
+                "No downloads URL is configured: creating a rollout answers 503 no_downloads_url.",
+                hint="Set ROLLOUT_DOWNLOADS_URL, for example https://downloads.example.com; a binary is "
+                "{downloadsUrl}/bcd/{version}/linux-{arch}.",
+                id="rollout.W002",
+            )
+        ]
+    problem = _downloads_url_problem(url)
+    if problem:
+        messages.append(
+            Error(
+                f"The downloads URL (ROLLOUT_DOWNLOADS_URL) {url!r} {problem}.",
+                hint="ROLLOUT_DOWNLOADS_URL must be https://host[/path]; plain http:// is accepted only for "
+                "localhost, 127.0.0.0/8 and [::1].",
+                id="rollout.E006",
+            )
+        )
+    return messages
+
+
+def _positive_integer_problem(value: Any) -> str | None:
+    if type(value) is not int:
+        return f"must be an integer, not {_describe(value)}"
+    if value < 1:
+        return f"must be at least 1; it is {value}"
+    return None
+
+
+@register(TAG)
+def check_every(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """ROLLOUT["every"] (ROLLOUT_EVERY): seconds between controller ticks."""
+    options, _ = _release_options()
+    if options is None:
+        return []
+    every = options.get("every", 30)
+    problem = _positive_integer_problem(every)
+    if problem:
+        return [
+            Error(
+                f'The controller interval (ROLLOUT_EVERY, settings.ROLLOUT["every"]) {problem}.',
+                hint="Set ROLLOUT_EVERY to the seconds between controller ticks, an integer >= 1 (default 30).",
+                id="rollout.E007",
+            )
+        ]
+    return []
+
+
+@register(TAG)
+def check_min_protocol_version(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """FLEET_MIN_PROTOCOL_VERSION: agents below it are restricted to upgrades."""
+    value = getattr(settings, "FLEET_MIN_PROTOCOL_VERSION", 2)
+    problem = _positive_integer_problem(value)
+    if problem:
+        return [
+            Error(
+                f"FLEET_MIN_PROTOCOL_VERSION {problem}.",
+                hint="Set FLEET_MIN_PROTOCOL_VERSION to an integer >= 1 (default 2).",
+                id="rollout.E008",
+            )
+        ]
+    return []

@@ -1,0 +1,263 @@
+"""The release manifest: the signed payload of a release envelope (CONTRACT 3.2).
+
+Parsing is strict: a manifest is refused unless it is exactly the documented
+shape. The strict JSON reader here is shared with the envelope parser.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from rollout.release.errors import INVALID_MANIFEST, WRONG_PRODUCT, ReleaseError
+
+PRODUCT = "bcd"
+MAX_INT64 = (1 << 63) - 1
+# protocolVersion is stored in a PositiveIntegerField: keep it within a signed 32-bit integer.
+MAX_PROTOCOL_VERSION = (1 << 31) - 1
+# ``linux-`` + at most 32 characters of arch: the platform fits the 40 characters the registry stores.
+MAX_ARCH_LENGTH = 32
+
+VERSION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
+PLATFORM_RE = re.compile(r"linux-([a-z0-9_]{1,%d})" % MAX_ARCH_LENGTH)  # noqa: UP031 (a regex, not a message)
+SHA256_RE = re.compile(r"[0-9a-f]{64}")
+
+REQUIRED_FIELDS = ("product", "version", "sequence", "binaries")
+OPTIONAL_FIELDS = ("protocolVersion", "notes")
+BINARY_FIELDS = ("sha256", "size")
+
+
+@dataclass(frozen=True)
+class Binary:
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Manifest:
+    product: str
+    version: str
+    sequence: int
+    protocol_version: int | None
+    binaries: dict[str, Binary]
+    notes: str | None
+
+
+def shown(text: str, limit: int = 64) -> str:
+    """``repr`` of untrusted text, cut to ``limit`` characters so that error details stay short."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
+
+
+def _names(names: list[str]) -> str:
+    listed = ", ".join(shown(name) for name in names[:5])
+    return listed + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+class StrictJSONError(ValueError):
+    """The bytes are not strict JSON (see :func:`loads_strict`). The message reads after a subject."""
+
+
+def _pairs_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise StrictJSONError(f"has the key {shown(key)} twice in one object")
+        result[key] = value
+    return result
+
+
+def _no_constants(name: str) -> Any:
+    raise StrictJSONError(f"contains {name}, which strict JSON does not allow")
+
+
+def loads_strict(raw: bytes) -> Any:
+    """Parse UTF-8 JSON strictly.
+
+    Refuses invalid UTF-8 (and a byte-order mark), duplicate object keys at
+    any depth, ``NaN``/``Infinity``, integers beyond Python's digit limit and
+    nesting beyond the recursion limit, each with a :class:`StrictJSONError`.
+    Floats are returned as ``float``: callers that want integers check
+    ``type(x) is int`` and so refuse ``1.0`` and booleans.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StrictJSONError(f"is not valid UTF-8 (at byte {exc.start})") from None
+    try:
+        return json.loads(text, object_pairs_hook=_pairs_without_duplicates, parse_constant=_no_constants)
+    except StrictJSONError:
+        raise
+    except json.JSONDecodeError as exc:
+        raise StrictJSONError(f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise StrictJSONError("is nested too deeply") from None
+    except ValueError:  # an integer with more digits than int() accepts (sys.get_int_max_str_digits())
+        raise StrictJSONError("contains a number with too many digits") from None
+
+
+def _invalid(detail: str) -> ReleaseError:
+    return ReleaseError(INVALID_MANIFEST, detail)
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int  # not bool, not float
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, float):
+        return f"the number {value!r} written with a fraction or exponent"
+    if isinstance(value, int):
+        return f"the integer {value}"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__  # pragma: no cover (json yields nothing else)
+
+
+def _safe_text(value: str) -> bool:
+    """No NUL and no lone surrogates: the text can be stored and re-encoded as UTF-8."""
+    if "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _int_field(name: str, value: Any, *, minimum: int, maximum: int) -> int:
+    if not _is_int(value):
+        raise _invalid(f"The manifest field {name} must be an integer, not {_describe(value)}.")
+    if not minimum <= value <= maximum:
+        raise _invalid(f"The manifest field {name} must be between {minimum} and {maximum}; it is {value}.")
+    return value
+
+
+def _binary(platform: str, value: Any) -> Binary:
+    where = f"binaries[{platform!r}]"
+    if not isinstance(value, dict):
+        raise _invalid(f"The manifest field {where} must be an object with sha256 and size, not {_describe(value)}.")
+    unknown = sorted(set(value) - set(BINARY_FIELDS))
+    if unknown:
+        raise _invalid(f"The manifest field {where} has unknown field(s): {_names(unknown)}.")
+    missing = [field for field in BINARY_FIELDS if field not in value]
+    if missing:
+        raise _invalid(f"The manifest field {where} is missing {_names(missing)}.")
+    sha256 = value["sha256"]
+    if not isinstance(sha256, str) or not SHA256_RE.fullmatch(sha256):
+        raise _invalid(f"The manifest field {where}.sha256 must be 64 lowercase hexadecimal characters.")
+    size = _int_field(f"{where}.size", value["size"], minimum=0, maximum=MAX_INT64)
+    return Binary(sha256=sha256, size=size)
+
+
+def manifest_from_dict(data: Any) -> Manifest:
+    """Validate a decoded manifest (CONTRACT 3.2). Raises ReleaseError."""
+    if not isinstance(data, dict):
+        raise _invalid(f"The manifest must be a JSON object, not {_describe(data)}.")
+
+    product = data.get("product")
+    if isinstance(product, str) and product != PRODUCT:
+        raise ReleaseError(
+            WRONG_PRODUCT, f"The manifest is for product {shown(product)}; only {PRODUCT!r} is accepted."
+        )
+
+    unknown = sorted(set(data) - set(REQUIRED_FIELDS) - set(OPTIONAL_FIELDS))
+    if unknown:
+        raise _invalid(f"The manifest has unknown field(s): {_names(unknown)}.")
+    missing = [field for field in REQUIRED_FIELDS if field not in data]
+    if missing:
+        raise _invalid(f"The manifest is missing the required field(s): {_names(missing)}.")
+
+    if product != PRODUCT:
+        raise _invalid(f"The manifest field 'product' must be the string {PRODUCT!r}, not {_describe(product)}.")
+
+    version = data["version"]
+    if not isinstance(version, str):
+        raise _invalid(f"The manifest field 'version' must be a string, not {_describe(version)}.")
+    if not VERSION_RE.fullmatch(version):
+        raise _invalid(
+            f"The manifest field 'version' {shown(version)} is not 1 to 64 of A-Za-z0-9._+- "
+            "starting with a letter or digit."
+        )
+
+    sequence = _int_field("'sequence'", data["sequence"], minimum=1, maximum=MAX_INT64)
+
+    binaries_raw = data["binaries"]
+    if not isinstance(binaries_raw, dict):
+        raise _invalid(f"The manifest field 'binaries' must be an object, not {_describe(binaries_raw)}.")
+    if not binaries_raw:
+        raise _invalid("The manifest field 'binaries' must name at least one platform.")
+    binaries: dict[str, Binary] = {}
+    for platform, value in binaries_raw.items():
+        if not PLATFORM_RE.fullmatch(platform):
+            raise _invalid(
+                f"The manifest platform {shown(platform)} is not linux-<arch> with arch of [a-z0-9_] "
+                f"(1 to {MAX_ARCH_LENGTH} characters)."
+            )
+        binaries[platform] = _binary(platform, value)
+
+    protocol_version = None
+    if "protocolVersion" in data:
+        protocol_version = _int_field(
+            "'protocolVersion'", data["protocolVersion"], minimum=1, maximum=MAX_PROTOCOL_VERSION
+        )
+
+    notes = None
+    if "notes" in data:
+        notes = data["notes"]
+        if not isinstance(notes, str):
+            raise _invalid(f"The manifest field 'notes' must be a string, not {_describe(notes)} (omit it instead).")
+        if not _safe_text(notes):
+            raise _invalid("The manifest field 'notes' contains a NUL character or a lone surrogate.")
+
+    return Manifest(
+        product=product,
+        version=version,
+        sequence=sequence,
+        protocol_version=protocol_version,
+        binaries=binaries,
+        notes=notes,
+    )
+
+
+def parse_manifest(payload: bytes) -> Manifest:
+    """Parse and validate the manifest bytes. Raises ReleaseError (invalid_manifest or wrong_product)."""
+    try:
+        data = loads_strict(payload)
+    except StrictJSONError as exc:
+        raise _invalid(f"The manifest {exc}.") from None
+    return manifest_from_dict(data)
+
+
+def manifest_to_dict(manifest: Manifest) -> dict[str, Any]:
+    """The JSON shape of a manifest; optional fields that are None are left out."""
+    data: dict[str, Any] = {
+        "product": manifest.product,
+        "version": manifest.version,
+        "sequence": manifest.sequence,
+        "binaries": {
+            platform: {"sha256": binary.sha256, "size": binary.size}
+            for platform, binary in sorted(manifest.binaries.items())
+        },
+    }
+    if manifest.protocol_version is not None:
+        data["protocolVersion"] = manifest.protocol_version
+    if manifest.notes is not None:
+        data["notes"] = manifest.notes
+    return data
+
+
+def manifest_to_bytes(manifest: Manifest) -> bytes:
+    """UTF-8 JSON with sorted keys and no insignificant whitespace (for writing new manifests)."""
+    return json.dumps(
+        manifest_to_dict(manifest), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
