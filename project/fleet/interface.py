@@ -19,13 +19,14 @@ Plug-ins never reach into fleet internals; they use what is here:
 from __future__ import annotations
 
 from collections.abc import Callable
+from uuid import UUID
 
 from django.db.models import QuerySet
 from django.dispatch import Signal
 
 node_session_reported = Signal()
 
-DisruptionSource = Callable[[int], QuerySet]
+DisruptionSource = Callable[[UUID], QuerySet]
 DaemonResolver = Callable[[str, str], dict | None]
 
 _disruption_sources: list[DisruptionSource] = []
