@@ -16,7 +16,7 @@ DEFAULT_EVERY = 30
 @dataclass(frozen=True)
 class RolloutOptions:
     pins: tuple[str, ...]
-    threshold: int
+    threshold: int | None  # None when misconfigured (the system checks say why)
     downloads_url: str | None
     every: int
 
@@ -28,7 +28,8 @@ def options() -> RolloutOptions:
     every = raw.get("every", DEFAULT_EVERY)
     return RolloutOptions(
         pins=tuple(release.get("pins") or ()),
-        threshold=threshold if isinstance(threshold, int) else 1,
+        # Never fall back to a weaker threshold: a bad one disables registering.
+        threshold=threshold if type(threshold) is int and threshold >= 1 else None,
         downloads_url=(raw.get("downloadsUrl") or None),
         every=every if isinstance(every, int) and every >= 1 else DEFAULT_EVERY,
     )

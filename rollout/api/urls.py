@@ -1,1 +1,17 @@
-urlpatterns: list = []
+from django.urls import re_path
+from rest_framework.routers import SimpleRouter
+
+from rollout.api import views
+
+router = SimpleRouter(trailing_slash=True)
+router.register("releases", views.ReleaseViewSet, basename="release")
+router.register("rollouts", views.RolloutViewSet, basename="rollout")
+
+urlpatterns = [
+    *router.urls,
+    re_path(
+        r"^downloads/bcd/(?P<version>[A-Za-z0-9][A-Za-z0-9._+-]{0,63})/(?P<platform>linux-[a-z0-9_]+)$",
+        views.download_binary,
+        name="release-download",
+    ),
+]

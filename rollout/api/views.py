@@ -1,0 +1,183 @@
+"""The rollout module's API: thin views over rollout/services."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from django.core.exceptions import RequestDataTooBig
+from django.core.files.storage import default_storage
+from django.db.models import QuerySet
+from django.http import FileResponse, Http404, HttpRequest
+from django.shortcuts import get_object_or_404
+from django_filters.rest_framework import DjangoFilterBackend
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from project.errors import InvalidInput, NotFound
+from rollout.api.filters import NodeUpgradeFilter, RolloutFilter
+from rollout.api.serializers import (
+    AbortSerializer,
+    NodeUpgradeSerializer,
+    ReleaseSerializer,
+    RolloutCreateSerializer,
+    RolloutEventSerializer,
+    RolloutSerializer,
+)
+from rollout.models import NodeUpgrade, Rollout
+from rollout.release.dsse import MAX_ENVELOPE_BYTES
+from rollout.selectors import rollout_waves
+from rollout.services.releases import release_binary_get, release_list, release_register
+from rollout.services.rollouts import (
+    rollout_abort,
+    rollout_create,
+    rollout_pause,
+    rollout_plan,
+    rollout_resume,
+    rollouts_for,
+)
+
+
+def _envelope_bytes(request: Request) -> bytes:
+    """The raw request body, refused before reading when it is larger than an envelope may be."""
+    too_big = InvalidInput(f"The envelope is larger than {MAX_ENVELOPE_BYTES} bytes.", code="invalid_envelope")
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > MAX_ENVELOPE_BYTES:
+        raise too_big
+    try:
+        return request.body
+    except RequestDataTooBig as exc:
+        raise too_big from exc
+
+
+class ReleaseViewSet(viewsets.ViewSet):
+    """Signed bcd releases. Installation-wide: the signatures are their authority."""
+
+    # The body is the DSSE envelope, read raw: the signed bytes must not be re-serialised.
+    parser_classes: list = []
+
+    def list(self, request: Request) -> Response:
+        return Response(ReleaseSerializer(release_list(), many=True).data)
+
+    def create(self, request: Request) -> Response:
+        registration = release_register(envelope=_envelope_bytes(request), registered_by=request.user)
+        code = status.HTTP_201_CREATED if registration.created else status.HTTP_200_OK
+        return Response(ReleaseSerializer(registration.release).data, status=code)
+
+
+def download_binary(request: HttpRequest, version: str, platform: str) -> FileResponse:
+    """``GET {downloadsUrl}/bcd/{version}/linux-{arch}``: the stored bytes of a registered binary.
+
+    Unauthenticated on purpose: integrity comes from the sha256 in the signed
+    manifest, which agents check before running anything.
+    """
+    try:
+        binary = release_binary_get(version=version, platform=platform)
+    except NotFound as exc:
+        raise Http404(exc.detail) from exc
+    if binary.stored_at is None or not default_storage.exists(binary.storage_name):
+        raise Http404("This binary is registered but its bytes were not uploaded.")
+    response = FileResponse(
+        default_storage.open(binary.storage_name, "rb"),
+        content_type="application/octet-stream",
+        as_attachment=True,
+        filename=f"bcd-{version}-{platform}",
+    )
+    response["Content-Length"] = str(binary.size)
+    response["X-Checksum-Sha256"] = binary.sha256
+    return response
+
+
+def _is_true(value: str | None) -> bool:
+    return (value or "").lower() in {"1", "true", "yes"}
+
+
+class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Wave rollouts of the caller's tenant. Another tenant's rollout is a 404."""
+
+    serializer_class = RolloutSerializer
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = RolloutFilter
+    lookup_value_regex = "[0-9a-fA-F-]{32,36}"
+
+    def get_queryset(self) -> QuerySet[Rollout]:
+        return rollouts_for(tenant=self.request.auth.tenant)
+
+    def get_object(self) -> Rollout:
+        try:
+            rollout_id = UUID(self.kwargs["pk"])
+        except ValueError as exc:
+            raise NotFound("No such rollout.") from exc
+        return get_object_or_404(self.get_queryset(), pk=rollout_id)
+
+    def get_serializer_context(self) -> dict:
+        return {**super().get_serializer_context(), "waves": {}}
+
+    def _represent(self, rollouts: list[Rollout]) -> list[dict]:
+        context = {**self.get_serializer_context(), "waves": rollout_waves(rollouts)}
+        return RolloutSerializer(rollouts, many=True, context=context).data
+
+    def list(self, request: Request) -> Response:
+        rollouts = list(self.filter_queryset(self.get_queryset()))
+        return Response(self._represent(rollouts))
+
+    def retrieve(self, request: Request, pk: str | None = None) -> Response:
+        return Response(self._represent([self.get_object()])[0])
+
+    def _fresh(self, rollout_id: UUID) -> dict:
+        return self._represent([self.get_queryset().get(pk=rollout_id)])[0]
+
+    def create(self, request: Request) -> Response:
+        serializer = RolloutCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        tenant = request.auth.tenant
+        if _is_true(request.query_params.get("dryRun")):
+            return Response(rollout_plan(tenant=tenant, **serializer.service_kwargs()), status=status.HTTP_200_OK)
+        rollout = rollout_create(tenant=tenant, created_by=request.user, **serializer.service_kwargs())
+        return Response(self._fresh(rollout.id), status=status.HTTP_201_CREATED)
+
+    @action(detail=True, methods=["get"])
+    def nodes(self, request: Request, pk: str | None = None) -> Response:
+        rollout = self.get_object()
+        upgrades = NodeUpgradeFilter(
+            request.query_params, queryset=NodeUpgrade.objects.filter(rollout=rollout).order_by("position")
+        )
+        if not upgrades.is_valid():
+            raise ValidationError(upgrades.errors)
+        return Response(NodeUpgradeSerializer(upgrades.qs, many=True).data)
+
+    @action(detail=True, methods=["get"])
+    def events(self, request: Request, pk: str | None = None) -> Response:
+        rollout = self.get_object()
+        return Response(RolloutEventSerializer(rollout.events.order_by("at", "id"), many=True).data)
+
+    @action(detail=True, methods=["post"])
+    def pause(self, request: Request, pk: str | None = None) -> Response:
+        rollout = rollout_pause(rollout_id=self.get_object().id, tenant=request.auth.tenant, actor=_actor(request))
+        return Response(self._fresh(rollout.id))
+
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, pk: str | None = None) -> Response:
+        rollout = rollout_resume(rollout_id=self.get_object().id, tenant=request.auth.tenant, actor=_actor(request))
+        return Response(self._fresh(rollout.id))
+
+    @action(detail=True, methods=["post"])
+    def abort(self, request: Request, pk: str | None = None) -> Response:
+        serializer = AbortSerializer(data=request.data if isinstance(request.data, dict) else {})
+        serializer.is_valid(raise_exception=True)
+        rollout = rollout_abort(
+            rollout_id=self.get_object().id,
+            tenant=request.auth.tenant,
+            rollback=serializer.validated_data["rollback"],
+            actor=_actor(request),
+        )
+        return Response(self._fresh(rollout.id))
+
+
+def _actor(request: Request) -> str:
+    return f"api:{request.user.get_username()}"

@@ -1,0 +1,244 @@
+"""Releases, rollouts, node upgrades and rollout events.
+
+State machines (transitions live in rollout/services, one function each):
+
+Rollout:     active -> paused -> active;  active|paused -> completed | aborted
+NodeUpgrade: pending -> in_flight -> succeeded | failed | rolled_back
+             pending -> skipped | cancelled
+"""
+
+from __future__ import annotations
+
+import uuid
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+
+from project.fleet.models import Node, Pool, Tenant
+
+
+class Release(models.Model):
+    """A verified, signed bcd release. Immutable once registered."""
+
+    version = models.CharField(max_length=64, unique=True)
+    sequence = models.BigIntegerField(unique=True)
+    product = models.CharField(max_length=32, default="bcd")
+    protocol_version = models.PositiveIntegerField(null=True, blank=True)
+    notes = models.TextField(blank=True)
+    # The manifest bytes exactly as signed, and the envelope exactly as received.
+    payload = models.BinaryField()
+    payload_sha256 = models.CharField(max_length=64, unique=True)
+    envelope = models.TextField()
+    signer_pins = models.JSONField(default=list, help_text="Pins of the keys whose signatures counted.")
+    registered_at = models.DateTimeField()
+    registered_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-sequence"]
+        constraints = [models.CheckConstraint(condition=Q(sequence__gte=1), name="release_sequence_positive")]
+
+    def __str__(self) -> str:
+        return f"bcd {self.version} (#{self.sequence})"
+
+
+class ReleaseBinary(models.Model):
+    """One per-platform binary of a release: ``linux-<arch>``."""
+
+    release = models.ForeignKey(Release, on_delete=models.CASCADE, related_name="binaries")
+    platform = models.CharField(max_length=40)
+    arch = models.CharField(max_length=32)
+    sha256 = models.CharField(max_length=64)
+    size = models.BigIntegerField()
+    stored_at = models.DateTimeField(null=True, blank=True, help_text="When the bytes were uploaded to storage.")
+
+    class Meta:
+        ordering = ["platform"]
+        constraints = [
+            models.UniqueConstraint(fields=["release", "platform"], name="release_binary_platform_unique"),
+            models.CheckConstraint(condition=Q(size__gte=0), name="release_binary_size_nonnegative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.release.version} {self.platform}"
+
+    @property
+    def storage_name(self) -> str:
+        return f"bcd/{self.release.version}/{self.platform}"
+
+
+class Rollout(models.Model):
+    class State(models.TextChoices):
+        ACTIVE = "active", "active"
+        PAUSED = "paused", "paused"
+        COMPLETED = "completed", "completed"
+        ABORTED = "aborted", "aborted"
+
+    ACTIVE_STATES = (State.ACTIVE, State.PAUSED)
+    TERMINAL_STATES = (State.COMPLETED, State.ABORTED)
+
+    class PausedReason(models.TextChoices):
+        FAILURE_RATIO = "failure_ratio", "failure ratio exceeded"
+        OPERATOR = "operator", "paused by an operator"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="rollouts")
+    release = models.ForeignKey(Release, on_delete=models.PROTECT, related_name="rollouts")
+    pools = models.ManyToManyField(Pool, related_name="rollouts")
+    waves = models.JSONField(help_text="Cumulative percentages, as requested.")
+    max_failure_ratio = models.DecimalField(
+        max_digits=6, decimal_places=5, validators=[MinValueValidator(Decimal(0)), MaxValueValidator(Decimal(1))]
+    )
+    soak_seconds = models.PositiveIntegerField()
+    upgrade_timeout_seconds = models.PositiveIntegerField()
+    state = models.CharField(max_length=16, choices=State.choices, default=State.ACTIVE)
+    current_wave = models.PositiveIntegerField(default=0)
+    # When the next wave may start: soakSeconds after the current wave's last node settled.
+    next_wave_at = models.DateTimeField(null=True, blank=True)
+    # Failures of the current wave an operator accepted by resuming; only more re-pause.
+    acknowledged_failures = models.PositiveIntegerField(default=0)
+    paused_reason = models.CharField(max_length=32, choices=PausedReason.choices, null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField()
+    completed_at = models.DateTimeField(null=True, blank=True)
+    aborted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(max_failure_ratio__gte=0) & Q(max_failure_ratio__lte=1), name="rollout_ratio_fraction"
+            ),
+            models.CheckConstraint(condition=Q(upgrade_timeout_seconds__gte=1), name="rollout_timeout_positive"),
+            models.CheckConstraint(
+                condition=Q(state="paused", paused_reason__isnull=False) | ~Q(state="paused"),
+                name="rollout_paused_has_reason",
+            ),
+        ]
+        indexes = [models.Index(fields=["state"], name="rollout_state_idx")]
+
+    def __str__(self) -> str:
+        return f"rollout {self.id} of {self.release.version} ({self.state})"
+
+
+class TickRequest(models.Model):
+    """Debounce of "tick this rollout soon" (asked for when a node settles).
+
+    A row of its own, not a field of Rollout: asking must never wait for the
+    rollout's row lock, which a running tick holds.
+    """
+
+    rollout = models.OneToOneField(Rollout, on_delete=models.CASCADE, primary_key=True, related_name="tick_request")
+    queued = models.BooleanField(default=False)
+
+    def __str__(self) -> str:
+        return f"tick request of {self.rollout_id} ({'queued' if self.queued else 'idle'})"
+
+
+class RolloutWave(models.Model):
+    """A non-empty wave of a rollout. Counts come from its node upgrades."""
+
+    rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="wave_rows")
+    index = models.PositiveIntegerField()
+    percent = models.DecimalField(max_digits=8, decimal_places=5)
+    total = models.PositiveIntegerField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    settled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["rollout", "index"]
+        constraints = [models.UniqueConstraint(fields=["rollout", "index"], name="rollout_wave_index_unique")]
+
+    def __str__(self) -> str:
+        return f"wave {self.index} of {self.rollout_id}"
+
+
+class NodeUpgrade(models.Model):
+    class State(models.TextChoices):
+        PENDING = "pending", "pending"
+        IN_FLIGHT = "in_flight", "in flight"
+        SUCCEEDED = "succeeded", "succeeded"
+        FAILED = "failed", "failed"
+        SKIPPED = "skipped", "skipped"
+        CANCELLED = "cancelled", "cancelled"
+        ROLLED_BACK = "rolled_back", "rolled back"
+
+    SETTLED_STATES = (State.SUCCEEDED, State.FAILED, State.SKIPPED, State.CANCELLED, State.ROLLED_BACK)
+
+    class Reason(models.TextChoices):
+        OFFLINE = "offline", "the node's agent was offline"
+        NO_BINARY = "no_binary", "the release has no binary for the node's arch"
+        TIMEOUT = "timeout", "the node did not rejoin on the target version in time"
+        ABORTED = "aborted", "the rollout was aborted"
+        ROLLED_BACK = "rolled_back", "returned to its previous release"
+        PREVIOUS_NOT_REGISTERED = "previous_not_registered", "no registered previous release to roll back to"
+
+    id = models.BigAutoField(primary_key=True)
+    rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="node_upgrades")
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="upgrades")
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="+")
+    wave = models.PositiveIntegerField()
+    position = models.PositiveIntegerField()
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    # True while this row is the node's one writer: its rollout is active or
+    # paused, or the upgrade is still in flight. A partial unique index on it
+    # makes "a node is in at most one active rollout" a database fact.
+    claims_node = models.BooleanField(default=True)
+    target_version = models.CharField(max_length=64)
+    previous_daemon = models.JSONField(null=True, blank=True)
+    previous_version = models.CharField(max_length=64, null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    deadline = models.DateTimeField(null=True, blank=True)
+    settled_at = models.DateTimeField(null=True, blank=True)
+    reason = models.CharField(max_length=32, choices=Reason.choices, null=True, blank=True)
+
+    class Meta:
+        ordering = ["rollout", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["node"], condition=Q(claims_node=True), name="node_upgrade_one_writer"),
+            models.UniqueConstraint(fields=["rollout", "position"], name="node_upgrade_position_unique"),
+            models.UniqueConstraint(fields=["rollout", "node"], name="node_upgrade_node_once_per_rollout"),
+            models.CheckConstraint(
+                condition=~Q(state="in_flight") | (Q(started_at__isnull=False) & Q(deadline__isnull=False)),
+                name="node_upgrade_in_flight_has_deadline",
+            ),
+            models.CheckConstraint(
+                condition=~Q(state="in_flight") | Q(claims_node=True), name="node_upgrade_in_flight_claims_node"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["rollout", "wave", "state", "position"], name="nu_wave_state_idx"),
+            models.Index(fields=["pool"], condition=Q(state="in_flight"), name="nu_in_flight_pool_idx"),
+            models.Index(fields=["deadline"], condition=Q(state="in_flight"), name="nu_in_flight_deadline_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} in {self.rollout_id} ({self.state})"
+
+
+class RolloutEvent(models.Model):
+    class Kind(models.TextChoices):
+        CREATED = "rollout.created", "rollout.created"
+        WAVE = "rollout.wave", "rollout.wave"
+        PAUSED = "rollout.paused", "rollout.paused"
+        RESUMED = "rollout.resumed", "rollout.resumed"
+        COMPLETED = "rollout.completed", "rollout.completed"
+        ABORTED = "rollout.aborted", "rollout.aborted"
+
+    id = models.BigAutoField(primary_key=True)
+    rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    at = models.DateTimeField()
+    data = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} at {self.at:%Y-%m-%d %H:%M:%S}"

@@ -1,0 +1,167 @@
+"""The signed release registry: register, list, store binaries, resolve daemon sections."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import IO
+
+import structlog
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.files.base import File
+from django.core.files.storage import default_storage
+from django.db import IntegrityError, transaction
+from django.db.models import Max, QuerySet
+from django.utils import timezone
+
+from project.errors import Conflict, InvalidInput, NotFound, Unavailable
+from rollout import conf
+from rollout.locks import RELEASE_REGISTRY_LOCK, advisory_xact_lock
+from rollout.models import Release, ReleaseBinary
+from rollout.release.dsse import verify_envelope
+from rollout.release.errors import ReleaseError
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class Registration:
+    release: Release
+    created: bool
+
+
+def release_list() -> QuerySet[Release]:
+    """Every registered release, newest sequence first."""
+    return Release.objects.prefetch_related("binaries").order_by("-sequence")
+
+
+def release_register(*, envelope: bytes, registered_by: AbstractBaseUser | None = None) -> Registration:
+    """Verify a DSSE envelope against the pinned keys and record the release.
+
+    The same manifest again (byte-identical payload) changes nothing and
+    returns the first registration with ``created=False``. Nothing is
+    written when any check fails. Concurrent registrations are serialised by
+    a transaction-scoped advisory lock, so two cannot both pass the sequence
+    check.
+    """
+    options = conf.options()
+    if not options.pins:
+        raise Unavailable(
+            "No release keys are configured: set ROLLOUT_RELEASE_PINS before registering releases.",
+            code="no_release_keys",
+        )
+    misconfigured = Unavailable(
+        "The release keys are misconfigured (see `manage.py check`): registering is refused until fixed.",
+        code="no_release_keys",
+    )
+    if options.threshold is None or options.threshold > len(set(options.pins)):
+        raise misconfigured
+    try:
+        verified = verify_envelope(envelope, pins=options.pins, threshold=options.threshold)
+    except ReleaseError as exc:
+        raise InvalidInput(exc.detail, code=exc.code) from exc
+    except ValueError as exc:  # a malformed pin: a configuration error, never the caller's
+        raise misconfigured from exc
+    manifest = verified.manifest
+
+    with transaction.atomic():
+        advisory_xact_lock(RELEASE_REGISTRY_LOCK)
+        existing = Release.objects.filter(payload_sha256=verified.payload_sha256).first()
+        if existing is not None:
+            return Registration(release=existing, created=False)
+        if Release.objects.filter(version=manifest.version).exists():
+            raise Conflict(
+                f"Version {manifest.version} is already registered with a different manifest.",
+                code="version_exists",
+            )
+        highest = Release.objects.aggregate(highest=Max("sequence"))["highest"]
+        if highest is not None and manifest.sequence <= highest:
+            raise Conflict(
+                f"Sequence {manifest.sequence} does not move past the highest registered sequence {highest}.",
+                code="sequence_not_increasing",
+                highestSequence=highest,
+            )
+        try:
+            release = Release.objects.create(
+                version=manifest.version,
+                sequence=manifest.sequence,
+                product=manifest.product,
+                protocol_version=manifest.protocol_version,
+                notes=manifest.notes or "",
+                payload=verified.payload,
+                payload_sha256=verified.payload_sha256,
+                envelope=envelope.decode("utf-8"),
+                signer_pins=list(verified.signer_pins),
+                registered_at=timezone.now(),
+                registered_by=registered_by,
+            )
+            ReleaseBinary.objects.bulk_create(
+                ReleaseBinary(
+                    release=release,
+                    platform=platform,
+                    arch=platform.removeprefix("linux-"),
+                    sha256=binary.sha256,
+                    size=binary.size,
+                )
+                for platform, binary in sorted(manifest.binaries.items())
+            )
+        except IntegrityError as exc:  # a backstop: the lock makes this unreachable on PostgreSQL
+            raise Conflict("A release with this version or sequence already exists.", code="version_exists") from exc
+    log.info(
+        "release.registered",
+        version=release.version,
+        sequence=release.sequence,
+        signers=len(release.signer_pins),
+        platforms=sorted(manifest.binaries),
+    )
+    return Registration(release=release, created=True)
+
+
+def release_binary_get(*, version: str, platform: str) -> ReleaseBinary:
+    binary = ReleaseBinary.objects.select_related("release").filter(release__version=version, platform=platform).first()
+    if binary is None:
+        raise NotFound(f"Release {version} has no binary for {platform}.", code="unknown_binary")
+    return binary
+
+
+def release_binary_store(*, version: str, platform: str, source: IO[bytes]) -> ReleaseBinary:
+    """Store a binary's bytes, refusing any whose sha256 or size differ from the signed manifest.
+
+    ``source`` must be seekable: it is hashed first and stored only if it matches,
+    so a refused upload leaves nothing in storage.
+    """
+    binary = release_binary_get(version=version, platform=platform)
+    digest = hashlib.sha256()
+    size = 0
+    for chunk in iter(lambda: source.read(1 << 20), b""):
+        digest.update(chunk)
+        size += len(chunk)
+    if size != binary.size:
+        raise InvalidInput(
+            f"The file has {size} bytes; the manifest of {version} says {binary.size} for {platform}.",
+            code="size_mismatch",
+        )
+    if digest.hexdigest() != binary.sha256:
+        raise InvalidInput(
+            f"The file's sha256 {digest.hexdigest()} differs from the manifest's {binary.sha256}.",
+            code="sha256_mismatch",
+        )
+    source.seek(0)
+    name = binary.storage_name
+    if default_storage.exists(name):
+        default_storage.delete(name)
+    default_storage.save(name, File(source))
+    ReleaseBinary.objects.filter(pk=binary.pk).update(stored_at=timezone.now())
+    binary.refresh_from_db()
+    log.info("release.binary_stored", version=version, platform=platform, size=size)
+    return binary
+
+
+def daemon_section(*, version: str, arch: str) -> dict | None:
+    """``{"version", "url", "sha256"}`` for a registered version and arch, else None."""
+    platform = f"linux-{arch}"
+    binary = ReleaseBinary.objects.filter(release__version=version, platform=platform).only("sha256").first()
+    url = conf.binary_url(version, platform)
+    if binary is None or url is None:
+        return None
+    return {"version": version, "url": url, "sha256": binary.sha256}
