@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 
 
 class RolloutConfig(AppConfig):
@@ -7,4 +8,7 @@ class RolloutConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from rollout import checks  # noqa: F401  (registers the system checks)
+        from rollout import checks, hooks, schedules  # noqa: F401  (checks register themselves)
+
+        hooks.connect()
+        post_migrate.connect(schedules.on_post_migrate, sender=self, dispatch_uid="rollout.periodic_tick")

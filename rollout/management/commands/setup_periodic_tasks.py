@@ -1,0 +1,14 @@
+from django.core.management.base import BaseCommand
+
+from rollout.schedules import periodic_tick_ensure
+
+
+class Command(BaseCommand):
+    help = "Create the rollout/all periodic task (runs after every migrate too); --reset applies ROLLOUT['every']."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--reset", action="store_true", help="overwrite an interval edited in the admin")
+
+    def handle(self, *args, reset: bool, **options):
+        task = periodic_tick_ensure(reset=reset)
+        self.stdout.write(f"{task.name}: every {task.interval.every} {task.interval.period}")

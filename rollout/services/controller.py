@@ -1,0 +1,517 @@
+"""The controller: one function per step, and the tick that runs them for one rollout.
+
+A tick (CONTRACT 5), for one rollout, under its row lock taken with
+``skip_locked`` so two workers never reconcile the same rollout at once:
+
+1. settle: in-flight nodes whose session reports the target version succeed;
+   overdue ones fail and their spec.daemon goes back to the previous section;
+2. judge: pause when the current wave's failure ratio exceeds the maximum;
+3. advance: when the wave has settled and its soak is over, start the next
+   wave, or complete after the last one;
+4. start: pending nodes of the current wave, in position order, per pool,
+   within the pool's disruption budget (under the pool's row lock).
+
+Every state change is a conditional UPDATE (``filter(state=...)``), so a tick
+repeated after a crash, or racing the agent's join path or a timeout task,
+never moves a row twice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+import structlog
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count, Exists, F, Max, OuterRef
+from django.utils import timezone
+
+from rollout import conf
+from rollout.fleet import (
+    Command,
+    Node,
+    commands_enqueue,
+    nodes_set_daemon,
+    online_node_q,
+    pool_budget,
+    pools_set_default_daemon_version,
+)
+from rollout.models import NodeUpgrade, ReleaseBinary, Rollout, RolloutEvent, RolloutWave, TickRequest
+from rollout.services.events import event_record
+
+log = structlog.get_logger("rollout")
+
+State = NodeUpgrade.State
+# Pending rows read per query while looking for startable nodes past offline ones.
+START_LOOKAHEAD = 100
+
+
+@dataclass
+class TickResult:
+    succeeded: int = 0
+    failed: int = 0
+    started: int = 0
+    skipped: int = 0
+    paused: bool = False
+    advanced: bool = False
+    completed: bool = False
+
+
+# --- asking for ticks ----------------------------------------------------------------
+
+
+def rollout_request_tick(*, rollout_id: UUID, countdown: float = 0.0) -> None:
+    """Ask for a tick of one rollout soon, debounced: at most one is queued at a time.
+
+    The flag is cleared when the tick starts; the periodic tick clears it too,
+    so a lost message delays a rollout by one period at most.
+    """
+    from rollout import tasks
+
+    queued = TickRequest.objects.filter(
+        rollout_id=rollout_id, queued=False, rollout__state__in=Rollout.ACTIVE_STATES
+    ).update(queued=True)
+    if queued:
+        transaction.on_commit(lambda: tasks.rollout_tick.apply_async(args=[str(rollout_id)], countdown=countdown))
+
+
+def _tick_at(rollout_id: UUID, when: datetime) -> None:
+    from rollout import tasks
+
+    transaction.on_commit(lambda: tasks.rollout_tick.apply_async(args=[str(rollout_id)], eta=when))
+
+
+# --- counts ----------------------------------------------------------------------------
+
+
+def wave_counts(*, rollout: Rollout, wave: int) -> dict[str, int]:
+    rows = NodeUpgrade.objects.filter(rollout=rollout, wave=wave).values("state").annotate(n=Count("id")).order_by()
+    counts = dict.fromkeys(State.values, 0)
+    counts.update({row["state"]: row["n"] for row in rows})
+    return counts
+
+
+def wave_failures(rollout: Rollout) -> int:
+    return wave_counts(rollout=rollout, wave=rollout.current_wave)[State.FAILED]
+
+
+# --- transitions of the rollout --------------------------------------------------------
+
+
+def rollout_mark_paused(*, rollout: Rollout, reason: str, at: datetime, **data: Any) -> None:
+    """active -> paused (the caller holds the rollout's row lock)."""
+    rollout.state = Rollout.State.PAUSED
+    rollout.paused_reason = reason
+    rollout.save(update_fields=["state", "paused_reason"])
+    event_record(rollout=rollout, kind=RolloutEvent.Kind.PAUSED, at=at, reason=reason, **data)
+
+
+def rollout_judge_failures(*, rollout: Rollout, now: datetime) -> bool:
+    """Pause when failed / (succeeded + failed) of the current wave exceeds maxFailureRatio.
+
+    Exactly "exceeds": equality does not pause. Exact arithmetic (Decimal).
+    Failures an operator accepted by resuming do not pause again; a new one does.
+    """
+    counts = wave_counts(rollout=rollout, wave=rollout.current_wave)
+    failed, succeeded = counts[State.FAILED], counts[State.SUCCEEDED]
+    if failed <= rollout.acknowledged_failures or failed + succeeded == 0:
+        return False
+    if Decimal(failed) <= rollout.max_failure_ratio * (failed + succeeded):
+        return False
+    rollout_mark_paused(
+        rollout=rollout,
+        reason=Rollout.PausedReason.FAILURE_RATIO,
+        at=now,
+        wave=rollout.current_wave,
+        failed=failed,
+        succeeded=succeeded,
+        maxFailureRatio=float(rollout.max_failure_ratio),
+    )
+    return True
+
+
+def rollout_complete(*, rollout: Rollout, now: datetime) -> None:
+    """active -> completed; the covered pools take the version as their default."""
+    rollout.state = Rollout.State.COMPLETED
+    rollout.completed_at = now
+    rollout.save(update_fields=["state", "completed_at"])
+    NodeUpgrade.objects.filter(rollout=rollout, claims_node=True).exclude(state=State.IN_FLIGHT).update(
+        claims_node=False
+    )
+    pools_set_default_daemon_version(
+        pool_ids=list(rollout.pools.values_list("id", flat=True)), version=rollout.release.version
+    )
+    totals = dict(NodeUpgrade.objects.filter(rollout=rollout).values_list("state").annotate(n=Count("id")).order_by())
+    event_record(rollout=rollout, kind=RolloutEvent.Kind.COMPLETED, at=now, **totals)
+
+
+def rollout_advance(*, rollout: Rollout, now: datetime) -> bool:
+    """When the current wave has settled: record it, then after the soak start the next wave, or complete."""
+    counts = wave_counts(rollout=rollout, wave=rollout.current_wave)
+    if counts[State.PENDING] or counts[State.IN_FLIGHT]:
+        return False
+    waves = {wave.index: wave for wave in RolloutWave.objects.filter(rollout=rollout)}
+    wave = waves[rollout.current_wave]
+    is_last = rollout.current_wave == max(waves)
+    if wave.settled_at is None:
+        last_settled = NodeUpgrade.objects.filter(rollout=rollout, wave=wave.index).aggregate(last=Max("settled_at"))[
+            "last"
+        ]
+        wave.settled_at = last_settled or now
+        wave.save(update_fields=["settled_at"])
+        rollout.next_wave_at = wave.settled_at + timedelta(seconds=rollout.soak_seconds)
+        rollout.save(update_fields=["next_wave_at"])
+        if not is_last and rollout.next_wave_at > now:
+            _tick_at(rollout.id, rollout.next_wave_at)  # on time, not up to a period late
+    if is_last:
+        rollout_complete(rollout=rollout, now=now)
+        return True
+    if rollout.next_wave_at is not None and now < rollout.next_wave_at:
+        return False
+    rollout.current_wave += 1
+    rollout.acknowledged_failures = 0
+    rollout.next_wave_at = None
+    rollout.save(update_fields=["current_wave", "acknowledged_failures", "next_wave_at"])
+    upcoming = waves[rollout.current_wave]
+    upcoming.started_at = now
+    upcoming.save(update_fields=["started_at"])
+    event_record(
+        rollout=rollout,
+        kind=RolloutEvent.Kind.WAVE,
+        at=now,
+        wave=upcoming.index,
+        percent=float(upcoming.percent),
+        total=upcoming.total,
+    )
+    return True
+
+
+# --- settling nodes --------------------------------------------------------------------
+
+
+def _claims(rollout_state: str) -> bool:
+    # A settled row keeps holding its node while its rollout is active or paused.
+    return rollout_state in Rollout.ACTIVE_STATES
+
+
+def node_upgrades_settle_succeeded(*, rollout: Rollout, now: datetime) -> int:
+    """In-flight nodes whose current session reports the target version succeed."""
+    ids = list(
+        NodeUpgrade.objects.filter(
+            rollout=rollout,
+            state=State.IN_FLIGHT,
+            node__session__daemon_version=F("target_version"),
+            node__session__left_at__isnull=True,
+        ).values_list("id", flat=True)
+    )
+    if not ids:
+        return 0
+    updated = NodeUpgrade.objects.filter(id__in=ids, state=State.IN_FLIGHT).update(
+        state=State.SUCCEEDED, settled_at=now, claims_node=_claims(rollout.state)
+    )
+    log.info("node_upgrade.succeeded", rollout=str(rollout.id), count=updated, version=rollout.release.version)
+    return updated
+
+
+def node_upgrade_settle_reported(*, node_id: UUID, daemon_version: str) -> bool:
+    """The agent's join path: a node that rejoins on its target version succeeds at once."""
+    row = (
+        NodeUpgrade.objects.filter(node_id=node_id, state=State.IN_FLIGHT, target_version=daemon_version)
+        .select_related("rollout")
+        .first()
+    )
+    if row is None:
+        return False
+    now = timezone.now()
+    updated = NodeUpgrade.objects.filter(pk=row.pk, state=State.IN_FLIGHT).update(
+        state=State.SUCCEEDED, settled_at=now, claims_node=_claims(row.rollout.state)
+    )
+    if not updated:
+        return False
+    log.info(
+        "node_upgrade.succeeded",
+        tenant=row.rollout.tenant_id,
+        rollout=str(row.rollout_id),
+        node=str(node_id),
+        version=daemon_version,
+    )
+    rollout_request_tick(rollout_id=row.rollout_id)
+    return True
+
+
+def _set_daemons(assignments: Iterable[tuple[UUID, dict | None]]) -> None:
+    """Set spec.daemon per node: one UPDATE per distinct section, not per node."""
+    groups: dict[str, list[UUID]] = defaultdict(list)
+    for node_id, section in assignments:
+        groups[json.dumps(section, sort_keys=True)].append(node_id)
+    for key, node_ids in groups.items():
+        nodes_set_daemon(node_ids=node_ids, daemon=json.loads(key))
+
+
+def _cancel_upgrade_commands(node_ids: list[UUID]) -> None:
+    if node_ids:
+        Command.objects.filter(
+            node_id__in=node_ids,
+            kind=Command.Kind.DAEMON_UPGRADE,
+            state__in=[Command.State.PENDING, Command.State.ACKED],
+        ).update(state=Command.State.CANCELLED, completed_at=timezone.now())
+
+
+@transaction.atomic
+def node_upgrades_fail_overdue(
+    *, now: datetime, rollout: Rollout | None = None, ids: Iterable[int] | None = None
+) -> int:
+    """In-flight nodes past their deadline fail; their spec.daemon goes back to the previous section.
+
+    Rows another worker is settling right now are skipped (``skip_locked``).
+    """
+    queryset = NodeUpgrade.objects.filter(state=State.IN_FLIGHT, deadline__lte=now)
+    if rollout is not None:
+        queryset = queryset.filter(rollout=rollout)
+    if ids is not None:
+        queryset = queryset.filter(id__in=list(ids))
+    rows = list(
+        queryset.select_for_update(skip_locked=True, of=("self",)).values(
+            "id", "node_id", "previous_daemon", "rollout_id", "rollout__state", "rollout__tenant_id"
+        )
+    )
+    if not rows:
+        return 0
+    for claims in (True, False):
+        chosen = [row["id"] for row in rows if _claims(row["rollout__state"]) == claims]
+        if chosen:
+            NodeUpgrade.objects.filter(id__in=chosen, state=State.IN_FLIGHT).update(
+                state=State.FAILED, reason=NodeUpgrade.Reason.TIMEOUT, settled_at=now, claims_node=claims
+            )
+    _set_daemons((row["node_id"], row["previous_daemon"]) for row in rows)
+    _cancel_upgrade_commands([row["node_id"] for row in rows])
+    for row in rows:
+        log.info(
+            "node_upgrade.failed",
+            tenant=row["rollout__tenant_id"],
+            rollout=str(row["rollout_id"]),
+            node=str(row["node_id"]),
+            reason="timeout",
+        )
+    return len(rows)
+
+
+def node_upgrades_roll_back(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
+    """Send in-flight nodes back to their previous section when that release is registered.
+
+    Returns (rolled back, kept in flight). A node whose previous release is not
+    registered stays in flight, with the reason saying why.
+    """
+    rows = list(
+        NodeUpgrade.objects.filter(rollout=rollout, state=State.IN_FLIGHT).values(
+            "id", "node_id", "node__arch", "previous_daemon", "previous_version"
+        )
+    )
+    if not rows:
+        return 0, 0
+    versions = {(row["previous_daemon"] or {}).get("version") or row["previous_version"] for row in rows}
+    binaries = {
+        (version, arch): sha256
+        for version, arch, sha256 in ReleaseBinary.objects.filter(release__version__in=versions).values_list(
+            "release__version", "arch", "sha256"
+        )
+    }
+    back: list[tuple[UUID, dict]] = []
+    back_ids, kept_ids = [], []
+    for row in rows:
+        section = row["previous_daemon"]
+        if not section:
+            version = row["previous_version"]
+            sha256 = binaries.get((version, row["node__arch"]))
+            url = conf.binary_url(version, f"linux-{row['node__arch']}") if version else None
+            section = {"version": version, "url": url, "sha256": sha256} if sha256 and url else None
+        elif (section.get("version"), row["node__arch"]) not in binaries:
+            section = None
+        if section is None:
+            kept_ids.append(row["id"])
+        else:
+            back.append((row["node_id"], section))
+            back_ids.append(row["id"])
+    NodeUpgrade.objects.filter(id__in=back_ids, state=State.IN_FLIGHT).update(
+        state=State.ROLLED_BACK, reason=NodeUpgrade.Reason.ROLLED_BACK, settled_at=now, claims_node=False
+    )
+    NodeUpgrade.objects.filter(id__in=kept_ids).update(reason=NodeUpgrade.Reason.PREVIOUS_NOT_REGISTERED)
+    _set_daemons(back)
+    _cancel_upgrade_commands([node_id for node_id, _ in back])
+    return len(back_ids), len(kept_ids)
+
+
+# --- starting nodes --------------------------------------------------------------------
+
+
+def _min_protocol_version() -> int:
+    value = settings.FLEET_MIN_PROTOCOL_VERSION
+    return value if isinstance(value, int) else 2
+
+
+def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
+    """Start pending nodes of the current wave within each pool's budget. Returns (started, skipped)."""
+    pending = NodeUpgrade.objects.filter(rollout=rollout, wave=rollout.current_wave, state=State.PENDING)
+    pool_ids = sorted(set(pending.values_list("pool_id", flat=True).order_by()))
+    if not pool_ids:
+        return 0, 0
+    release = rollout.release
+    sha256_of_arch = dict(ReleaseBinary.objects.filter(release=release).values_list("arch", "sha256"))
+    online = Exists(Node.objects.filter(online_node_q(now=now), pk=OuterRef("node_id")))
+    deadline = now + timedelta(seconds=rollout.upgrade_timeout_seconds)
+    min_protocol = _min_protocol_version()
+
+    to_start: list[NodeUpgrade] = []
+    sections: list[tuple[UUID, dict]] = []
+    old_agents: list[tuple[UUID, dict]] = []
+    skipped: dict[str, list[int]] = defaultdict(list)
+    for pool_id in pool_ids:  # sorted: every worker takes pool locks in the same order
+        room = pool_budget(pool_id=pool_id, lock=True).available
+        cursor = -1
+        while room > 0:
+            limit = room + START_LOOKAHEAD
+            chunk = list(
+                pending.filter(pool_id=pool_id, position__gt=cursor)
+                .annotate(online=online)
+                .order_by("position")
+                .values(
+                    "id",
+                    "node_id",
+                    "position",
+                    "online",
+                    "node__arch",
+                    "node__spec",
+                    "node__session__daemon_version",
+                    "node__session__protocol_version",
+                )[:limit]
+            )
+            for row in chunk:
+                if room == 0:
+                    break
+                cursor = row["position"]
+                arch = row["node__arch"]
+                if not row["online"]:
+                    skipped[NodeUpgrade.Reason.OFFLINE].append(row["id"])
+                    continue
+                if arch not in sha256_of_arch:
+                    skipped[NodeUpgrade.Reason.NO_BINARY].append(row["id"])
+                    continue
+                section = {
+                    "version": release.version,
+                    "url": conf.binary_url(release.version, f"linux-{arch}"),
+                    "sha256": sha256_of_arch[arch],
+                }
+                spec = row["node__spec"] if isinstance(row["node__spec"], dict) else {}
+                to_start.append(
+                    NodeUpgrade(
+                        id=row["id"],
+                        state=State.IN_FLIGHT,
+                        started_at=now,
+                        deadline=deadline,
+                        previous_daemon=spec.get("daemon"),
+                        previous_version=row["node__session__daemon_version"],
+                    )
+                )
+                sections.append((row["node_id"], section))
+                if (row["node__session__protocol_version"] or 0) < min_protocol:
+                    old_agents.append((row["node_id"], section))
+                room -= 1
+            if len(chunk) < limit:
+                break
+
+    for reason, ids in skipped.items():
+        NodeUpgrade.objects.filter(id__in=ids, state=State.PENDING).update(
+            state=State.SKIPPED, reason=reason, settled_at=now
+        )
+    if to_start:
+        NodeUpgrade.objects.bulk_update(
+            to_start, ["state", "started_at", "deadline", "previous_daemon", "previous_version"], batch_size=1000
+        )
+        _set_daemons(sections)
+        if old_agents:
+            commands_enqueue(node_ids_payloads=old_agents, kind=Command.Kind.DAEMON_UPGRADE)
+        _schedule_timeouts([upgrade.id for upgrade in to_start], deadline)
+        for node_id, _ in sections:
+            log.info(
+                "node_upgrade.started",
+                tenant=rollout.tenant_id,
+                rollout=str(rollout.id),
+                node=str(node_id),
+                version=release.version,
+                wave=rollout.current_wave,
+            )
+    return len(to_start), sum(len(ids) for ids in skipped.values())
+
+
+def _schedule_timeouts(node_upgrade_ids: list[int], deadline: datetime) -> None:
+    """One timeout task per started node, due at its deadline (the tick sweeps overdue nodes too)."""
+    from rollout import tasks
+
+    def send() -> None:
+        for node_upgrade_id in node_upgrade_ids:
+            tasks.node_upgrade_timeout.apply_async(args=[node_upgrade_id], eta=deadline)
+
+    transaction.on_commit(send)
+
+
+# --- the tick --------------------------------------------------------------------------
+
+
+def rollout_tick(*, rollout_id: UUID | str) -> TickResult | None:
+    """Reconcile one rollout. Returns None when another worker holds it (or it is gone)."""
+    TickRequest.objects.filter(rollout_id=rollout_id, queued=True).update(queued=False)
+    with transaction.atomic():
+        rollout = (
+            Rollout.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("release")
+            .filter(pk=rollout_id)
+            .first()
+        )
+        if rollout is None:
+            return None
+        now = timezone.now()
+        result = TickResult()
+        result.succeeded = node_upgrades_settle_succeeded(rollout=rollout, now=now)
+        result.failed = node_upgrades_fail_overdue(now=now, rollout=rollout)
+        if rollout.state != Rollout.State.ACTIVE:
+            return result
+        if rollout_judge_failures(rollout=rollout, now=now):
+            result.paused = True
+            return result
+        result.advanced = rollout_advance(rollout=rollout, now=now)
+        if rollout.state == Rollout.State.ACTIVE:
+            result.started, result.skipped = rollout_start_nodes(rollout=rollout, now=now)
+            if result.skipped and not result.started:
+                # A wave of only offline nodes settles here: move on without waiting a period.
+                result.advanced = rollout_advance(rollout=rollout, now=now) or result.advanced
+        result.completed = rollout.state == Rollout.State.COMPLETED
+        return result
+
+
+def claims_release_stale(*, now: datetime) -> int:
+    """Settled rows of finished rollouts stop holding their node (repairs a join-path race)."""
+    return (
+        NodeUpgrade.objects.filter(claims_node=True, rollout__state__in=Rollout.TERMINAL_STATES)
+        .exclude(state=State.IN_FLIGHT)
+        .update(claims_node=False)
+    )
+
+
+def rollouts_tick_all() -> int:
+    """``rollout/all``: fail overdue nodes everywhere, then tick each active rollout. Returns rollouts ticked."""
+    now = timezone.now()
+    with transaction.atomic():
+        node_upgrades_fail_overdue(now=now)
+        claims_release_stale(now=now)
+    ticked = 0
+    for rollout_id in Rollout.objects.filter(state__in=Rollout.ACTIVE_STATES).values_list("id", flat=True):
+        if rollout_tick(rollout_id=rollout_id) is not None:
+            ticked += 1
+    return ticked

@@ -1,0 +1,132 @@
+"""Pure functions of a rollout's plan: validation of its options, the seeded shuffle, the wave split."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+from typing import Any
+from uuid import UUID
+
+from project.errors import InvalidInput
+
+DEFAULT_WAVES = (1, 10, 50, 100)
+DEFAULT_MAX_FAILURE_RATIO = Decimal("0.1")
+DEFAULT_SOAK_SECONDS = 300
+DEFAULT_UPGRADE_TIMEOUT_SECONDS = 600
+MAX_WAVES = 20
+MAX_SECONDS = 30 * 24 * 3600  # a month: anything longer is a typo
+
+
+@dataclass(frozen=True)
+class RolloutOptions:
+    """Validated options of a rollout (CONTRACT 4.4)."""
+
+    waves: tuple[int | float, ...]
+    max_failure_ratio: Decimal
+    soak_seconds: int
+    upgrade_timeout_seconds: int
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _seconds(value: Any, name: str, minimum: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= MAX_SECONDS:
+        raise InvalidInput(
+            f"{name} must be an integer from {minimum} to {MAX_SECONDS}.", code="invalid_input", field=name
+        )
+    return value
+
+
+def options_validate(
+    *,
+    waves: Any = None,
+    max_failure_ratio: Any = None,
+    soak_seconds: Any = None,
+    upgrade_timeout_seconds: Any = None,
+) -> RolloutOptions:
+    """Apply defaults and check every option; raises InvalidInput (400) naming the field."""
+    waves = list(DEFAULT_WAVES) if waves is None else waves
+    if not isinstance(waves, list) or not waves or len(waves) > MAX_WAVES:
+        raise InvalidInput(f"waves must be a list of 1 to {MAX_WAVES} percentages.", code="invalid_waves")
+    if not all(_is_number(p) and 0 < p <= 100 for p in waves):
+        raise InvalidInput("Each wave is a cumulative percentage in (0, 100].", code="invalid_waves")
+    if any(b <= a for a, b in itertools.pairwise(waves)):
+        raise InvalidInput("waves must be strictly increasing (they are cumulative).", code="invalid_waves")
+    if waves[-1] != 100:
+        raise InvalidInput("The last wave must be exactly 100.", code="invalid_waves")
+
+    ratio_raw = DEFAULT_MAX_FAILURE_RATIO if max_failure_ratio is None else max_failure_ratio
+    if isinstance(ratio_raw, bool) or not isinstance(ratio_raw, int | float | Decimal):
+        raise InvalidInput("maxFailureRatio must be a number in [0, 1].", code="invalid_input", field="maxFailureRatio")
+    try:
+        ratio = Decimal(str(ratio_raw))
+    except InvalidOperation as exc:
+        raise InvalidInput("maxFailureRatio must be a number in [0, 1].", code="invalid_input") from exc
+    if not ratio.is_finite() or not 0 <= ratio <= 1 or ratio != ratio.quantize(Decimal("0.00001")):
+        raise InvalidInput(
+            "maxFailureRatio must be a number in [0, 1] with at most 5 decimals.",
+            code="invalid_input",
+            field="maxFailureRatio",
+        )
+    return RolloutOptions(
+        waves=tuple(waves),
+        max_failure_ratio=ratio,
+        soak_seconds=_seconds(DEFAULT_SOAK_SECONDS if soak_seconds is None else soak_seconds, "soakSeconds", 0),
+        upgrade_timeout_seconds=_seconds(
+            DEFAULT_UPGRADE_TIMEOUT_SECONDS if upgrade_timeout_seconds is None else upgrade_timeout_seconds,
+            "upgradeTimeoutSeconds",
+            1,
+        ),
+    )
+
+
+def shuffle(items: Sequence[UUID], *, seed: UUID) -> list[UUID]:
+    """``items`` in an order shuffled by ``seed``: the same seed gives the same order.
+
+    The input is sorted first so the order depends on the set of items and the
+    seed only, never on how the database returned them. random.Random seeded
+    with a str is stable across processes and Python versions (seed version 2).
+    """
+    ordered = sorted(items)
+    random.Random(seed.hex).shuffle(ordered)  # noqa: S311 - an order, not a secret
+    return ordered
+
+
+def _ceil_share(percent: int | float, n: int) -> int:
+    return math.ceil(Fraction(str(percent)) * n / 100)
+
+
+def wave_bounds(waves: Sequence[int | float], n: int) -> list[tuple[int, int]]:
+    """[start, end) positions of each requested wave: wave k holds ceil(p[k-1]·N/100) .. ceil(p[k]·N/100)."""
+    bounds = []
+    start = 0
+    for percent in waves:
+        end = _ceil_share(percent, n)
+        bounds.append((start, end))
+        start = end
+    return bounds
+
+
+@dataclass(frozen=True)
+class PlannedWave:
+    index: int
+    percent: int | float
+    start: int
+    end: int
+
+    @property
+    def total(self) -> int:
+        return self.end - self.start
+
+
+def planned_waves(waves: Sequence[int | float], n: int) -> list[PlannedWave]:
+    """The non-empty waves, renumbered from 0 (empty waves are skipped)."""
+    non_empty = [(p, s, e) for p, (s, e) in zip(waves, wave_bounds(waves, n), strict=True) if e > s]
+    return [PlannedWave(index=i, percent=p, start=s, end=e) for i, (p, s, e) in enumerate(non_empty)]

@@ -1,0 +1,321 @@
+"""Rollouts: create (and dry-run), pause, resume, abort.
+
+The controller's steps live in rollout/services/controller.py.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+import structlog
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from project.errors import Conflict, InvalidInput, InvalidState, NotFound, Unavailable
+from project.fleet.models import Tenant
+from rollout import conf
+from rollout.fleet import Node, Pool, pool_budgets
+from rollout.models import NodeUpgrade, Release, Rollout, RolloutEvent, RolloutWave, TickRequest
+from rollout.services.controller import (
+    node_upgrades_roll_back,
+    rollout_mark_paused,
+    rollout_request_tick,
+    wave_failures,
+)
+from rollout.services.events import event_record
+from rollout.services.plan import RolloutOptions, options_validate, planned_waves, shuffle
+
+log = structlog.get_logger("rollout")
+
+BULK_BATCH = 5000
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    release: Release
+    pools: list[Pool]
+    nodes: list[tuple[UUID, UUID]]  # (node id, pool id)
+    options: RolloutOptions
+
+
+def _uuid_list(values: Any, name: str) -> list[UUID]:
+    if not isinstance(values, list) or not values:
+        raise InvalidInput(f"{name} must be a non-empty list of ids.", code="invalid_input", field=name)
+    ids = []
+    for value in values:
+        try:
+            ids.append(UUID(str(value)))
+        except ValueError as exc:
+            raise InvalidInput(f"{value!r} is not a pool id.", code="unknown_pool", poolIds=[str(value)]) from exc
+    return list(dict.fromkeys(ids))
+
+
+def _snapshot(*, tenant: Tenant, version: Any, pool_ids: Any, options: RolloutOptions) -> Snapshot:
+    if not conf.options().downloads_url:
+        raise Unavailable(
+            "No downloads URL is configured: set ROLLOUT_DOWNLOADS_URL before creating rollouts.",
+            code="no_downloads_url",
+        )
+    if not isinstance(version, str) or not version:
+        raise InvalidInput("version is required.", code="invalid_input", field="version")
+    release = Release.objects.filter(version=version).prefetch_related("binaries").first()
+    if release is None:
+        raise InvalidInput(f"No registered release has version {version!r}.", code="unknown_version")
+    if pool_ids is None:
+        pools = list(Pool.objects.filter(tenant=tenant).order_by("id"))
+    else:
+        wanted = _uuid_list(pool_ids, "poolIds")
+        pools = list(Pool.objects.filter(tenant=tenant, id__in=wanted).order_by("id"))
+        unknown = sorted(str(pid) for pid in set(wanted) - {pool.id for pool in pools})
+        if unknown:
+            raise InvalidInput(f"Unknown pool(s): {', '.join(unknown)}.", code="unknown_pool", poolIds=unknown)
+    nodes = list(Node.objects.filter(pool__in=pools).values_list("id", "pool_id"))
+    if not nodes:
+        raise InvalidInput("The chosen pools have no nodes.", code="no_nodes")
+    return Snapshot(release=release, pools=pools, nodes=nodes, options=options)
+
+
+def _conflicts(snapshot: Snapshot) -> list[str]:
+    """Nodes of the snapshot that another rollout holds (active or paused, or still in flight)."""
+    taken = NodeUpgrade.objects.filter(claims_node=True, node__pool__in=snapshot.pools).values_list(
+        "node_id", flat=True
+    )
+    return sorted(str(node_id) for node_id in taken)
+
+
+def _raise_conflict(node_ids: list[str]) -> None:
+    raise Conflict(f"{len(node_ids)} node(s) are already in an active rollout.", code="conflict", nodeIds=node_ids)
+
+
+def rollout_plan(
+    *,
+    tenant: Tenant,
+    version: Any,
+    pool_ids: Any = None,
+    waves: Any = None,
+    max_failure_ratio: Any = None,
+    soak_seconds: Any = None,
+    upgrade_timeout_seconds: Any = None,
+) -> dict[str, Any]:
+    """A dry run: every check of rollout_create, and the plan it would follow. Writes nothing.
+
+    Per-pool counts are those of one seeded shuffle; a real create draws its own
+    id and so its own shuffle, so each wave's per-pool counts may differ by a
+    node or two, while each wave's total is exact.
+    """
+    options = options_validate(
+        waves=waves,
+        max_failure_ratio=max_failure_ratio,
+        soak_seconds=soak_seconds,
+        upgrade_timeout_seconds=upgrade_timeout_seconds,
+    )
+    snapshot = _snapshot(tenant=tenant, version=version, pool_ids=pool_ids, options=options)
+    conflicts = _conflicts(snapshot)
+    if conflicts:
+        _raise_conflict(conflicts)
+    pool_of = dict(snapshot.nodes)
+    order = shuffle(list(pool_of), seed=uuid.uuid4())
+    budgets = pool_budgets(pool_ids=[pool.id for pool in snapshot.pools])
+    waves_out = []
+    estimate: int | None = 0
+    for wave in planned_waves(options.waves, len(order)):
+        per_pool = Counter(str(pool_of[node_id]) for node_id in order[wave.start : wave.end])
+        rounds = 0
+        for pool_id, count in per_pool.items():
+            allowed = budgets[UUID(pool_id)].allowed
+            rounds = max(rounds, math.ceil(count / allowed) if allowed else -1)
+        if rounds < 0 or estimate is None:
+            estimate = None  # a pool with a budget of 0 never starts a node
+        else:
+            estimate += rounds * options.upgrade_timeout_seconds + (options.soak_seconds if wave.index else 0)
+        waves_out.append({"index": wave.index, "percent": wave.percent, "total": wave.total, "pools": dict(per_pool)})
+    return {
+        "version": snapshot.release.version,
+        "poolIds": [str(pool.id) for pool in snapshot.pools],
+        "nodes": len(order),
+        "waves": waves_out,
+        "budgets": {str(pid): {"allowed": b.allowed, "inUse": b.disrupted} for pid, b in budgets.items()},
+        "maxFailureRatio": float(options.max_failure_ratio),
+        "soakSeconds": options.soak_seconds,
+        "upgradeTimeoutSeconds": options.upgrade_timeout_seconds,
+        # Worst case: every node takes the whole timeout; None when a pool's budget is 0.
+        "estimatedSeconds": estimate,
+    }
+
+
+def rollout_create(
+    *,
+    tenant: Tenant,
+    version: Any,
+    pool_ids: Any = None,
+    waves: Any = None,
+    max_failure_ratio: Any = None,
+    soak_seconds: Any = None,
+    upgrade_timeout_seconds: Any = None,
+    created_by: AbstractBaseUser | None = None,
+) -> Rollout:
+    """Snapshot the nodes, shuffle them by the rollout id, split them into waves: in one transaction."""
+    options = options_validate(
+        waves=waves,
+        max_failure_ratio=max_failure_ratio,
+        soak_seconds=soak_seconds,
+        upgrade_timeout_seconds=upgrade_timeout_seconds,
+    )
+    now = timezone.now()
+    with transaction.atomic():
+        snapshot = _snapshot(tenant=tenant, version=version, pool_ids=pool_ids, options=options)
+        conflicts = _conflicts(snapshot)
+        if conflicts:
+            _raise_conflict(conflicts)
+        rollout = Rollout.objects.create(
+            tenant=tenant,
+            release=snapshot.release,
+            waves=list(options.waves),
+            max_failure_ratio=options.max_failure_ratio,
+            soak_seconds=options.soak_seconds,
+            upgrade_timeout_seconds=options.upgrade_timeout_seconds,
+            state=Rollout.State.ACTIVE,
+            current_wave=0,
+            created_by=created_by,
+            created_at=now,
+        )
+        rollout.pools.set(snapshot.pools)
+        TickRequest.objects.create(rollout=rollout)
+        pool_of = dict(snapshot.nodes)
+        order = shuffle(list(pool_of), seed=rollout.id)
+        waves_planned = planned_waves(options.waves, len(order))
+        RolloutWave.objects.bulk_create(
+            RolloutWave(
+                rollout=rollout,
+                index=wave.index,
+                percent=wave.percent,
+                total=wave.total,
+                started_at=now if wave.index == 0 else None,
+            )
+            for wave in waves_planned
+        )
+        wave_of_position = [wave.index for wave in waves_planned for _ in range(wave.total)]
+        try:
+            with transaction.atomic():
+                NodeUpgrade.objects.bulk_create(
+                    (
+                        NodeUpgrade(
+                            rollout=rollout,
+                            node_id=node_id,
+                            pool_id=pool_of[node_id],
+                            wave=wave_of_position[position],
+                            position=position,
+                            target_version=snapshot.release.version,
+                        )
+                        for position, node_id in enumerate(order)
+                    ),
+                    batch_size=BULK_BATCH,
+                )
+        except IntegrityError:
+            # Another rollout took a node between the check and the insert: the
+            # partial unique index refused it. Report which, and write nothing.
+            _raise_conflict(_conflicts(snapshot) or sorted(str(n) for n in pool_of))
+        event_record(
+            rollout=rollout,
+            kind=RolloutEvent.Kind.CREATED,
+            at=now,
+            nodes=len(order),
+            waves=[wave.total for wave in waves_planned],
+            poolIds=[str(pool.id) for pool in snapshot.pools],
+        )
+        rollout_request_tick(rollout_id=rollout.id)
+    return rollout
+
+
+def _locked(*, tenant: Tenant | None, rollout_id: UUID | str) -> Rollout:
+    """The rollout, row-locked (waits for a running tick), or NotFound (also for another tenant's)."""
+    queryset = Rollout.objects.select_for_update().select_related("release")
+    if tenant is not None:
+        queryset = queryset.filter(tenant=tenant)
+    try:
+        return queryset.get(pk=rollout_id)
+    except (Rollout.DoesNotExist, ValueError) as exc:
+        raise NotFound("No such rollout.", code="not_found") from exc
+
+
+def rollout_pause(*, rollout_id: UUID | str, tenant: Tenant | None = None, actor: str = "operator") -> Rollout:
+    """active -> paused. In-flight nodes still settle; nothing new starts."""
+    with transaction.atomic():
+        rollout = _locked(tenant=tenant, rollout_id=rollout_id)
+        if rollout.state != Rollout.State.ACTIVE:
+            raise InvalidState(f"A {rollout.state} rollout cannot be paused.", state=rollout.state)
+        rollout_mark_paused(rollout=rollout, reason=Rollout.PausedReason.OPERATOR, at=timezone.now(), actor=actor)
+    return rollout
+
+
+def rollout_resume(*, rollout_id: UUID | str, tenant: Tenant | None = None, actor: str = "operator") -> Rollout:
+    """paused -> active. Failures seen so far in the current wave are accepted; only new ones re-pause."""
+    with transaction.atomic():
+        rollout = _locked(tenant=tenant, rollout_id=rollout_id)
+        if rollout.state != Rollout.State.PAUSED:
+            raise InvalidState(f"A {rollout.state} rollout cannot be resumed.", state=rollout.state)
+        rollout.state = Rollout.State.ACTIVE
+        rollout.paused_reason = None
+        rollout.acknowledged_failures = wave_failures(rollout)
+        rollout.save(update_fields=["state", "paused_reason", "acknowledged_failures"])
+        event_record(rollout=rollout, kind=RolloutEvent.Kind.RESUMED, at=timezone.now(), actor=actor)
+        rollout_request_tick(rollout_id=rollout.id)
+    return rollout
+
+
+def rollout_abort(
+    *, rollout_id: UUID | str, tenant: Tenant | None = None, rollback: bool = False, actor: str = "operator"
+) -> Rollout:
+    """active|paused -> aborted. Pending nodes are cancelled.
+
+    With ``rollback``, in-flight nodes go back to their previous section when
+    that release is registered (rolled_back); otherwise they stay in flight
+    with a reason. Without it, in-flight nodes go on and settle as usual.
+    Succeeded nodes are never touched.
+    """
+    if not isinstance(rollback, bool):
+        raise InvalidInput("rollback must be true or false.", code="invalid_input", field="rollback")
+    with transaction.atomic():
+        rollout = _locked(tenant=tenant, rollout_id=rollout_id)
+        if rollout.state in Rollout.TERMINAL_STATES:
+            raise InvalidState(f"A {rollout.state} rollout cannot be aborted.", state=rollout.state)
+        now = timezone.now()
+        upgrades = NodeUpgrade.objects.filter(rollout=rollout)
+        cancelled = upgrades.filter(state=NodeUpgrade.State.PENDING).update(
+            state=NodeUpgrade.State.CANCELLED, reason=NodeUpgrade.Reason.ABORTED, settled_at=now, claims_node=False
+        )
+        rolled_back, kept = (0, 0)
+        if rollback:
+            rolled_back, kept = node_upgrades_roll_back(rollout=rollout, now=now)
+        # Settled rows stop holding their node; in-flight ones hold it until they settle.
+        upgrades.exclude(state=NodeUpgrade.State.IN_FLIGHT).filter(claims_node=True).update(claims_node=False)
+        rollout.state = Rollout.State.ABORTED
+        rollout.paused_reason = None
+        rollout.aborted_at = now
+        rollout.save(update_fields=["state", "paused_reason", "aborted_at"])
+        event_record(
+            rollout=rollout,
+            kind=RolloutEvent.Kind.ABORTED,
+            at=now,
+            actor=actor,
+            rollback=rollback,
+            cancelled=cancelled,
+            rolledBack=rolled_back,
+            stillInFlight=upgrades.filter(state=NodeUpgrade.State.IN_FLIGHT).count(),
+            notRolledBack=kept,
+        )
+    return rollout
+
+
+def rollouts_for(*, tenant: Tenant, states: Sequence[str] | None = None):
+    queryset = Rollout.objects.filter(tenant=tenant).select_related("release").prefetch_related("pools")
+    if states:
+        queryset = queryset.filter(state__in=states)
+    return queryset.order_by("-created_at")

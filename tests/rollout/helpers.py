@@ -1,0 +1,50 @@
+"""Driving the controller in tests: agents rejoin through the fleet's real join path."""
+
+from __future__ import annotations
+
+from django.test import TestCase
+from django.utils import timezone
+
+from project.fleet.models import Node, NodeSession
+from project.fleet.services.sessions import agent_session_leave, agent_session_report
+from rollout.models import NodeUpgrade, Rollout
+from rollout.services.controller import rollout_tick
+
+
+def rejoin(node_id, version: str, *, protocol: int = 3) -> None:
+    """The agent leaves and joins again reporting ``version``.
+
+    Tests run inside a transaction, so the join's on-commit hook (which settles
+    the node) is run here by hand, as a commit would. The tick it asks for in
+    turn is dropped: these tests tick explicitly.
+    """
+    node = Node.objects.select_related("session").get(pk=node_id)
+    agent_session_leave(node=node)
+    node = Node.objects.select_related("session").get(pk=node_id)
+    with TestCase.captureOnCommitCallbacks() as hooks:
+        agent_session_report(node=node, daemon_version=version, protocol_version=protocol, now=timezone.now())
+    with TestCase.captureOnCommitCallbacks():
+        for hook in hooks:
+            hook()
+
+
+def heartbeat_all() -> None:
+    """Every agent heartbeats now (after moving time, so nodes stay online)."""
+    NodeSession.objects.filter(left_at__isnull=True).update(last_seen_at=timezone.now())
+
+
+def tick(rollout: Rollout):
+    result = rollout_tick(rollout_id=rollout.id)
+    rollout.refresh_from_db()
+    return result
+
+
+def states(rollout: Rollout, **filters) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for state in NodeUpgrade.objects.filter(rollout=rollout, **filters).values_list("state", flat=True):
+        counts[state] = counts.get(state, 0) + 1
+    return counts
+
+
+def in_flight(rollout: Rollout) -> list[NodeUpgrade]:
+    return list(NodeUpgrade.objects.filter(rollout=rollout, state="in_flight").order_by("position"))

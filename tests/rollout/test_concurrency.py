@@ -1,0 +1,107 @@
+"""Budget and one-start-per-node under concurrent ticks and workflows (PostgreSQL)."""
+
+import threading
+
+import pytest
+from django.db import connection, connections, transaction
+
+from project.errors import DomainError
+from project.fleet.models import Command, Workflow
+from project.fleet.services.budget import pool_budget
+from project.fleet.services.workflows import workflow_start
+from rollout.models import NodeUpgrade, Rollout
+from rollout.services.controller import rollout_tick
+from rollout.services.rollouts import rollout_create
+from tests.factories import fleet
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def postgresql_only():
+    if connection.vendor != "postgresql":
+        pytest.fail("this test needs PostgreSQL (make test runs it there)")
+
+
+def run_together(*targets, rounds: int = 1) -> list[BaseException]:
+    """Run each callable in its own thread and DB connection, released together by a barrier."""
+    barrier = threading.Barrier(len(targets))
+    errors: list[BaseException] = []
+
+    def runner(target):
+        try:
+            for _ in range(rounds):
+                barrier.wait()
+                target()
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=runner, args=(target,)) for target in targets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return errors
+
+
+def test_concurrent_ticks_and_workflows_never_exceed_the_budget_or_start_a_node_twice(tenant, releases):
+    # Old agents get one daemon.upgrade command per start: a double start would show as two.
+    nodes = fleet(tenant, {"a": (200, "0.05")}, protocol=1)["a"]  # allowed 10
+    pool_id = nodes[0].pool_id
+    rollout = rollout_create(tenant=tenant, version="1.0.0", waves=[100], soak_seconds=0)
+    order = list(NodeUpgrade.objects.filter(rollout=rollout).order_by("-position").values_list("node_id", flat=True))
+    workflow_nodes = iter(order[:40])
+    refused: list[str] = []
+    lock = threading.Lock()
+
+    def tick():
+        rollout_tick(rollout_id=rollout.id)
+
+    def start_workflow():
+        with lock:
+            node_id = next(workflow_nodes)
+        try:
+            workflow_start(tenant=tenant, node_id=node_id, kind="remediation")
+        except DomainError as exc:
+            refused.append(exc.code)
+
+    errors = run_together(tick, tick, tick, start_workflow, start_workflow, rounds=5)
+    assert errors == []
+    in_flight = NodeUpgrade.objects.filter(rollout=rollout, state="in_flight").count()
+    workflows = Workflow.objects.filter(state="active").count()
+    assert in_flight + workflows <= 10
+    assert pool_budget(pool_id=pool_id).disrupted == in_flight + workflows
+    assert in_flight >= 1  # the ticks did start nodes
+    assert set(refused) <= {"budget_exhausted"}
+    started = NodeUpgrade.objects.filter(rollout=rollout, started_at__isnull=False).count()
+    per_node = Command.objects.values_list("node_id", flat=True)
+    assert len(per_node) == len(set(per_node)) == started
+
+
+def test_a_tick_skips_a_rollout_another_worker_holds(tenant, releases):
+    fleet(tenant, {"a": (10, "1")})
+    rollout = rollout_create(tenant=tenant, version="1.0.0", waves=[100], soak_seconds=0)
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold():
+        try:
+            with transaction.atomic():
+                Rollout.objects.select_for_update().get(pk=rollout.id)
+                held.set()
+                release.wait(timeout=30)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(timeout=30)
+    try:
+        assert rollout_tick(rollout_id=rollout.id) is None
+        assert not NodeUpgrade.objects.filter(rollout=rollout, state="in_flight").exists()
+    finally:
+        release.set()
+        holder.join(timeout=30)
+    assert rollout_tick(rollout_id=rollout.id).started == 10
