@@ -138,6 +138,8 @@ else:
     # Redis redelivers an unacked (acks_late) or ETA task after this long;
     # every task is idempotent, so a redelivery is harmless.
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+# One queue per deployment (tests use their own so parallel runs never share tasks).
+CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_TASK_DEFAULT_QUEUE", "celery")
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True

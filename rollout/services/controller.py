@@ -279,7 +279,14 @@ def node_upgrades_fail_overdue(
         queryset = queryset.filter(id__in=list(ids))
     rows = list(
         queryset.select_for_update(skip_locked=True, of=("self",)).values(
-            "id", "node_id", "previous_daemon", "rollout_id", "rollout__state", "rollout__tenant_id"
+            "id",
+            "node_id",
+            "node__arch",
+            "previous_daemon",
+            "previous_version",
+            "rollout_id",
+            "rollout__state",
+            "rollout__tenant_id",
         )
     )
     if not rows:
@@ -290,7 +297,11 @@ def node_upgrades_fail_overdue(
             NodeUpgrade.objects.filter(id__in=chosen, state=State.IN_FLIGHT).update(
                 state=State.FAILED, reason=NodeUpgrade.Reason.TIMEOUT, settled_at=now, claims_node=claims
             )
-    _set_daemons((row["node_id"], row["previous_daemon"]) for row in rows)
+    # Back to what the node ran before (as a rollback would), else literally its previous section.
+    previous = _registered_previous(rows)
+    _set_daemons(
+        (row["node_id"], section or row["previous_daemon"]) for row, section in zip(rows, previous, strict=True)
+    )
     _cancel_upgrade_commands([row["node_id"] for row in rows])
     for row in rows:
         log.info(
@@ -301,6 +312,33 @@ def node_upgrades_fail_overdue(
             reason="timeout",
         )
     return len(rows)
+
+
+def _registered_previous(rows: list[dict[str, Any]]) -> list[dict | None]:
+    """Per row, the daemon section the node ran before, when that release is registered.
+
+    The previous section recorded at start, else (the node had no desired
+    daemon) the section of the version its agent reported then. None when that
+    release is not registered or has no binary for the node's arch. One query.
+    """
+    versions = {(row["previous_daemon"] or {}).get("version") or row["previous_version"] for row in rows}
+    binaries = {
+        (version, arch): sha256
+        for version, arch, sha256 in ReleaseBinary.objects.filter(release__version__in=versions).values_list(
+            "release__version", "arch", "sha256"
+        )
+    }
+    sections: list[dict | None] = []
+    for row in rows:
+        arch, section = row["node__arch"], row["previous_daemon"]
+        if section:
+            sections.append(section if (section.get("version"), arch) in binaries else None)
+            continue
+        version = row["previous_version"]
+        sha256 = binaries.get((version, arch))
+        url = conf.binary_url(version, f"linux-{arch}") if version else None
+        sections.append({"version": version, "url": url, "sha256": sha256} if sha256 and url else None)
+    return sections
 
 
 def node_upgrades_roll_back(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
@@ -316,24 +354,9 @@ def node_upgrades_roll_back(*, rollout: Rollout, now: datetime) -> tuple[int, in
     )
     if not rows:
         return 0, 0
-    versions = {(row["previous_daemon"] or {}).get("version") or row["previous_version"] for row in rows}
-    binaries = {
-        (version, arch): sha256
-        for version, arch, sha256 in ReleaseBinary.objects.filter(release__version__in=versions).values_list(
-            "release__version", "arch", "sha256"
-        )
-    }
     back: list[tuple[UUID, dict]] = []
     back_ids, kept_ids = [], []
-    for row in rows:
-        section = row["previous_daemon"]
-        if not section:
-            version = row["previous_version"]
-            sha256 = binaries.get((version, row["node__arch"]))
-            url = conf.binary_url(version, f"linux-{row['node__arch']}") if version else None
-            section = {"version": version, "url": url, "sha256": sha256} if sha256 and url else None
-        elif (section.get("version"), row["node__arch"]) not in binaries:
-            section = None
+    for row, section in zip(rows, _registered_previous(rows), strict=True):
         if section is None:
             kept_ids.append(row["id"])
         else:
@@ -365,7 +388,7 @@ def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
     release = rollout.release
     sha256_of_arch = dict(ReleaseBinary.objects.filter(release=release).values_list("arch", "sha256"))
     online = Exists(Node.objects.filter(online_node_q(now=now), pk=OuterRef("node_id")))
-    deadline = now + timedelta(seconds=rollout.upgrade_timeout_seconds)
+    timeout = timedelta(seconds=rollout.upgrade_timeout_seconds)
     min_protocol = _min_protocol_version()
 
     to_start: list[NodeUpgrade] = []
@@ -374,6 +397,9 @@ def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
     skipped: dict[str, list[int]] = defaultdict(list)
     for pool_id in pool_ids:  # sorted: every worker takes pool locks in the same order
         room = pool_budget(pool_id=pool_id, lock=True).available
+        # Start time is read under the pool lock: a node is never recorded as
+        # started before the settle that freed its slot committed.
+        started_at = max(now, timezone.now())
         cursor = -1
         while room > 0:
             limit = room + START_LOOKAHEAD
@@ -413,8 +439,8 @@ def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
                     NodeUpgrade(
                         id=row["id"],
                         state=State.IN_FLIGHT,
-                        started_at=now,
-                        deadline=deadline,
+                        started_at=started_at,
+                        deadline=started_at + timeout,
                         previous_daemon=spec.get("daemon"),
                         previous_version=row["node__session__daemon_version"],
                     )
@@ -437,7 +463,7 @@ def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
         _set_daemons(sections)
         if old_agents:
             commands_enqueue(node_ids_payloads=old_agents, kind=Command.Kind.DAEMON_UPGRADE)
-        _schedule_timeouts([upgrade.id for upgrade in to_start], deadline)
+        _schedule_timeouts([(upgrade.id, upgrade.deadline) for upgrade in to_start])
         for node_id, _ in sections:
             log.info(
                 "node_upgrade.started",
@@ -450,12 +476,12 @@ def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
     return len(to_start), sum(len(ids) for ids in skipped.values())
 
 
-def _schedule_timeouts(node_upgrade_ids: list[int], deadline: datetime) -> None:
+def _schedule_timeouts(deadlines: list[tuple[int, datetime]]) -> None:
     """One timeout task per started node, due at its deadline (the tick sweeps overdue nodes too)."""
     from rollout import tasks
 
     def send() -> None:
-        for node_upgrade_id in node_upgrade_ids:
+        for node_upgrade_id, deadline in deadlines:
             tasks.node_upgrade_timeout.apply_async(args=[node_upgrade_id], eta=deadline)
 
     transaction.on_commit(send)

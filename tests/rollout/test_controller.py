@@ -127,19 +127,23 @@ def test_the_tick_settles_a_success_the_join_hook_missed(tenant, releases):
 
 
 def test_timeout_fails_and_returns_spec_daemon_to_the_previous_section(tenant, releases):
-    nodes = fleet(tenant, {"a": (2, "1")})["a"]
+    nodes = fleet(tenant, {"a": (3, "1")})["a"]
     previous = daemon_section(version="0.9.0", arch="amd64")
     Node.objects.filter(pk=nodes[0].pk).update(spec={"daemon": previous})
+    NodeSession.objects.filter(node=nodes[2]).update(daemon_version="0.1.0")  # never registered
     rollout = create(tenant, upgrade_timeout_seconds=60, max_failure_ratio=1)
     tick(rollout)
     with time_machine.travel(timezone.now() + timedelta(seconds=59), tick=False):
         assert tick(rollout).failed == 0
     with time_machine.travel(timezone.now() + timedelta(seconds=61), tick=False):
-        assert tick(rollout).failed == 2
-    assert states(rollout) == {"failed": 2}
+        assert tick(rollout).failed == 3
+    assert states(rollout) == {"failed": 3}
     assert set(NodeUpgrade.objects.filter(rollout=rollout).values_list("reason", flat=True)) == {"timeout"}
     assert Node.objects.get(pk=nodes[0].pk).spec["daemon"] == previous
-    assert Node.objects.get(pk=nodes[1].pk).spec["daemon"] is None
+    # No desired daemon before, but its agent ran a registered release: that one, as a rollback would.
+    assert Node.objects.get(pk=nodes[1].pk).spec["daemon"] == previous
+    # Nothing registered to go back to: exactly the previous section (none).
+    assert Node.objects.get(pk=nodes[2].pk).spec["daemon"] is None
 
 
 def test_the_timeout_task_fails_one_node_on_time_and_is_idempotent(tenant, releases):

@@ -1,0 +1,93 @@
+"""Start and stop the system's own processes (Celery worker and beat) for the demo and the tests.
+
+They are started exactly as production starts them (see docker-compose.yml):
+``celery -A project worker`` and ``celery -A project beat`` with django-celery-beat's
+DatabaseScheduler; only the environment differs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+CELERY = [sys.executable, "-m", "celery", "-A", "project"]
+
+
+def _spawn(args: list[str], env: Mapping[str, str], log_path: Path | None) -> subprocess.Popen:
+    stream = log_path.open("ab") if log_path else subprocess.DEVNULL
+    return subprocess.Popen(  # noqa: S603 - our own interpreter and module
+        args,
+        cwd=BASE_DIR,
+        env={**os.environ, **env},
+        stdout=stream,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group: stopped with its children
+    )
+
+
+def celery_worker(
+    env: Mapping[str, str],
+    *,
+    queue: str = "celery",
+    concurrency: int = 2,
+    log_path: Path | None = None,
+    loglevel: str = "WARNING",
+) -> subprocess.Popen:
+    return _spawn(
+        [
+            *CELERY,
+            "worker",
+            "--pool=threads",
+            f"--concurrency={concurrency}",
+            f"--queues={queue}",
+            "--without-gossip",
+            "--without-mingle",
+            f"--loglevel={loglevel}",
+        ],
+        env,
+        log_path,
+    )
+
+
+def celery_beat(env: Mapping[str, str], *, max_interval: int = 1, log_path: Path | None = None) -> subprocess.Popen:
+    return _spawn(
+        [
+            *CELERY,
+            "beat",
+            "--scheduler=django_celery_beat.schedulers:DatabaseScheduler",
+            f"--max-interval={max(1, max_interval)}",
+            "--pidfile=",
+            "--loglevel=WARNING",
+        ],
+        env,
+        log_path,
+    )
+
+
+def stop(*processes: subprocess.Popen | None, timeout: float = 15.0) -> None:
+    """SIGTERM each process group (warm shutdown), then SIGKILL what is left after ``timeout``."""
+    running = [p for p in processes if p is not None and p.poll() is None]
+    for process in running:
+        os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for process in running:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=5)
+
+
+def wait_until(predicate: Callable[[], bool], *, timeout: float, poll: float = 0.1, what: str = "condition") -> None:
+    """Poll ``predicate`` until it holds; TimeoutError naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(poll)

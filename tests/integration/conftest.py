@@ -1,0 +1,100 @@
+"""A whole running system: the server over real HTTP, a Celery worker and beat on the real broker."""
+
+from __future__ import annotations
+
+import io
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+from django.conf import settings as django_settings
+from django.db import connection
+
+from project import celery_app
+from project.fleet.models import Permission
+from project.fleet.services.iam import api_key_create
+from project.processes import celery_beat, celery_worker, stop
+from rollout.schedules import periodic_tick_ensure
+from rollout.services.releases import release_binary_store
+from tests.factories import binary_bytes, manifest, pin, rollout_settings, signed
+
+
+@dataclass
+class Stack:
+    url: str
+    client: httpx.Client
+    logs: Path
+    sequences: dict[str, int] = field(default_factory=dict)
+
+    def register(self, version: str, sequence: int) -> None:
+        """Register a signed release over HTTP and upload its binary."""
+        response = self.client.post(
+            "/api/compute/releases/", content=signed(manifest(version, sequence, archs=("amd64",)))
+        )
+        assert response.status_code in (200, 201), response.text
+        release_binary_store(version=version, platform="linux-amd64", source=io.BytesIO(binary_bytes(version)))
+        self.sequences[version] = sequence
+
+    def enroll(self, pools: dict[str, tuple[int, float]]) -> dict[str, list[tuple[str, str]]]:
+        """Create pools and nodes over HTTP: {pool name: [(node name, agent token), ...]}."""
+        enrolled: dict[str, list[tuple[str, str]]] = {}
+        for name, (count, budget) in pools.items():
+            pool = self.client.post("/api/compute/pools/", json={"name": name, "policy": {"disruptionBudget": budget}})
+            assert pool.status_code == 201, pool.text
+            enrolled[name] = []
+            for i in range(count):
+                node = self.client.post(
+                    "/api/compute/nodes/",
+                    json={"name": f"{name}-{i:03d}", "poolId": pool.json()["id"], "arch": "amd64"},
+                )
+                assert node.status_code == 201, node.text
+                enrolled[name].append((node.json()["name"], node.json()["agentToken"]))
+        return enrolled
+
+
+@pytest.fixture
+def stack(live_server, settings, tenant, tmp_path) -> Iterator[Stack]:
+    """The server (pytest-django's live server), a Celery worker and beat (every 1 s) on a private queue."""
+    if connection.vendor != "postgresql" or not django_settings.CELERY_BROKER_URL.startswith("redis://"):
+        pytest.fail("the end-to-end tests need PostgreSQL and Redis: run them with `make test`")
+    downloads = f"{live_server.url}/api/compute/downloads"
+    settings.ROLLOUT = rollout_settings(downloads_url=downloads, every=1)
+    settings.MEDIA_ROOT = tmp_path / "media"
+    settings.FLEET_HEARTBEAT_SECONDS = 10
+    queue = f"e2e-{uuid.uuid4().hex[:8]}"
+    previous_queue = celery_app.conf.task_default_queue
+    celery_app.conf.task_default_queue = queue
+    periodic_tick_ensure(every=1, reset=True)
+    db = connection.settings_dict
+    host, port = db["HOST"] or "127.0.0.1", db["PORT"] or 5432
+    database_url = f"postgres://{db['USER'] or 'postgres'}@{host}:{port}/{db['NAME']}"
+    env = {
+        "DATABASE_URL": database_url,
+        "CELERY_BROKER_URL": django_settings.CELERY_BROKER_URL,
+        "CELERY_TASK_DEFAULT_QUEUE": queue,
+        "ROLLOUT_RELEASE_PINS": pin(0),
+        "ROLLOUT_DOWNLOADS_URL": downloads,
+        "ROLLOUT_EVERY": "1",
+        "FLEET_HEARTBEAT_SECONDS": "10",
+        "FLEET_MIN_PROTOCOL_VERSION": "2",
+        "LOG_LEVEL": "WARNING",
+    }
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    worker = celery_worker(env, queue=queue, log_path=logs / "worker.log", loglevel="INFO")
+    beat = celery_beat(env, log_path=logs / "beat.log")
+    _, key = api_key_create(tenant=tenant, username="e2e", grants=[Permission.FLEET_ADMIN])
+    client = httpx.Client(base_url=live_server.url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    try:
+        yield Stack(url=live_server.url, client=client, logs=logs)
+    finally:
+        client.close()
+        stop(worker, beat)
+        celery_app.conf.task_default_queue = previous_queue
+        for log in sorted(logs.iterdir()):
+            text = log.read_text(errors="replace")[-4000:]
+            if "Traceback" in text or "ERROR" in text:
+                print(f"--- {log.name} ---\n{text}")

@@ -1,0 +1,100 @@
+"""The whole system end to end (issue 4): real HTTP, real Redis, a real Celery worker and beat
+(every 1 s), and simulated bcd agents. Time moves by configuration (short soak and timeout)."""
+
+from __future__ import annotations
+
+import pytest
+
+from project.fleet.models import Node, NodeSession, Pool
+from project.fleet.simulator import Fleet, build_agent_configs
+from project.processes import wait_until
+from rollout.models import NodeUpgrade, Rollout, RolloutEvent
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+def state_of(rollout_id: str) -> str:
+    return Rollout.objects.get(pk=rollout_id).state
+
+
+def counts(rollout_id: str) -> dict[str, int]:
+    result: dict[str, int] = {}
+    for state in NodeUpgrade.objects.filter(rollout_id=rollout_id).values_list("state", flat=True):
+        result[state] = result.get(state, 0) + 1
+    return result
+
+
+def create(stack, **body) -> str:
+    response = stack.client.post("/api/compute/rollouts/", json=body)
+    assert response.status_code == 201, response.text
+    return response.json()["id"]
+
+
+def test_a_three_wave_rollout_of_60_nodes_in_3_pools_completes(stack):
+    stack.register("0.9.0", 1)
+    stack.register("1.0.0", 2)
+    enrolled = stack.enroll({"a": (20, 0.1), "b": (20, 0.1), "c": (20, 0.1)})
+    agents = build_agent_configs([agent for pool in enrolled.values() for agent in pool], daemon_version="0.9.0")
+    fleet = Fleet(stack.url, agents, sequences=stack.sequences, heartbeat_seconds=0.5, restart_delay=0.2, seed=1)
+    with fleet.start_thread(timeout=300) as running:
+        assert running.wait_for(lambda f: f.online_count() == 60, timeout=30)
+        rollout_id = create(
+            stack, version="1.0.0", waves=[10, 50, 100], soakSeconds=1, upgradeTimeoutSeconds=30, maxFailureRatio=0.1
+        )
+        wait_until(lambda: state_of(rollout_id) == "completed", timeout=150, what="the rollout to complete")
+        assert running.wait_for(lambda f: f.versions().get("1.0.0") == 60, timeout=30)
+    assert counts(rollout_id) == {"succeeded": 60}
+    body = stack.client.get(f"/api/compute/rollouts/{rollout_id}/").json()
+    assert [(w["total"], w["succeeded"]) for w in body["waves"]] == [(6, 6), (24, 24), (30, 30)]
+    kinds = list(RolloutEvent.objects.filter(rollout_id=rollout_id).values_list("kind", flat=True))
+    assert kinds == ["rollout.created", "rollout.wave", "rollout.wave", "rollout.completed"]
+    assert set(Pool.objects.values_list("default_daemon_version", flat=True)) == {"1.0.0"}
+    assert set(NodeSession.objects.values_list("daemon_version", flat=True)) == {"1.0.0"}
+    # Every pool stayed within its budget of 2: no more than 2 of a pool's nodes ever overlapped in flight.
+    for pool in Pool.objects.all():
+        spans = sorted(
+            NodeUpgrade.objects.filter(rollout_id=rollout_id, pool=pool).values_list("started_at", "settled_at")
+        )
+        for started, _ in spans:
+            overlapping = sum(1 for s, e in spans if s <= started < e)
+            assert overlapping <= 2, (pool.name, started)
+
+
+def test_a_failing_release_pauses_at_the_canary_then_rollback_and_roll_forward(stack):
+    stack.register("1.0.0", 2)
+    stack.register("1.1.0", 3)
+    enrolled = stack.enroll({"p": (20, 0.1)})
+    # Every agent fails on 1.1.0: it leaves to restart and never comes back.
+    agents = build_agent_configs(enrolled["p"], daemon_version="1.0.0", fail_version="1.1.0", fail_mode="never_rejoin")
+    fleet = Fleet(stack.url, agents, sequences=stack.sequences, heartbeat_seconds=0.5, restart_delay=0.2, seed=2)
+    with fleet.start_thread(timeout=300) as running:
+        assert running.wait_for(lambda f: f.online_count() == 20, timeout=30)
+        # The canary (1 node) fails at its 6 s timeout: 1/1 > 0.1, the rollout pauses before wave 1.
+        bad = create(stack, version="1.1.0", waves=[5, 100], soakSeconds=0, upgradeTimeoutSeconds=6)
+        wait_until(lambda: state_of(bad) == "paused", timeout=60, what="the canary to pause the rollout")
+        rollout = Rollout.objects.get(pk=bad)
+        assert rollout.paused_reason == "failure_ratio"
+        assert counts(bad) == {"failed": 1, "pending": 19}
+        canary = NodeUpgrade.objects.get(rollout=rollout, state="failed")
+        assert Node.objects.get(pk=canary.node_id).spec["daemon"]["version"] == "1.0.0"  # back to what it ran
+
+        # Resume: wave 1 starts 2 nodes (the budget), which never rejoin; abort with rollback returns them.
+        assert stack.client.post(f"/api/compute/rollouts/{bad}/resume/").status_code == 200
+        wait_until(lambda: counts(bad).get("in_flight") == 2, timeout=30, what="wave 1 to start")
+        # Their agents take the new spec and go down (well before the 6 s deadline).
+        assert running.wait_for(lambda f: f.states().get("down") == 3, timeout=5)
+        aborted = stack.client.post(f"/api/compute/rollouts/{bad}/abort/", json={"rollback": True})
+        assert aborted.status_code == 200, aborted.text
+        assert aborted.json()["state"] == "aborted"
+        assert counts(bad) == {"failed": 1, "rolled_back": 2, "cancelled": 17}
+        for upgrade in NodeUpgrade.objects.filter(rollout=rollout, state="rolled_back"):
+            assert Node.objects.get(pk=upgrade.node_id).spec["daemon"]["version"] == "1.0.0"
+
+        # Roll forward to a higher sequence: the 17 healthy agents upgrade, the 3 that went down are skipped.
+        stack.register("1.2.0", 4)
+        forward = create(stack, version="1.2.0", waves=[10, 100], soakSeconds=0, upgradeTimeoutSeconds=30)
+        wait_until(lambda: state_of(forward) == "completed", timeout=120, what="the roll-forward to complete")
+    assert counts(forward) == {"succeeded": 17, "skipped": 3}
+    assert set(NodeUpgrade.objects.filter(rollout_id=forward, state="skipped").values_list("reason", flat=True)) == {
+        "offline"
+    }
