@@ -1,0 +1,64 @@
+"""Fixtures of the admin tests: a superuser, a staff user of one tenant, releases and rollouts."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission as AuthPermission
+from django.test import Client
+
+from project.fleet.models import Membership, Tenant
+from rollout.models import Rollout
+from rollout.services.releases import release_register
+from rollout.services.rollouts import rollout_create
+from tests.factories import fleet, manifest, rollout_settings, signed
+
+
+@pytest.fixture(autouse=True)
+def module_settings(settings, tmp_path):
+    settings.ROLLOUT = rollout_settings()
+    settings.MEDIA_ROOT = tmp_path / "media"
+    settings.FLEET_MIN_PROTOCOL_VERSION = 2
+    settings.FLEET_HEARTBEAT_SECONDS = 10
+    return settings
+
+
+@pytest.fixture
+def releases(db):
+    """0.9.0 (sequence 1, what the fleet runs) and 1.0.0 (sequence 2, amd64 only)."""
+    old = release_register(envelope=signed(manifest("0.9.0", 1))).release
+    new = release_register(envelope=signed(manifest("1.0.0", 2, archs=("amd64",)))).release
+    return old, new
+
+
+@pytest.fixture
+def root(db) -> Client:
+    """A client logged in as a superuser (all tenants)."""
+    client = Client()
+    client.force_login(get_user_model().objects.create_superuser("root", "root@example.com", None))
+    return client
+
+
+def staff_client(tenant: Tenant, username: str = "staff", *, codenames: tuple[str, ...] | None = None) -> Client:
+    """A client of a staff user of ``tenant`` with the rollout app's permissions (or only ``codenames``)."""
+    user = get_user_model().objects.create_user(username, password=None, is_staff=True)
+    Membership.objects.create(user=user, tenant=tenant)
+    perms = AuthPermission.objects.filter(content_type__app_label="rollout")
+    if codenames is not None:
+        perms = perms.filter(codename__in=codenames)
+    user.user_permissions.set(perms)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def staff(tenant) -> Client:
+    return staff_client(tenant)
+
+
+def make_rollout(tenant: Tenant, pools: dict[str, tuple[int, str]], **options) -> Rollout:
+    """A fleet of ``pools`` in ``tenant`` and a rollout of 1.0.0 over those pools."""
+    made = fleet(tenant, pools)
+    pool_ids = [nodes[0].pool_id for nodes in made.values()]
+    return rollout_create(tenant=tenant, version="1.0.0", pool_ids=pool_ids, **options)
