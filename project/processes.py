@@ -70,6 +70,27 @@ def celery_beat(env: Mapping[str, str], *, max_interval: int = 1, log_path: Path
     )
 
 
+def web_server(
+    env: Mapping[str, str], *, port: int, workers: int = 2, threads: int = 8, log_path: Path | None = None
+) -> subprocess.Popen:
+    """gunicorn serving project.wsgi on loopback, as the compose file's ``web`` service does."""
+    return _spawn(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "project.wsgi:application",
+            f"--bind=127.0.0.1:{port}",
+            f"--workers={workers}",
+            "--worker-class=gthread",
+            f"--threads={threads}",
+            "--log-level=warning",
+        ],
+        env,
+        log_path,
+    )
+
+
 def stop(*processes: subprocess.Popen | None, timeout: float = 15.0) -> None:
     """SIGTERM each process group (warm shutdown), then SIGKILL what is left after ``timeout``."""
     running = [p for p in processes if p is not None and p.poll() is None]
