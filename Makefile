@@ -20,6 +20,7 @@ demo: $(VENV)/.installed
 	$(PY) -m project.demo $(ARGS)
 
 test: $(VENV)/.installed
+	bash scripts/system-deps.sh
 	bash scripts/services.sh
 	DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) $(PY) -m pytest $(ARGS)
 
