@@ -26,15 +26,24 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_the_signing_walk_through_registers_and_serves_a_release(tmp_path):
+def test_the_walk_throughs_sign_register_simulate_and_operate(tmp_path):
+    """The three README blocks, pasted one after the other into one shell."""
     port = str(free_port())
-    script = shell_block("## Sign and register a release, end to end").replace("8000", port)
+    blocks = [
+        shell_block("## Sign and register a release, end to end"),
+        shell_block("## Point 100 simulated agents at the server").replace("--duration 20", "--duration 4"),
+        shell_block("## Operate a rollout"),
+    ]
+    script = "\n".join(blocks).replace("8000", port)
     script = f"set -euo pipefail\ntrap 'kill $SERVER 2>/dev/null || true' EXIT\n{script}"
     done = subprocess.run(
-        ["bash", "-c", script], cwd=README.parent, capture_output=True, text=True, timeout=180, check=False
+        ["bash", "-c", script], cwd=README.parent, capture_output=True, text=True, timeout=240, check=False
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
     assert '"version":"1.0.0","sequence":1' in out  # registered (201) and listed
-    digests = re.findall(r"\b[0-9a-f]{64}\b", out)
-    assert len(set(digests)) == 1, digests  # manifest, stored and downloaded bytes agree
+    digests = set(re.findall(r"\b[0-9a-f]{64}\b", out))
+    assert len(digests) == 1, digests  # manifest, stored and downloaded bytes agree
+    assert '"estimatedSeconds"' in out  # the dry run
+    for state in ("paused", "active", "aborted"):
+        assert f'"state":"{state}"' in out, state
