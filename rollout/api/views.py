@@ -10,6 +10,8 @@ from django.db.models import QuerySet
 from django.http import FileResponse, Http404, HttpRequest
 from django.shortcuts import get_object_or_404
 from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -17,6 +19,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from project.errors import InvalidInput, NotFound
+from project.openapi import (
+    DRY_RUN,
+    ENVELOPE_EXAMPLE,
+    DsseEnvelopeSerializer,
+    RolloutPlanSerializer,
+    error_responses,
+)
 from rollout.api.filters import NodeUpgradeFilter, RolloutFilter
 from rollout.api.serializers import (
     AbortSerializer,
@@ -61,9 +70,31 @@ class ReleaseViewSet(viewsets.ViewSet):
     # The body is the DSSE envelope, read raw: the signed bytes must not be re-serialised.
     parser_classes: list = []
 
+    @extend_schema(responses={200: ReleaseSerializer(many=True), **error_responses("ReleaseList")})
     def list(self, request: Request) -> Response:
         return Response(ReleaseSerializer(release_list(), many=True).data)
 
+    @extend_schema(
+        request={"application/json": DsseEnvelopeSerializer},
+        examples=[ENVELOPE_EXAMPLE],
+        responses={
+            201: OpenApiResponse(ReleaseSerializer, description="Registered."),
+            200: OpenApiResponse(ReleaseSerializer, description="The same manifest again: the first registration."),
+            **error_responses(
+                "ReleaseRegister",
+                bad_request=[
+                    "invalid_envelope",
+                    "invalid_manifest",
+                    "wrong_payload_type",
+                    "wrong_product",
+                    "threshold_not_met",
+                    "too_many_signatures",
+                ],
+                conflict=["sequence_not_increasing", "version_exists"],
+                unavailable=["no_release_keys"],
+            ),
+        },
+    )
     def create(self, request: Request) -> Response:
         registration = release_register(envelope=_envelope_bytes(request), registered_by=request.user)
         code = status.HTTP_201_CREATED if registration.created else status.HTTP_200_OK
@@ -97,6 +128,13 @@ def _is_true(value: str | None) -> bool:
     return (value or "").lower() in {"1", "true", "yes"}
 
 
+ROLLOUT_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The rollout's id.")
+ROLLOUT_ACTION_RESPONSES = {
+    200: RolloutSerializer,
+    **error_responses("RolloutAction", not_found=["not_found"], conflict=["invalid_state"]),
+}
+
+
 class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Wave rollouts of the caller's tenant. Another tenant's rollout is a 404."""
 
@@ -122,16 +160,38 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         context = {**self.get_serializer_context(), "waves": rollout_waves(rollouts)}
         return RolloutSerializer(rollouts, many=True, context=context).data
 
+    @extend_schema(
+        responses={200: RolloutSerializer(many=True), **error_responses("RolloutList", bad_request=["invalid_input"])}
+    )
     def list(self, request: Request) -> Response:
         rollouts = list(self.filter_queryset(self.get_queryset()))
         return Response(self._represent(rollouts))
 
+    @extend_schema(
+        parameters=[ROLLOUT_ID],
+        responses={200: RolloutSerializer, **error_responses("RolloutRetrieve", not_found=["not_found"])},
+    )
     def retrieve(self, request: Request, pk: str | None = None) -> Response:
         return Response(self._represent([self.get_object()])[0])
 
     def _fresh(self, rollout_id: UUID) -> dict:
         return self._represent([self.get_queryset().get(pk=rollout_id)])[0]
 
+    @extend_schema(
+        request=RolloutCreateSerializer,
+        parameters=[DRY_RUN],
+        responses={
+            201: OpenApiResponse(RolloutSerializer, description="Created (the rollout, CONTRACT 4.5)."),
+            200: OpenApiResponse(RolloutPlanSerializer, description="`?dryRun=true`: the plan; nothing written."),
+            **error_responses(
+                "RolloutCreate",
+                json_body=True,
+                bad_request=["invalid_input", "invalid_waves", "unknown_version", "unknown_pool", "no_nodes"],
+                conflict=["conflict"],
+                unavailable=["no_downloads_url"],
+            ),
+        },
+    )
     def create(self, request: Request) -> Response:
         serializer = RolloutCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -141,6 +201,18 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         rollout = rollout_create(tenant=tenant, created_by=request.user, **serializer.service_kwargs())
         return Response(self._fresh(rollout.id), status=status.HTTP_201_CREATED)
 
+    @extend_schema(
+        filters=False,
+        parameters=[
+            ROLLOUT_ID,
+            OpenApiParameter("state", str, enum=NodeUpgrade.State.values, description="only nodes in this state"),
+            OpenApiParameter("wave", int, description="only nodes of this wave (0-based)"),
+        ],
+        responses={
+            200: NodeUpgradeSerializer(many=True),
+            **error_responses("RolloutNodes", bad_request=["invalid_input"], not_found=["not_found"]),
+        },
+    )
     @action(detail=True, methods=["get"])
     def nodes(self, request: Request, pk: str | None = None) -> Response:
         rollout = self.get_object()
@@ -151,21 +223,42 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
             raise ValidationError(upgrades.errors)
         return Response(NodeUpgradeSerializer(upgrades.qs, many=True).data)
 
+    @extend_schema(
+        filters=False,
+        parameters=[ROLLOUT_ID],
+        responses={200: RolloutEventSerializer(many=True), **error_responses("RolloutEvents", not_found=["not_found"])},
+    )
     @action(detail=True, methods=["get"])
     def events(self, request: Request, pk: str | None = None) -> Response:
         rollout = self.get_object()
         return Response(RolloutEventSerializer(rollout.events.order_by("at", "id"), many=True).data)
 
+    @extend_schema(request=None, parameters=[ROLLOUT_ID], responses=ROLLOUT_ACTION_RESPONSES)
     @action(detail=True, methods=["post"])
     def pause(self, request: Request, pk: str | None = None) -> Response:
         rollout = rollout_pause(rollout_id=self.get_object().id, tenant=request.auth.tenant, actor=_actor(request))
         return Response(self._fresh(rollout.id))
 
+    @extend_schema(request=None, parameters=[ROLLOUT_ID], responses=ROLLOUT_ACTION_RESPONSES)
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str | None = None) -> Response:
         rollout = rollout_resume(rollout_id=self.get_object().id, tenant=request.auth.tenant, actor=_actor(request))
         return Response(self._fresh(rollout.id))
 
+    @extend_schema(
+        request=AbortSerializer,
+        parameters=[ROLLOUT_ID],
+        responses={
+            200: RolloutSerializer,
+            **error_responses(
+                "RolloutAbort",
+                json_body=True,
+                bad_request=["invalid_input"],
+                not_found=["not_found"],
+                conflict=["invalid_state"],
+            ),
+        },
+    )
     @action(detail=True, methods=["post"])
     def abort(self, request: Request, pk: str | None = None) -> Response:
         serializer = AbortSerializer(data=request.data if isinstance(request.data, dict) else {})

@@ -33,6 +33,7 @@ from django.db import transaction
 from django.db.models import Count, Exists, F, Max, OuterRef
 from django.utils import timezone
 
+from project.metrics import TICK_SECONDS
 from rollout import conf
 from rollout.fleet import (
     Command,
@@ -490,6 +491,7 @@ def _schedule_timeouts(deadlines: list[tuple[int, datetime]]) -> None:
 # --- the tick --------------------------------------------------------------------------
 
 
+@TICK_SECONDS.time()
 def rollout_tick(*, rollout_id: UUID | str) -> TickResult | None:
     """Reconcile one rollout. Returns None when another worker holds it (or it is gone)."""
     TickRequest.objects.filter(rollout_id=rollout_id, queued=True).update(queued=False)

@@ -22,6 +22,7 @@ from project.fleet.services.nodes import node_create
 from project.fleet.services.pools import pool_create
 from project.fleet.services.sessions import agent_session_leave, agent_session_report
 from project.fleet.services.workflows import workflow_finish, workflow_start
+from project.openapi import error_responses
 
 # Any path segment reaches the view, so a malformed id is a JSON 404 rather than an unmatched URL.
 ANY_SEGMENT = r"[^/]+"
@@ -61,18 +62,29 @@ class TenantViewSet(viewsets.ViewSet):
 
 
 class PoolViewSet(TenantViewSet):
-    @extend_schema(responses=s.PoolSerializer(many=True))
+    @extend_schema(responses={200: s.PoolSerializer(many=True), **error_responses("PoolList")})
     def list(self, request: Request) -> Response:
         return Response(s.PoolSerializer(Pool.objects.filter(tenant=self.tenant), many=True).data)
 
-    @extend_schema(responses=s.PoolSerializer)
+    @extend_schema(responses={200: s.PoolSerializer, **error_responses("PoolRetrieve", not_found=["not_found"])})
     def retrieve(self, request: Request, pk: str) -> Response:
         pool = Pool.objects.filter(tenant=self.tenant, pk=_path_id(pk, "pool")).first()
         if pool is None:
             raise NotFound(f"No pool {pk}.", code="not_found")
         return Response(s.PoolSerializer(pool).data)
 
-    @extend_schema(request=s.PoolInSerializer, responses={201: s.PoolSerializer})
+    @extend_schema(
+        request=s.PoolInSerializer,
+        responses={
+            201: s.PoolSerializer,
+            **error_responses(
+                "PoolCreate",
+                json_body=True,
+                bad_request=["invalid_input", "invalid_name", "invalid_budget"],
+                conflict=["pool_exists"],
+            ),
+        },
+    )
     def create(self, request: Request) -> Response:
         data = _valid(s.PoolInSerializer, request)
         policy = data.get("policy") or {}
@@ -86,7 +98,7 @@ class NodeViewSet(TenantViewSet):
 
     @extend_schema(
         parameters=[OpenApiParameter("poolId", str, description="only the nodes of this pool")],
-        responses=s.NodeSerializer(many=True),
+        responses={200: s.NodeSerializer(many=True), **error_responses("NodeList", bad_request=["invalid_input"])},
     )
     def list(self, request: Request) -> Response:
         nodes = self._nodes()
@@ -95,14 +107,25 @@ class NodeViewSet(TenantViewSet):
             nodes = nodes.filter(pool_id=pool_id)
         return Response(s.NodeSerializer(nodes, many=True, context={"now": timezone.now()}).data)
 
-    @extend_schema(responses=s.NodeSerializer)
+    @extend_schema(responses={200: s.NodeSerializer, **error_responses("NodeRetrieve", not_found=["not_found"])})
     def retrieve(self, request: Request, pk: str) -> Response:
         node = self._nodes().filter(pk=_path_id(pk, "node")).first()
         if node is None:
             raise NotFound(f"No node {pk}.", code="not_found")
         return Response(s.NodeSerializer(node, context={"now": timezone.now()}).data)
 
-    @extend_schema(request=s.NodeInSerializer, responses={201: s.NodeCreatedSerializer})
+    @extend_schema(
+        request=s.NodeInSerializer,
+        responses={
+            201: s.NodeCreatedSerializer,
+            **error_responses(
+                "NodeCreate",
+                json_body=True,
+                bad_request=["invalid_input", "invalid_name", "invalid_arch", "unknown_pool"],
+                conflict=["node_exists"],
+            ),
+        },
+    )
     def create(self, request: Request) -> Response:
         data = _valid(s.NodeInSerializer, request)
         node, agent_token = node_create(
@@ -124,7 +147,10 @@ class WorkflowViewSet(TenantViewSet):
             OpenApiParameter("nodeId", str, description="only this node's workflows"),
             OpenApiParameter("state", str, enum=Workflow.State.values),
         ],
-        responses=s.WorkflowSerializer(many=True),
+        responses={
+            200: s.WorkflowSerializer(many=True),
+            **error_responses("WorkflowList", bad_request=["invalid_input"]),
+        },
     )
     def list(self, request: Request) -> Response:
         workflows = Workflow.objects.filter(tenant=self.tenant)
@@ -138,17 +164,36 @@ class WorkflowViewSet(TenantViewSet):
             workflows = workflows.filter(state=state)
         return Response(s.WorkflowSerializer(workflows, many=True).data)
 
-    @extend_schema(responses=s.WorkflowSerializer)
+    @extend_schema(
+        responses={200: s.WorkflowSerializer, **error_responses("WorkflowRetrieve", not_found=["not_found"])}
+    )
     def retrieve(self, request: Request, pk: str) -> Response:
         return Response(s.WorkflowSerializer(self._workflow(pk)).data)
 
-    @extend_schema(request=s.WorkflowInSerializer, responses={201: s.WorkflowSerializer})
+    @extend_schema(
+        request=s.WorkflowInSerializer,
+        responses={
+            201: s.WorkflowSerializer,
+            **error_responses(
+                "WorkflowCreate",
+                json_body=True,
+                bad_request=["invalid_input", "unknown_node"],
+                conflict=["budget_exhausted", "workflow_active"],
+            ),
+        },
+    )
     def create(self, request: Request) -> Response:
         data = _valid(s.WorkflowInSerializer, request)
         workflow = workflow_start(tenant=self.tenant, node_id=data["nodeId"], kind=data["kind"])
         return Response(s.WorkflowSerializer(workflow).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=None, responses=s.WorkflowSerializer)
+    @extend_schema(
+        request=None,
+        responses={
+            200: s.WorkflowSerializer,
+            **error_responses("WorkflowFinish", not_found=["not_found"], conflict=["invalid_state"]),
+        },
+    )
     @action(detail=True, methods=["post"])
     def finish(self, request: Request, pk: str) -> Response:
         workflow = workflow_finish(tenant=self.tenant, workflow_id=_path_id(pk, "workflow"))
@@ -162,7 +207,13 @@ class AgentView(APIView):
 
 
 class AgentSessionView(AgentView):
-    @extend_schema(request=s.AgentSessionInSerializer, responses=s.AgentSessionSerializer)
+    @extend_schema(
+        request=s.AgentSessionInSerializer,
+        responses={
+            200: s.AgentSessionSerializer,
+            **error_responses("AgentSession", auth="agent", json_body=True, bad_request=["invalid_input"]),
+        },
+    )
     def post(self, request: Request) -> Response:
         data = _valid(s.AgentSessionInSerializer, request)
         report = agent_session_report(
@@ -172,14 +223,22 @@ class AgentSessionView(AgentView):
             {"spec": report.spec, "commands": report.commands, "heartbeatSeconds": report.heartbeat_seconds}
         )
 
-    @extend_schema(request=None, responses={204: None})
+    @extend_schema(request=None, responses={204: None, **error_responses("AgentLeave", auth="agent")})
     def delete(self, request: Request) -> Response:
         agent_session_leave(node=request.auth)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class AgentCommandAckView(AgentView):
-    @extend_schema(request=s.CommandAckInSerializer, responses=s.CommandSerializer)
+    @extend_schema(
+        request=s.CommandAckInSerializer,
+        responses={
+            200: s.CommandSerializer,
+            **error_responses(
+                "CommandAck", auth="agent", json_body=True, bad_request=["invalid_input"], not_found=["not_found"]
+            ),
+        },
+    )
     def post(self, request: Request, command_id: str) -> Response:
         command_uuid = _path_id(command_id, "command")
         data = _valid(s.CommandAckInSerializer, request)

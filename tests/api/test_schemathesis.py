@@ -1,0 +1,154 @@
+"""schemathesis against the live server: no input gets a 5xx, and every answer conforms to the schema.
+
+Every operation of /api/schema/ is fuzzed (positive and negative data, and with
+the ids of seeded objects), derandomized, with a bounded number of examples and
+a global time budget: the whole test stays well under two minutes on 2 cores.
+Failures are collected over all operations and reported together.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from project import celery_app
+from project.fleet.models import Permission
+from project.fleet.services.iam import api_key_create
+from project.fleet.services.nodes import node_create
+from project.fleet.services.workflows import workflow_start
+from rollout.services.releases import release_register
+from rollout.services.rollouts import rollout_create
+from tests.factories import fleet, manifest, rollout_settings, signed
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+MAX_EXAMPLES = 25  # per operation and kind of data (positive, negative, a seeded object's id)
+MIN_EXAMPLES = 3
+# Seconds for all the fuzzing: a slow machine gets fewer examples per operation, not a slower test.
+TIME_BUDGET = 60.0
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    response_headers_conformance,
+]
+
+
+@pytest.fixture
+def seeded(live_server, settings, tenant, tmp_path):
+    """Pools, nodes (one with a known agent token), two releases, a rollout and a workflow."""
+    settings.ROLLOUT = rollout_settings(downloads_url=f"{live_server.url}/api/compute/downloads")
+    settings.MEDIA_ROOT = tmp_path / "media"
+    # Tasks queued here and by the server (ticks, timeouts) run at once, in process: no broker
+    # traffic (nothing left in a queue), and more of the controller is fuzzed. (Celery reads its
+    # configuration from Django's settings at each access, so the override reaches it.)
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    assert celery_app.conf.task_always_eager
+    # 4xx answers are the point of fuzzing: keep their warning lines out of the report (errors still show).
+    request_log = logging.getLogger("django.request")
+    request_level = request_log.level
+    request_log.setLevel(logging.ERROR)
+    try:
+        nodes = fleet(tenant, {"gpu": (20, "0.1"), "cpu": (5, "0.5")})
+        gpu_pool = nodes["gpu"][0].pool
+        cpu_pool_id = nodes["cpu"][0].pool_id
+        node, agent_token = node_create(tenant=tenant, name="agent-node", pool_id=cpu_pool_id, arch="amd64")
+        release_register(envelope=signed(manifest("0.9.0", 1)))
+        release_register(envelope=signed(manifest("1.0.0", 2)))
+        rollout = rollout_create(tenant=tenant, version="1.0.0", pool_ids=[str(gpu_pool.id)], soak_seconds=0)
+        workflow = workflow_start(tenant=tenant, node_id=nodes["cpu"][1].id, kind="remediation")
+        _, key = api_key_create(tenant=tenant, username="fuzzer", grants=[Permission.FLEET_ADMIN])
+        yield {
+            "key": key,
+            "agent_token": agent_token,
+            "ids": {
+                "/api/compute/pools/{id}/": str(gpu_pool.id),
+                "/api/compute/nodes/{id}/": str(node.id),
+                "/api/compute/workflows/{id}/": str(workflow.id),
+                "/api/compute/workflows/{id}/finish/": str(workflow.id),
+                "/api/compute/rollouts/{id}/": str(rollout.id),
+                "/api/compute/rollouts/{id}/nodes/": str(rollout.id),
+                "/api/compute/rollouts/{id}/events/": str(rollout.id),
+                "/api/compute/rollouts/{id}/pause/": str(rollout.id),
+                "/api/compute/rollouts/{id}/resume/": str(rollout.id),
+                "/api/compute/rollouts/{id}/abort/": str(rollout.id),
+            },
+        }
+    finally:
+        request_log.setLevel(request_level)
+
+
+def _run(operation, strategy, examples: int, call: Callable) -> str | None:
+    """Fuzz one strategy; the failure report (with a curl line to reproduce it), or None."""
+
+    @settings(
+        max_examples=examples,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        phases=[Phase.explicit, Phase.generate],  # no shrinking: bounded time; the report has a curl line
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=strategy)
+    def fuzz(case):
+        call(case)
+
+    try:
+        fuzz()
+    except (Exception, BaseExceptionGroup) as exc:  # every failure is collected and reported at the end
+        return f"{operation.label}: {exc}"
+    return None
+
+
+def test_no_input_gets_a_server_error_and_every_answer_conforms_to_the_schema(live_server, seeded):
+    schema = schemathesis.openapi.from_url(f"{live_server.url}/api/schema/?format=json")
+    operations = [result.ok() for result in schema.get_all_operations()]
+    key_headers = {"Authorization": f"Bearer {seeded['key']}"}
+    agent_headers = {"Authorization": f"Bearer {seeded['agent_token']}"}
+    started = time.monotonic()
+    calls = 0
+    failures: list[str] = []
+
+    for index, operation in enumerate(operations):
+        headers = agent_headers if "/agent/" in operation.path else key_headers
+
+        def call(case, headers=headers):
+            nonlocal calls
+            calls += 1
+            response = case.call(base_url=live_server.url, headers=headers, timeout=30)
+            case.validate_response(response, checks=CHECKS, headers=headers)
+
+        strategies = [
+            operation.as_strategy(generation_mode=GenerationMode.POSITIVE),
+            operation.as_strategy(generation_mode=GenerationMode.NEGATIVE),
+        ]
+        known_id = seeded["ids"].get(operation.path)
+        if known_id is not None:
+            strategies.append(operation.as_strategy(path_parameters={"id": known_id}))
+        # Share what is left of the time budget among the operations left, at the pace seen so far.
+        elapsed = time.monotonic() - started
+        seconds_per_call = elapsed / calls if calls else 0.05
+        slot = max(0.0, TIME_BUDGET - elapsed) / (len(operations) - index)
+        examples = int(min(MAX_EXAMPLES, max(MIN_EXAMPLES, slot / seconds_per_call / len(strategies))))
+        for strategy in strategies:
+            failure = _run(operation, strategy, examples, call)
+            if failure:
+                failures.append(failure)
+
+    assert len(operations) == 24, [operation.label for operation in operations]
+    assert calls >= len(operations) * MIN_EXAMPLES
+    assert not failures, "\n\n".join(failures)

@@ -1,0 +1,319 @@
+"""docker-compose.yml, the Dockerfile and docker/: checked without Docker (parsed, and held against the project).
+
+Every command a container runs must be one the project really has, and every
+environment variable the settings read must be set for the app containers.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from django.core.management import get_commands
+from django.utils.module_loading import import_string
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE_TEXT = (ROOT / "docker-compose.yml").read_text()
+COMPOSE = yaml.safe_load(COMPOSE_TEXT)
+SERVICES = COMPOSE["services"]
+APP_SERVICES = ("migrate", "web", "worker", "beat")
+# Read by the settings for test runs only: never set in a deployment.
+TEST_ONLY_ENV = {"TEST_DATABASE_NAME"}
+INTERPOLATION = re.compile(r"\$\{(?P<name>[A-Z0-9_]+)(?:(?::?[-?])(?P<default>[^}]*))?\}")
+
+
+def interpolate(text: str) -> str:
+    """Compose's ${NAME:-default} with its default (${NAME:?message} and ${NAME} as NAME), $$ as $."""
+    text = INTERPOLATION.sub(lambda m: m["default"] if m["default"] is not None else m["name"], text)
+    return text.replace("$$", "$")
+
+
+def argv(command: str | list[str]) -> list[str]:
+    if isinstance(command, list):
+        return [interpolate(part) for part in command]
+    return shlex.split(interpolate(command))
+
+
+def requirement_names() -> set[str]:
+    names = set()
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            names.add(re.split(r"[\[=<>~!; ]", line, maxsplit=1)[0].lower())
+    return names
+
+
+def celery_subcommands() -> set[str]:
+    from celery.bin.celery import celery
+
+    return set(celery.commands)
+
+
+def parse_celery_options(args: list[str]) -> None:
+    """Parse ``worker ...``/``beat ...``/``inspect ...`` as celery's click CLI does: an unknown option fails."""
+    import click
+    from celery.bin.base import CLIContext
+    from celery.bin.celery import celery
+
+    from project import celery_app
+
+    parent = click.Context(celery, obj=CLIContext(app=celery_app, no_color=True, workdir=None, quiet=True))
+    try:
+        celery.commands[args[0]].make_context(args[0], list(args[1:]), parent=parent)
+    except click.UsageError as exc:
+        pytest.fail(f"celery {' '.join(args)}: {exc}")
+
+
+def assert_real_command(args: list[str]) -> None:
+    """The program is installed from requirements.txt (or is python) and its subcommand exists."""
+    if args[0] == "env":  # env -u NAME program args...
+        args = args[1:]
+        while args[0] == "-u":
+            args = args[2:]
+    program = args[0]
+    if program == "python":
+        if args[1] == "manage.py":
+            assert args[2] in get_commands(), f"manage.py has no {args[2]!r} command"
+        else:
+            assert (ROOT / args[1]).is_file(), args
+        return
+    assert program in requirement_names(), f"{program} is not in requirements.txt"
+    if program == "gunicorn":
+        target = next(arg for arg in args[1:] if ":" in arg and not arg.startswith("-"))
+        module, attribute = target.split(":")
+        assert callable(getattr(importlib.import_module(module), attribute)), target
+        # gunicorn itself loads the app and refuses an unknown option or a bad value.
+        gunicorn = Path(sys.executable).with_name("gunicorn")
+        checked = subprocess.run(
+            [str(gunicorn), "--check-config", *args[1:]], cwd=ROOT, capture_output=True, text=True, timeout=60
+        )
+        assert checked.returncode == 0, checked.stderr[-2000:]
+    elif program == "celery":
+        app_path = args[args.index("-A") + 1]
+        module = importlib.import_module(app_path)
+        from celery import Celery
+
+        assert any(isinstance(getattr(module, name, None), Celery) for name in ("app", "celery", "celery_app"))
+        rest = args[args.index("-A") + 2 :]
+        assert rest[0] in celery_subcommands(), rest[0]
+        parse_celery_options(rest)
+        if "--scheduler" in args:
+            import_string(args[args.index("--scheduler") + 1].replace(":", "."))
+    else:  # pragma: no cover - a new program needs a check here
+        pytest.fail(f"no check for {program}")
+
+
+def settings_env_vars() -> set[str]:
+    """Environment variables read by project/settings.py and project/metrics.py (string literals)."""
+    readers = {"env_str", "env_bool", "env_int_or_raw", "env_list", "getenv", "get"}
+    names = set()
+    for path in ("project/settings.py", "project/metrics.py"):
+        tree = ast.parse((ROOT / path).read_text())
+        constants = {
+            target.id: node.value.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+            for target in node.targets
+            if isinstance(target, ast.Name) and isinstance(node.value.value, str)
+        }
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and node.args):
+                continue
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+            if name not in readers:
+                continue
+            if name == "get" and not (isinstance(func.value, ast.Attribute) and func.value.attr == "environ"):
+                continue
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                names.add(first.value)
+            elif isinstance(first, ast.Name) and first.id in constants:
+                names.add(constants[first.id])
+    return names
+
+
+# --- services and their order -----------------------------------------------------------------
+
+
+def test_the_services():
+    assert set(SERVICES) == {"db", "redis", "migrate", "web", "worker", "beat"}
+    assert SERVICES["db"]["image"] == "postgres:15"
+    assert "pg_isready" in " ".join(argv(SERVICES["db"]["healthcheck"]["test"]))
+    assert SERVICES["redis"]["image"] == "redis:7"
+    assert argv(SERVICES["redis"]["healthcheck"]["test"])[1:] == ["redis-cli", "ping"]
+
+
+def test_dependencies_wait_for_health_and_for_the_migrations():
+    assert SERVICES["migrate"]["depends_on"] == {"db": {"condition": "service_healthy"}}
+    assert SERVICES["migrate"]["restart"] == "no"
+    for name in ("web", "worker", "beat"):
+        assert SERVICES[name]["depends_on"] == {
+            "db": {"condition": "service_healthy"},
+            "redis": {"condition": "service_healthy"},
+            "migrate": {"condition": "service_completed_successfully"},
+        }, name
+
+
+def test_exactly_one_beat_on_the_database_scheduler():
+    beats = [name for name, service in SERVICES.items() if "beat" in argv(service.get("command", ""))]
+    assert beats == ["beat"]
+    args = argv(SERVICES["beat"]["command"])
+    assert args[args.index("--scheduler") + 1] == "django_celery_beat.schedulers:DatabaseScheduler"
+    assert SERVICES["beat"].get("deploy", {}).get("replicas", 1) == 1
+
+
+def test_web_runs_gunicorn_with_workers_and_threads_and_a_healthcheck():
+    args = argv(SERVICES["web"]["command"])
+    assert args[:2] == ["gunicorn", "project.wsgi:application"]
+    assert int(args[args.index("--workers") + 1]) >= 2
+    assert int(args[args.index("--threads") + 1]) >= 2
+    assert any(port.endswith(":8000") for port in SERVICES["web"]["ports"])
+    assert argv(SERVICES["web"]["healthcheck"]["test"])[1:] == ["python", "docker/healthcheck.py"]
+
+
+def test_the_app_services_share_one_anchor_for_image_environment_and_volumes():
+    root = yaml.compose(COMPOSE_TEXT)
+    services = next(value for key, value in root.value if key.value == "services")
+    merged = {}
+    for key, service in services.value:
+        if key.value in APP_SERVICES:
+            merge = [value for k, value in service.value if k.value == "<<"]
+            assert len(merge) == 1, f"{key.value} does not merge the x-app anchor"
+            merged[key.value] = merge[0]
+    assert set(merged) == set(APP_SERVICES)
+    anchor = next(iter(merged.values()))
+    assert all(node is anchor for node in merged.values()), "one anchor for every app service"
+    assert {key.value for key, _ in anchor.value} >= {"image", "build", "environment", "volumes"}
+    for name in APP_SERVICES:
+        assert SERVICES[name]["environment"] == SERVICES["web"]["environment"]
+        assert SERVICES[name]["image"] == SERVICES["web"]["image"]
+
+
+def test_media_and_metrics_directories_are_volumes():
+    environment = SERVICES["web"]["environment"]
+    mounts = dict(volume.split(":")[::-1] for volume in SERVICES["web"]["volumes"])
+    assert mounts[environment["ROLLOUT_MEDIA_ROOT"]] in COMPOSE["volumes"]
+    assert mounts[environment["PROMETHEUS_MULTIPROC_DIR"]] in COMPOSE["volumes"]
+    assert SERVICES["worker"]["volumes"] == SERVICES["web"]["volumes"]  # the worker's tick samples reach web
+    assert "/var/lib/postgresql/data" in SERVICES["db"]["volumes"][0]
+
+
+# --- every command exists ------------------------------------------------------------------------
+
+
+def all_commands() -> list[tuple[str, list[str]]]:
+    commands = []
+    for name in APP_SERVICES:
+        commands.append((name, argv(SERVICES[name]["command"])))
+        test = SERVICES[name].get("healthcheck", {}).get("test")
+        if test:
+            test = argv(test)
+            commands.append((f"{name} healthcheck", shlex.split(test[1]) if test[0] == "CMD-SHELL" else test[1:]))
+    dockerfile_cmd = re.search(r"^CMD (\[.*?\])\s*$", (ROOT / "Dockerfile").read_text().replace("\\\n", ""), re.M)
+    commands.append(("Dockerfile CMD", yaml.safe_load(dockerfile_cmd[1])))
+    return commands
+
+
+@pytest.mark.parametrize(("where", "args"), all_commands(), ids=[where for where, _ in all_commands()])
+def test_every_command_is_one_the_project_has(where, args):
+    assert_real_command(args)
+
+
+def test_gunicorn_and_celery_are_runtime_requirements():
+    assert {"gunicorn", "celery", "django-celery-beat", "psycopg", "redis"} <= requirement_names()
+
+
+# --- the environment -------------------------------------------------------------------------------
+
+
+def test_every_variable_the_settings_read_is_set_for_the_app_containers():
+    read = settings_env_vars()
+    assert {"DATABASE_URL", "CELERY_BROKER_URL", "ROLLOUT_RELEASE_PINS", "METRICS_TOKEN"} <= read  # the scan works
+    missing = read - TEST_ONLY_ENV - set(SERVICES["web"]["environment"])
+    assert missing == set()
+
+
+def test_the_variables_the_brief_names_are_there():
+    environment = SERVICES["web"]["environment"]
+    for name in (
+        "DATABASE_URL",
+        "CELERY_BROKER_URL",
+        "DJANGO_SECRET_KEY",
+        "DJANGO_ALLOWED_HOSTS",
+        "ROLLOUT_RELEASE_PINS",
+        "ROLLOUT_RELEASE_THRESHOLD",
+        "ROLLOUT_DOWNLOADS_URL",
+        "ROLLOUT_EVERY",
+        "FLEET_MIN_PROTOCOL_VERSION",
+    ):
+        assert name in environment, name
+    assert interpolate(environment["DATABASE_URL"]).startswith("postgres://")
+    assert interpolate(environment["DATABASE_URL"]).split("@")[1].startswith("db:5432/")
+    assert interpolate(environment["CELERY_BROKER_URL"]).startswith("redis://redis:6379/")
+    assert environment["DJANGO_DEBUG"] == "false"
+    assert ":?" in environment["DJANGO_SECRET_KEY"], "compose refuses to start without a secret key"
+
+
+def test_the_example_env_file_names_every_variable_compose_interpolates():
+    example = {
+        line.split("=", 1)[0]
+        for line in (ROOT / "docker/env.example").read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    }
+    used = {match["name"] for match in INTERPOLATION.finditer(COMPOSE_TEXT)}
+    assert used - example == set()
+
+
+def test_the_defaults_pass_the_system_checks(monkeypatch):
+    """The compose defaults are a valid configuration (warnings for pins aside): no rollout.E error."""
+    from django.conf import settings
+    from django.core import checks
+
+    environment = {name: interpolate(value) for name, value in SERVICES["web"]["environment"].items()}
+    rollout = {
+        "release": {"pins": [], "threshold": int(environment["ROLLOUT_RELEASE_THRESHOLD"])},
+        "downloadsUrl": environment["ROLLOUT_DOWNLOADS_URL"],
+        "every": int(environment["ROLLOUT_EVERY"]),
+    }
+    monkeypatch.setattr(settings, "ROLLOUT", rollout)
+    messages = [m for m in checks.run_checks() if m.id.startswith("rollout.")]
+    assert [m.id for m in messages if m.level >= checks.ERROR] == []
+    assert [m.id for m in messages] == ["rollout.W001"]  # no pins until the operator sets them
+
+
+# --- the image ------------------------------------------------------------------------------------
+
+
+def test_the_dockerfile():
+    text = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:3\.11-slim\s*$", text, re.M)
+    assert "pip install -r requirements.txt" in text
+    assert "manage.py collectstatic --noinput" in text
+    users = re.findall(r"^USER (\S+)", text, re.M)
+    assert users
+    assert users[-1] not in {"root", "0"}
+    assert "/data/media" in text
+    assert "/data/prometheus" in text
+
+
+def test_the_dockerignore_keeps_the_virtualenv_and_secrets_out():
+    ignored = set((ROOT / ".dockerignore").read_text().split())
+    assert {".venv", ".git", ".env", "*.pem", "db.sqlite3*"} <= ignored
+
+
+def test_the_healthcheck_host_is_an_allowed_one(monkeypatch):
+    spec = importlib.util.spec_from_file_location("healthcheck", ROOT / "docker/healthcheck.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for allowed, host in [("", "localhost"), ("*", "localhost"), (".example.com,x", "example.com"), ("a.b", "a.b")]:
+        monkeypatch.setenv("DJANGO_ALLOWED_HOSTS", allowed)
+        assert module.host() == host
