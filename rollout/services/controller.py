@@ -30,7 +30,7 @@ from uuid import UUID
 import structlog
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Exists, F, Max, OuterRef
+from django.db.models import Count, Exists, F, Max, OuterRef, Subquery
 from django.utils import timezone
 
 from project.metrics import TICK_SECONDS
@@ -38,6 +38,7 @@ from rollout import conf
 from rollout.fleet import (
     Command,
     Node,
+    NodeSession,
     commands_enqueue,
     nodes_set_daemon,
     online_node_q,
@@ -383,7 +384,7 @@ def _min_protocol_version() -> int:
 def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
     """Start pending nodes of the current wave within each pool's budget. Returns (started, skipped)."""
     pending = NodeUpgrade.objects.filter(rollout=rollout, wave=rollout.current_wave, state=State.PENDING)
-    pool_ids = sorted(set(pending.values_list("pool_id", flat=True).order_by()))
+    pool_ids = sorted(rollout.pools.filter(Exists(pending.filter(pool_id=OuterRef("pk")))).values_list("id", flat=True))
     if not pool_ids:
         return 0, 0
     release = rollout.release
@@ -392,7 +393,7 @@ def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
     timeout = timedelta(seconds=rollout.upgrade_timeout_seconds)
     min_protocol = _min_protocol_version()
 
-    to_start: list[NodeUpgrade] = []
+    to_start: dict[datetime, list[int]] = defaultdict(list)  # start time -> node upgrade ids
     sections: list[tuple[UUID, dict]] = []
     old_agents: list[tuple[UUID, dict]] = []
     skipped: dict[str, list[int]] = defaultdict(list)
@@ -414,8 +415,6 @@ def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
                     "position",
                     "online",
                     "node__arch",
-                    "node__spec",
-                    "node__session__daemon_version",
                     "node__session__protocol_version",
                 )[:limit]
             )
@@ -435,17 +434,7 @@ def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
                     "url": conf.binary_url(release.version, f"linux-{arch}"),
                     "sha256": sha256_of_arch[arch],
                 }
-                spec = row["node__spec"] if isinstance(row["node__spec"], dict) else {}
-                to_start.append(
-                    NodeUpgrade(
-                        id=row["id"],
-                        state=State.IN_FLIGHT,
-                        started_at=started_at,
-                        deadline=started_at + timeout,
-                        previous_daemon=spec.get("daemon"),
-                        previous_version=row["node__session__daemon_version"],
-                    )
-                )
+                to_start[started_at].append(row["id"])
                 sections.append((row["node_id"], section))
                 if (row["node__session__protocol_version"] or 0) < min_protocol:
                     old_agents.append((row["node_id"], section))
@@ -457,14 +446,14 @@ def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
         NodeUpgrade.objects.filter(id__in=ids, state=State.PENDING).update(
             state=State.SKIPPED, reason=reason, settled_at=now
         )
-    if to_start:
-        NodeUpgrade.objects.bulk_update(
-            to_start, ["state", "started_at", "deadline", "previous_daemon", "previous_version"], batch_size=1000
-        )
+    started = sum(len(ids) for ids in to_start.values())
+    if started:
+        for started_at, ids in to_start.items():
+            _mark_started(ids=ids, started_at=started_at, deadline=started_at + timeout)
         _set_daemons(sections)
         if old_agents:
             commands_enqueue(node_ids_payloads=old_agents, kind=Command.Kind.DAEMON_UPGRADE)
-        _schedule_timeouts([(upgrade.id, upgrade.deadline) for upgrade in to_start])
+        _schedule_timeouts([(i, at + timeout) for at, ids in to_start.items() for i in ids])
         for node_id, _ in sections:
             log.info(
                 "node_upgrade.started",
@@ -474,7 +463,22 @@ def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
                 version=release.version,
                 wave=rollout.current_wave,
             )
-    return len(to_start), sum(len(ids) for ids in skipped.values())
+    return started, sum(len(ids) for ids in skipped.values())
+
+
+def _mark_started(*, ids: list[int], started_at: datetime, deadline: datetime) -> int:
+    """pending -> in_flight in one set-based UPDATE, recording what each node ran before.
+
+    The previous section and version are read from the node and its session by
+    the UPDATE itself (before spec.daemon changes), not sent row by row.
+    """
+    return NodeUpgrade.objects.filter(id__in=ids, state=State.PENDING).update(
+        state=State.IN_FLIGHT,
+        started_at=started_at,
+        deadline=deadline,
+        previous_daemon=Subquery(Node.objects.filter(pk=OuterRef("node_id")).values("spec__daemon")[:1]),
+        previous_version=Subquery(NodeSession.objects.filter(node_id=OuterRef("node_id")).values("daemon_version")[:1]),
+    )
 
 
 def _schedule_timeouts(deadlines: list[tuple[int, datetime]]) -> None:
