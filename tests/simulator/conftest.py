@@ -1,0 +1,102 @@
+"""Fixtures of the simulator tests: a loopback binary server, nodes with tokens, deadline waits."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from project.fleet.models import Node, Pool, Tenant
+from project.fleet.services.iam import api_key_create
+from project.fleet.services.nodes import node_create
+from project.fleet.services.pools import pool_create
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def wait_until(predicate: Callable[[], object], *, timeout: float = 20.0, what: str = "condition") -> None:
+    """Poll ``predicate`` until it is truthy; fail the test at the deadline (never a fixed sleep)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+class BinaryServer:
+    """A tiny HTTP server on 127.0.0.1 serving fixed bytes per path, counting GETs per path."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+        self.hits: Counter = Counter()
+        files, hits = self.files, self.hits
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                hits[self.path] += 1
+                data = files.get(self.path)
+                if data is None:
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="binaries", daemon=True)
+
+    def add(self, version: str, data: bytes, arch: str = "amd64") -> dict:
+        """Serve ``data`` as bcd ``version``; returns its daemon section {"version", "url", "sha256"}."""
+        path = f"/bcd/{version}/linux-{arch}"
+        self.files[path] = data
+        return {"version": version, "url": self.url + path, "sha256": sha256(data)}
+
+    def hits_for(self, section: dict) -> int:
+        return self.hits[section["url"].removeprefix(self.url)]
+
+
+@pytest.fixture
+def binaries() -> Iterator[BinaryServer]:
+    server = BinaryServer()
+    server._thread.start()
+    yield server
+    server.httpd.shutdown()
+    server.httpd.server_close()
+
+
+@pytest.fixture
+def pool(tenant: Tenant) -> Pool:
+    return pool_create(tenant=tenant, name="sim-a")
+
+
+@pytest.fixture
+def operator_key(tenant: Tenant) -> str:
+    """A plain operator key with compute:fleet:admin on ``tenant`` (the simulator needs the plain key)."""
+    _, plain = api_key_create(tenant=tenant, username="sim-operator", grants=["compute:fleet:admin"])
+    return plain
+
+
+def make_nodes(pool: Pool, count: int, prefix: str = "sim") -> list[tuple[Node, str]]:
+    """``count`` nodes of ``pool`` through the fleet service, with their plain agent tokens."""
+    return [
+        node_create(tenant=pool.tenant, name=f"{prefix}-{index:03d}", pool_id=pool.id, arch="amd64")
+        for index in range(count)
+    ]
