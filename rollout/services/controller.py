@@ -115,13 +115,13 @@ def rollout_mark_paused(*, rollout: Rollout, reason: str, at: datetime, **data: 
     event_record(rollout=rollout, kind=RolloutEvent.Kind.PAUSED, at=at, reason=reason, **data)
 
 
-def rollout_judge_failures(*, rollout: Rollout, now: datetime) -> bool:
+def rollout_judge_failures(*, rollout: Rollout, now: datetime, counts: dict[str, int] | None = None) -> bool:
     """Pause when failed / (succeeded + failed) of the current wave exceeds maxFailureRatio.
 
     Exactly "exceeds": equality does not pause. Exact arithmetic (Decimal).
     Failures an operator accepted by resuming do not pause again; a new one does.
     """
-    counts = wave_counts(rollout=rollout, wave=rollout.current_wave)
+    counts = counts or wave_counts(rollout=rollout, wave=rollout.current_wave)
     failed, succeeded = counts[State.FAILED], counts[State.SUCCEEDED]
     if failed <= rollout.acknowledged_failures or failed + succeeded == 0:
         return False
@@ -147,9 +147,10 @@ def rollout_complete(*, rollout: Rollout, now: datetime) -> None:
     NodeUpgrade.objects.filter(rollout=rollout, claims_node=True).exclude(state=State.IN_FLIGHT).update(
         claims_node=False
     )
-    pools_set_default_daemon_version(
-        pool_ids=list(rollout.pools.values_list("id", flat=True)), version=rollout.release.version
-    )
+    # The pools it actually covered: those of its own nodes (one writer per node means no newer
+    # rollout can have taken them meanwhile).
+    covered = NodeUpgrade.objects.filter(rollout=rollout).values_list("pool_id", flat=True).distinct()
+    pools_set_default_daemon_version(pool_ids=list(covered.order_by()), version=rollout.release.version)
     totals = dict(NodeUpgrade.objects.filter(rollout=rollout).values_list("state").annotate(n=Count("id")).order_by())
     event_record(rollout=rollout, kind=RolloutEvent.Kind.COMPLETED, at=now, **totals)
 
@@ -158,6 +159,10 @@ def rollout_advance(*, rollout: Rollout, now: datetime) -> bool:
     """When the current wave has settled: record it, then after the soak start the next wave, or complete."""
     counts = wave_counts(rollout=rollout, wave=rollout.current_wave)
     if counts[State.PENDING] or counts[State.IN_FLIGHT]:
+        return False
+    # Judge again on the very counts that say the wave is over: a failure committed
+    # after the judge step (a timeout task) must not let the rollout move on.
+    if rollout_judge_failures(rollout=rollout, now=now, counts=counts):
         return False
     waves = {wave.index: wave for wave in RolloutWave.objects.filter(rollout=rollout)}
     wave = waves[rollout.current_wave]
@@ -170,12 +175,11 @@ def rollout_advance(*, rollout: Rollout, now: datetime) -> bool:
         wave.save(update_fields=["settled_at"])
         rollout.next_wave_at = wave.settled_at + timedelta(seconds=rollout.soak_seconds)
         rollout.save(update_fields=["next_wave_at"])
-        if not is_last and rollout.next_wave_at > now:
-            _tick_at(rollout.id, rollout.next_wave_at)  # on time, not up to a period late
     if is_last:
         rollout_complete(rollout=rollout, now=now)
         return True
     if rollout.next_wave_at is not None and now < rollout.next_wave_at:
+        _tick_at(rollout.id, rollout.next_wave_at)  # on time, not up to a period late (again if early)
         return False
     rollout.current_wave += 1
     rollout.acknowledged_failures = 0
@@ -279,33 +283,44 @@ def node_upgrades_fail_overdue(
         queryset = queryset.filter(rollout=rollout)
     if ids is not None:
         queryset = queryset.filter(id__in=list(ids))
+    on_target = Exists(
+        NodeSession.objects.filter(
+            node_id=OuterRef("node_id"), daemon_version=OuterRef("target_version"), left_at__isnull=True
+        )
+    )
     rows = list(
-        queryset.select_for_update(skip_locked=True, of=("self",)).values(
+        queryset.select_for_update(skip_locked=True, of=("self",))
+        .annotate(on_target=on_target)
+        .values(
             "id",
             "node_id",
             "node__arch",
+            "node__session__protocol_version",
             "previous_daemon",
             "previous_version",
             "rollout_id",
             "rollout__state",
             "rollout__tenant_id",
+            "on_target",
         )
     )
-    if not rows:
-        return 0
+    # A node whose agent already runs the target version succeeded; only its notice was
+    # lost (or is late). Never fail it and send it back.
+    arrived = [row for row in rows if row["on_target"]]
+    overdue = [row for row in rows if not row["on_target"]]
     for claims in (True, False):
-        chosen = [row["id"] for row in rows if _claims(row["rollout__state"]) == claims]
-        if chosen:
-            NodeUpgrade.objects.filter(id__in=chosen, state=State.IN_FLIGHT).update(
-                state=State.FAILED, reason=NodeUpgrade.Reason.TIMEOUT, settled_at=now, claims_node=claims
-            )
+        for state, reason, chosen_rows in ((State.SUCCEEDED, None, arrived), (State.FAILED, "timeout", overdue)):
+            chosen = [row["id"] for row in chosen_rows if _claims(row["rollout__state"]) == claims]
+            if chosen:
+                NodeUpgrade.objects.filter(id__in=chosen, state=State.IN_FLIGHT).update(
+                    state=state, reason=reason, settled_at=now, claims_node=claims
+                )
+    if not overdue:
+        return 0
     # Back to what the node ran before (as a rollback would), else literally its previous section.
-    previous = _registered_previous(rows)
-    _set_daemons(
-        (row["node_id"], section or row["previous_daemon"]) for row, section in zip(rows, previous, strict=True)
-    )
-    _cancel_upgrade_commands([row["node_id"] for row in rows])
-    for row in rows:
+    previous = _registered_previous(overdue)
+    _send_back([(row, section or row["previous_daemon"]) for row, section in zip(overdue, previous, strict=True)])
+    for row in overdue:
         log.info(
             "node_upgrade.failed",
             tenant=row["rollout__tenant_id"],
@@ -313,7 +328,27 @@ def node_upgrades_fail_overdue(
             node=str(row["node_id"]),
             reason="timeout",
         )
-    return len(rows)
+    return len(overdue)
+
+
+def _send_back(rows_and_sections: list[tuple[dict[str, Any], dict | None]]) -> None:
+    """Set each node's spec.daemon back to ``section``.
+
+    Agents below FLEET_MIN_PROTOCOL_VERSION do not apply spec.daemon: they get a
+    daemon.upgrade command with that section (which supersedes the pending one);
+    others just lose their pending daemon.upgrade command.
+    """
+    _set_daemons((row["node_id"], section) for row, section in rows_and_sections)
+    min_protocol = _min_protocol_version()
+    old = [
+        (row["node_id"], section)
+        for row, section in rows_and_sections
+        if section and (row["node__session__protocol_version"] or 0) < min_protocol
+    ]
+    old_ids = {node_id for node_id, _ in old}
+    _cancel_upgrade_commands([row["node_id"] for row, _ in rows_and_sections if row["node_id"] not in old_ids])
+    if old:
+        commands_enqueue(node_ids_payloads=old, kind=Command.Kind.DAEMON_UPGRADE)
 
 
 def _registered_previous(rows: list[dict[str, Any]]) -> list[dict | None]:
@@ -349,27 +384,27 @@ def node_upgrades_roll_back(*, rollout: Rollout, now: datetime) -> tuple[int, in
     Returns (rolled back, kept in flight). A node whose previous release is not
     registered stays in flight, with the reason saying why.
     """
+    # Locked: a node the join path settles meanwhile must not be sent back (succeeded is final).
     rows = list(
-        NodeUpgrade.objects.filter(rollout=rollout, state=State.IN_FLIGHT).values(
-            "id", "node_id", "node__arch", "previous_daemon", "previous_version"
-        )
+        NodeUpgrade.objects.filter(rollout=rollout, state=State.IN_FLIGHT)
+        .select_for_update(of=("self",))
+        .values("id", "node_id", "node__arch", "node__session__protocol_version", "previous_daemon", "previous_version")
     )
     if not rows:
         return 0, 0
-    back: list[tuple[UUID, dict]] = []
+    back: list[tuple[dict[str, Any], dict]] = []
     back_ids, kept_ids = [], []
     for row, section in zip(rows, _registered_previous(rows), strict=True):
         if section is None:
             kept_ids.append(row["id"])
         else:
-            back.append((row["node_id"], section))
+            back.append((row, section))
             back_ids.append(row["id"])
     NodeUpgrade.objects.filter(id__in=back_ids, state=State.IN_FLIGHT).update(
         state=State.ROLLED_BACK, reason=NodeUpgrade.Reason.ROLLED_BACK, settled_at=now, claims_node=False
     )
     NodeUpgrade.objects.filter(id__in=kept_ids).update(reason=NodeUpgrade.Reason.PREVIOUS_NOT_REGISTERED)
-    _set_daemons(back)
-    _cancel_upgrade_commands([node_id for node_id, _ in back])
+    _send_back(back)
     return len(back_ids), len(kept_ids)
 
 
@@ -507,6 +542,9 @@ def rollout_tick(*, rollout_id: UUID | str) -> TickResult | None:
             .first()
         )
         if rollout is None:
+            # Another worker holds it and may have counted the budget before the settle that
+            # asked for this tick: ask again shortly rather than wait for the period.
+            rollout_request_tick(rollout_id=rollout_id, countdown=1)
             return None
         now = timezone.now()
         result = TickResult()

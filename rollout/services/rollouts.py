@@ -127,11 +127,9 @@ def rollout_plan(
     estimate: int | None = 0
     for wave in planned_waves(options.waves, len(order)):
         per_pool = Counter(str(pool_of[node_id]) for node_id in order[wave.start : wave.end])
-        rounds = 0
-        for pool_id, count in per_pool.items():
-            allowed = budgets[UUID(pool_id)].allowed
-            rounds = max(rounds, math.ceil(count / allowed) if allowed else -1)
-        if rounds < 0 or estimate is None:
+        allowed = {pool_id: budgets[UUID(pool_id)].allowed for pool_id in per_pool}
+        rounds = max((math.ceil(count / allowed[pid]) for pid, count in per_pool.items() if allowed[pid]), default=0)
+        if estimate is None or not all(allowed.values()):
             estimate = None  # a pool with a budget of 0 never starts a node
         else:
             estimate += rounds * options.upgrade_timeout_seconds + (options.soak_seconds if wave.index else 0)
@@ -214,7 +212,10 @@ def rollout_create(
                             position=position,
                             target_version=snapshot.release.version,
                         )
-                        for position, node_id in enumerate(order)
+                        # Inserted in node id order (positions stay shuffled): two creates over the
+                        # same nodes then meet at the one-writer index in the same order, and one
+                        # waits for the other instead of deadlocking.
+                        for position, node_id in sorted(enumerate(order), key=lambda item: item[1].int)
                     ),
                     batch_size=BULK_BATCH,
                 )
@@ -261,9 +262,12 @@ def rollout_resume(*, rollout_id: UUID | str, tenant: Tenant | None = None, acto
         rollout = _locked(tenant=tenant, rollout_id=rollout_id)
         if rollout.state != Rollout.State.PAUSED:
             raise InvalidState(f"A {rollout.state} rollout cannot be resumed.", state=rollout.state)
+        if rollout.paused_reason == Rollout.PausedReason.FAILURE_RATIO:
+            # The operator saw these failures and chose to go on; failures that came while
+            # an operator's pause was on were seen by no one, and are judged as usual.
+            rollout.acknowledged_failures = wave_failures(rollout)
         rollout.state = Rollout.State.ACTIVE
         rollout.paused_reason = None
-        rollout.acknowledged_failures = wave_failures(rollout)
         rollout.save(update_fields=["state", "paused_reason", "acknowledged_failures"])
         event_record(rollout=rollout, kind=RolloutEvent.Kind.RESUMED, at=timezone.now(), actor=actor)
         rollout_request_tick(rollout_id=rollout.id)

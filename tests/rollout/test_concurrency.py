@@ -9,7 +9,7 @@ from project.errors import DomainError
 from project.fleet.models import Command, Workflow
 from project.fleet.services.budget import pool_budget
 from project.fleet.services.workflows import workflow_start
-from rollout.models import NodeUpgrade, Rollout
+from rollout.models import NodeUpgrade, Rollout, TickRequest
 from rollout.services.controller import rollout_tick
 from rollout.services.rollouts import rollout_create
 from tests.factories import fleet
@@ -101,7 +101,30 @@ def test_a_tick_skips_a_rollout_another_worker_holds(tenant, releases):
     try:
         assert rollout_tick(rollout_id=rollout.id) is None
         assert not NodeUpgrade.objects.filter(rollout=rollout, state="in_flight").exists()
+        # It asks again (debounced) instead of leaving freed budget to the next period.
+        assert TickRequest.objects.get(rollout=rollout).queued
     finally:
         release.set()
         holder.join(timeout=30)
     assert rollout_tick(rollout_id=rollout.id).started == 10
+
+
+def test_two_creates_over_the_same_nodes_at_once_one_wins_the_other_gets_409(tenant, releases):
+    fleet(tenant, {"a": (300, "0.1"), "b": (300, "0.1")})
+    outcomes: list[str] = []
+
+    def create():
+        try:
+            rollout_create(tenant=tenant, version="1.0.0", waves=[100])
+            outcomes.append("created")
+        except DomainError as exc:
+            outcomes.append(f"{exc.status}:{exc.code}")
+
+    for _ in range(3):
+        outcomes.clear()
+        errors = run_together(create, create)
+        assert errors == []
+        assert sorted(outcomes) == ["409:conflict", "created"]  # never a deadlock's 500
+        Rollout.objects.filter(state="active").update(state="aborted")
+        NodeUpgrade.objects.update(claims_node=False)
+    assert Rollout.objects.count() == 3

@@ -350,3 +350,73 @@ def test_pause_resume_abort_over_the_api(api, tenant, releases):
     assert sum(wave["cancelled"] for wave in body["waves"]) == 4
     finished = api.post(f"{url}/resume/", {}, format="json")
     assert (finished.status_code, finished.json()["code"]) == (409, "invalid_state")
+
+
+def test_a_failure_committed_after_the_judge_step_still_pauses_instead_of_advancing(tenant, releases):
+    from rollout.services.controller import rollout_advance
+
+    fleet(tenant, {"a": (3, "1")})
+    rollout = create(tenant, waves=[100], max_failure_ratio=0.2, upgrade_timeout_seconds=60)
+    tick(rollout)
+    first, second, third = in_flight(rollout)
+    rejoin(first.node_id, "1.0.0")
+    rejoin(second.node_id, "1.0.0")
+    # The judge step ran and saw no failure; then a timeout task fails the third node.
+    NodeUpgrade.objects.filter(pk=third.pk).update(state="failed", reason="timeout", settled_at=timezone.now())
+    assert rollout_advance(rollout=rollout, now=timezone.now()) is False
+    rollout.refresh_from_db()
+    assert (rollout.state, rollout.paused_reason) == ("paused", "failure_ratio")
+    assert Pool.objects.get().default_daemon_version is None
+
+
+def test_failures_during_an_operators_pause_are_judged_after_resume(tenant, releases):
+    fleet(tenant, {"a": (4, "1")})
+    rollout = create(tenant, waves=[50, 100], max_failure_ratio=0.1, upgrade_timeout_seconds=60)
+    tick(rollout)
+    rollout_pause(rollout_id=rollout.id)
+    with time_machine.travel(timezone.now() + timedelta(seconds=61), tick=False):
+        heartbeat_all()
+        tick(rollout)  # the two in-flight nodes time out while paused
+        assert states(rollout, wave=0) == {"failed": 2}
+        rollout_resume(rollout_id=rollout.id)
+        tick(rollout)
+    assert (rollout.state, rollout.paused_reason) == ("paused", "failure_ratio")
+    assert states(rollout, wave=1) == {"pending": 2}
+
+
+def test_a_node_already_on_the_target_version_is_not_failed_at_its_deadline(tenant, releases):
+    from rollout.tasks import node_upgrade_timeout
+
+    nodes = fleet(tenant, {"a": (1, "1")})["a"]
+    rollout = create(tenant, upgrade_timeout_seconds=60)
+    tick(rollout)
+    (upgrade,) = in_flight(rollout)
+    NodeSession.objects.filter(node=nodes[0]).update(daemon_version="1.0.0")  # its notice was lost
+    with time_machine.travel(upgrade.deadline + timedelta(seconds=1), tick=False):
+        node_upgrade_timeout(upgrade.id)
+    upgrade.refresh_from_db()
+    assert upgrade.state == "succeeded"
+    assert Node.objects.get(pk=nodes[0].pk).spec["daemon"]["version"] == "1.0.0"
+
+
+def test_an_old_agent_sent_back_gets_a_command_with_its_previous_section(tenant, releases):
+    nodes = fleet(tenant, {"a": (1, "1")}, protocol=1)["a"]
+    rollout = create(tenant, upgrade_timeout_seconds=60)
+    tick(rollout)
+    with time_machine.travel(timezone.now() + timedelta(seconds=61), tick=False):
+        tick(rollout)
+    commands = {c.payload["version"]: c.state for c in Command.objects.filter(node=nodes[0])}
+    assert commands == {"1.0.0": "cancelled", "0.9.0": "pending"}
+
+
+def test_completion_sets_the_default_only_of_pools_it_covered_nodes_in(tenant, releases):
+    nodes = fleet(tenant, {"a": (2, "1")})["a"]
+    empty = Pool.objects.create(tenant=tenant, name="empty")
+    rollout = create(tenant, pool_ids=[str(nodes[0].pool_id), str(empty.id)])
+    tick(rollout)
+    for upgrade in in_flight(rollout):
+        rejoin(upgrade.node_id, "1.0.0")
+    tick(rollout)
+    assert rollout.state == "completed"
+    assert Pool.objects.get(pk=nodes[0].pool_id).default_daemon_version == "1.0.0"
+    assert Pool.objects.get(pk=empty.pk).default_daemon_version is None

@@ -62,6 +62,7 @@ def test_the_order_is_the_shuffle_seeded_by_the_rollout_id(api, tenant, releases
         ({"version": "1.0.0", "poolIds": ["00000000-0000-0000-0000-000000000001"]}, 400, "unknown_pool"),
         ({"version": "1.0.0", "waves": [50, 10, 100]}, 400, "invalid_waves"),
         ({"version": "1.0.0", "waves": [10, 50]}, 400, "invalid_waves"),
+        ({"version": "1.0.0", "waves": [10**400]}, 400, "invalid_waves"),
         ({"version": "1.0.0", "maxFailureRatio": 2}, 400, "invalid_input"),
         ({"version": "1.0.0", "soakSeconds": -1}, 400, "invalid_input"),
         ({"version": "1.0.0", "upgradeTimeoutSeconds": 0}, 400, "invalid_input"),
@@ -162,6 +163,13 @@ def test_dry_run_checks_and_plans_but_writes_nothing(api, tenant, releases):
     assert plan["estimatedSeconds"] >= 100 + 60 + 100 + 60 + 18 * 100
     assert nothing_written()
     assert not RolloutWave.objects.exists()
+
+
+def test_dry_run_has_no_estimate_when_a_pool_can_never_start_a_node(api, tenant, releases):
+    fleet(tenant, {"a": (10, "0.1"), "frozen": (10, "0")})
+    plan = api.post(f"{URL}?dryRun=true", {"version": "1.0.0"}, format="json").json()
+    assert plan["estimatedSeconds"] is None
+    assert nothing_written()
 
 
 def test_dry_run_reports_refusals_like_create(api, tenant, releases):
