@@ -84,7 +84,7 @@ def run(*, agents: int, pools: int, budget: float, restart_delay: float, heartbe
     from project.processes import celery_beat, celery_worker, stop, wait_until, web_server
     from rollout.models import NodeUpgrade, Rollout
     from rollout.release.dsse import envelope_to_bytes, sign_envelope
-    from rollout.release.manifest import Binary, Manifest, manifest_to_bytes
+    from rollout.release.manifest import manifest_for, manifest_to_bytes
     from rollout.services.releases import release_binary_store, release_register
     from rollout.services.rollouts import rollout_create
 
@@ -93,16 +93,9 @@ def run(*, agents: int, pools: int, budget: float, restart_delay: float, heartbe
     _, api_key = api_key_create(tenant=tenant, username="bench", grants=["compute:fleet:admin"])
     sequences = {}
     for sequence, version in enumerate(("1.0.0", "1.1.0"), start=1):
-        import hashlib
-
         binary = f"bcd {version}\n".encode() * 4096
-        manifest = Manifest(
-            product="bcd",
-            version=version,
-            sequence=sequence,
-            protocol_version=3,
-            binaries={"linux-amd64": Binary(sha256=hashlib.sha256(binary).hexdigest(), size=len(binary))},
-            notes=None,
+        manifest = manifest_for(
+            version=version, sequence=sequence, binaries={"linux-amd64": binary}, protocol_version=3
         )
         release_register(envelope=envelope_to_bytes(sign_envelope(manifest_to_bytes(manifest), [key])))
         release_binary_store(version=version, platform="linux-amd64", source=io.BytesIO(binary))

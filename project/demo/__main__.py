@@ -107,21 +107,19 @@ class Demo:
 
     def release(self, version: str, sequence: int) -> None:
         """Sign a release offline with the throwaway key, register it over HTTP, upload its binary."""
-        import hashlib
         import io
 
         from rollout.release.dsse import envelope_to_bytes, sign_envelope
         from rollout.release.keys import load_private_key
-        from rollout.release.manifest import Binary, Manifest, manifest_to_bytes
+        from rollout.release.manifest import manifest_for, manifest_to_bytes
         from rollout.services.releases import release_binary_store
 
         binary = f"#!/bin/false\n# bcd {version}\n".encode() * 512
-        manifest = Manifest(
-            product="bcd",
+        manifest = manifest_for(
             version=version,
             sequence=sequence,
+            binaries={"linux-amd64": binary},
             protocol_version=3,
-            binaries={"linux-amd64": Binary(sha256=hashlib.sha256(binary).hexdigest(), size=len(binary))},
             notes=f"demo release {version}",
         )
         key = load_private_key(Path(self.env["ROLLOUT_RUN_DIR"], "release-key.pem").read_bytes())

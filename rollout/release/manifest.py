@@ -6,8 +6,10 @@ shape. The strict JSON reader here is shared with the envelope parser.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -236,6 +238,31 @@ def parse_manifest(payload: bytes) -> Manifest:
     except StrictJSONError as exc:
         raise _invalid(f"The manifest {exc}.") from None
     return manifest_from_dict(data)
+
+
+def manifest_for(
+    *,
+    version: str,
+    sequence: int,
+    binaries: Mapping[str, bytes],
+    protocol_version: int | None = None,
+    notes: str | None = None,
+) -> Manifest:
+    """A bcd manifest describing binaries held in memory (``{"linux-amd64": bytes}``), validated as any other."""
+    body: dict[str, Any] = {
+        "product": "bcd",
+        "version": version,
+        "sequence": sequence,
+        "binaries": {
+            platform: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+            for platform, data in binaries.items()
+        },
+    }
+    if protocol_version is not None:
+        body["protocolVersion"] = protocol_version
+    if notes is not None:
+        body["notes"] = notes
+    return manifest_from_dict(body)
 
 
 def manifest_to_dict(manifest: Manifest) -> dict[str, Any]:

@@ -1,13 +1,12 @@
 """Two registrations at the same moment cannot both pass the sequence check (PostgreSQL)."""
 
-import threading
-
 import pytest
-from django.db import connection, connections
+from django.db import connection
 
 from project.errors import DomainError
 from rollout.models import Release
 from rollout.services.releases import release_register
+from tests.concurrency import run_together
 from tests.factories import manifest, signed
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -18,23 +17,15 @@ def test_two_concurrent_registrations_of_the_same_next_sequence_one_wins():
         pytest.fail("this test needs PostgreSQL (make test runs it there)")
     release_register(envelope=signed(manifest("1.0.0", 1)))
     envelopes = [signed(manifest("2.0.0", 2)), signed(manifest("2.0.1", 2))]
-    barrier = threading.Barrier(len(envelopes))
     outcomes: list[str] = []
 
     def register(envelope: bytes) -> None:
         try:
-            barrier.wait()
             release_register(envelope=envelope)
             outcomes.append("created")
         except DomainError as exc:
             outcomes.append(f"{exc.status}:{exc.code}")
-        finally:
-            connections.close_all()
 
-    threads = [threading.Thread(target=register, args=(envelope,)) for envelope in envelopes]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
+    assert run_together(*(lambda e=envelope: register(e) for envelope in envelopes)) == []
     assert sorted(outcomes) == ["409:sequence_not_increasing", "created"]
     assert Release.objects.filter(sequence=2).count() == 1

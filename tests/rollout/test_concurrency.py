@@ -12,6 +12,7 @@ from project.fleet.services.workflows import workflow_start
 from rollout.models import NodeUpgrade, Rollout, TickRequest
 from rollout.services.controller import rollout_tick
 from rollout.services.rollouts import rollout_create
+from tests.concurrency import run_together
 from tests.factories import fleet
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -21,29 +22,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def postgresql_only():
     if connection.vendor != "postgresql":
         pytest.fail("this test needs PostgreSQL (make test runs it there)")
-
-
-def run_together(*targets, rounds: int = 1) -> list[BaseException]:
-    """Run each callable in its own thread and DB connection, released together by a barrier."""
-    barrier = threading.Barrier(len(targets))
-    errors: list[BaseException] = []
-
-    def runner(target):
-        try:
-            for _ in range(rounds):
-                barrier.wait()
-                target()
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=runner, args=(target,)) for target in targets]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    return errors
 
 
 def test_concurrent_ticks_and_workflows_never_exceed_the_budget_or_start_a_node_twice(tenant, releases):
