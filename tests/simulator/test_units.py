@@ -238,7 +238,10 @@ def test_failed_calls_are_counted_and_retried_at_the_next_beat():
         "session_ReadTimeout",
         "session_bad_body",
     }
-    assert len(server.session_posts()) == 8
+    # Every call either failed (and was retried at the next beat) or was a heartbeat; the fleet
+    # stops a beat or so after the condition holds, so count the heartbeats rather than assume 3.
+    assert agent.heartbeats >= 3
+    assert len(server.session_posts()) == 5 + agent.heartbeats
 
 
 def upgrade_command(command_id: str, version: str, sha: str) -> dict:
