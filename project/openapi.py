@@ -418,7 +418,7 @@ class FractionFieldSchema(OpenApiSerializerFieldExtension):
 
 
 class StrictNumberFieldSchema(OpenApiSerializerFieldExtension):
-    target_class = "rollout.api.serializers.StrictNumberField"
+    target_class = "project.fleet.api.fields.StrictNumberField"
 
     def map_serializer_field(self, auto_schema, direction):
         return {"type": "number"}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from project.fleet.api.fields import StrictBooleanField, StrictIntegerField, StrictNumberField, StrictSerializer
 from rollout import conf
 from rollout.models import NodeUpgrade, Release, Rollout, RolloutEvent
 
@@ -32,41 +33,13 @@ class ReleaseSerializer(serializers.ModelSerializer):
         }
 
 
-class StrictIntegerField(serializers.IntegerField):
-    """An integer written as an integer: no "5", 5.0 or true."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, bool) or not isinstance(data, int):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
-class StrictNumberField(serializers.Field):
-    default_error_messages = {"invalid": "A number is required."}
-
-    def to_internal_value(self, data):
-        if isinstance(data, bool) or not isinstance(data, int | float):
-            self.fail("invalid")
-        return data
-
-    def to_representation(self, value):
-        return value
-
-
-class RolloutCreateSerializer(serializers.Serializer):
+class RolloutCreateSerializer(StrictSerializer):
     version = serializers.CharField(max_length=64)
     poolIds = serializers.ListField(child=serializers.CharField(max_length=64), required=False, allow_empty=False)
     waves = serializers.ListField(child=StrictNumberField(), required=False, allow_empty=False, max_length=20)
     maxFailureRatio = StrictNumberField(required=False)
     soakSeconds = StrictIntegerField(required=False)
     upgradeTimeoutSeconds = StrictIntegerField(required=False)
-
-    def to_internal_value(self, data):
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError({field: ["Unknown field."] for field in unknown})
-        return super().to_internal_value(data)
 
     def service_kwargs(self) -> dict:
         data = self.validated_data
@@ -81,13 +54,7 @@ class RolloutCreateSerializer(serializers.Serializer):
 
 
 class AbortSerializer(serializers.Serializer):
-    rollback = serializers.BooleanField(required=False, default=False)
-
-    def to_internal_value(self, data):
-        value = data.get("rollback", False) if isinstance(data, dict) else data
-        if not isinstance(value, bool):
-            raise serializers.ValidationError({"rollback": ["Must be true or false."]})
-        return super().to_internal_value(data)
+    rollback = StrictBooleanField(required=False, default=False)
 
 
 class RolloutSerializer(serializers.ModelSerializer):

@@ -54,6 +54,20 @@ class StrictUUIDField(serializers.UUIDField):
         return super().to_internal_value(data)
 
 
+class StrictNumberField(serializers.Field):
+    """A JSON number (integer or float), passed through as is: no "5" and no true."""
+
+    default_error_messages = {"invalid": "A JSON number is required."}
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            self.fail("invalid")
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
 class FractionField(serializers.DecimalField):
     """A JSON number in [0, 1], kept exact as a Decimal (0.07 stays 0.07); rendered as a JSON number."""
 
