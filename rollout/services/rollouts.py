@@ -57,7 +57,9 @@ def _uuid_list(values: Any, name: str) -> list[UUID]:
     return list(dict.fromkeys(ids))
 
 
-def _snapshot(*, tenant: Tenant, version: Any, pool_ids: Any, options: RolloutOptions) -> Snapshot:
+def _snapshot(*, tenant: Tenant, version: Any, pool_ids: Any, **options: Any) -> Snapshot:
+    """Every check of CONTRACT 4.4, in order, and the nodes a rollout would take (dry run and create alike)."""
+    validated = options_validate(**options)
     if not conf.options().downloads_url:
         raise Unavailable(
             "No downloads URL is configured: set ROLLOUT_DOWNLOADS_URL before creating rollouts.",
@@ -79,7 +81,11 @@ def _snapshot(*, tenant: Tenant, version: Any, pool_ids: Any, options: RolloutOp
     nodes = list(Node.objects.filter(pool__in=pools).values_list("id", "pool_id"))
     if not nodes:
         raise InvalidInput("The chosen pools have no nodes.", code="no_nodes")
-    return Snapshot(release=release, pools=pools, nodes=nodes, options=options)
+    snapshot = Snapshot(release=release, pools=pools, nodes=nodes, options=validated)
+    conflicts = _conflicts(snapshot)
+    if conflicts:
+        _raise_conflict(conflicts)
+    return snapshot
 
 
 def _conflicts(snapshot: Snapshot) -> list[str]:
@@ -110,16 +116,16 @@ def rollout_plan(
     id and so its own shuffle, so each wave's per-pool counts may differ by a
     node or two, while each wave's total is exact.
     """
-    options = options_validate(
+    snapshot = _snapshot(
+        tenant=tenant,
+        version=version,
+        pool_ids=pool_ids,
         waves=waves,
         max_failure_ratio=max_failure_ratio,
         soak_seconds=soak_seconds,
         upgrade_timeout_seconds=upgrade_timeout_seconds,
     )
-    snapshot = _snapshot(tenant=tenant, version=version, pool_ids=pool_ids, options=options)
-    conflicts = _conflicts(snapshot)
-    if conflicts:
-        _raise_conflict(conflicts)
+    options = snapshot.options
     pool_of = dict(snapshot.nodes)
     order = shuffle(list(pool_of), seed=uuid.uuid4())
     budgets = pool_budgets(pool_ids=[pool.id for pool in snapshot.pools])
@@ -160,18 +166,18 @@ def rollout_create(
     created_by: AbstractBaseUser | None = None,
 ) -> Rollout:
     """Snapshot the nodes, shuffle them by the rollout id, split them into waves: in one transaction."""
-    options = options_validate(
-        waves=waves,
-        max_failure_ratio=max_failure_ratio,
-        soak_seconds=soak_seconds,
-        upgrade_timeout_seconds=upgrade_timeout_seconds,
-    )
     now = timezone.now()
     with transaction.atomic():
-        snapshot = _snapshot(tenant=tenant, version=version, pool_ids=pool_ids, options=options)
-        conflicts = _conflicts(snapshot)
-        if conflicts:
-            _raise_conflict(conflicts)
+        snapshot = _snapshot(
+            tenant=tenant,
+            version=version,
+            pool_ids=pool_ids,
+            waves=waves,
+            max_failure_ratio=max_failure_ratio,
+            soak_seconds=soak_seconds,
+            upgrade_timeout_seconds=upgrade_timeout_seconds,
+        )
+        options = snapshot.options
         rollout = Rollout.objects.create(
             tenant=tenant,
             release=snapshot.release,
