@@ -17,7 +17,7 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 	touch $@
 
 demo: $(VENV)/.installed
-	$(PY) -m project.demo $(ARGS)
+	$(PY) -m demo $(ARGS)
 
 test: $(VENV)/.installed
 	bash scripts/system-deps.sh

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import psycopg
 
+from rollout.services.plan import rollout_spec
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 BENCH_DB = "rollout_bench_efficiency"
 
@@ -77,16 +79,16 @@ def run(*, agents: int, pools: int, budget: float, restart_delay: float, heartbe
     django.setup()
     from django.core.management import call_command
 
-    from project.fleet.services.iam import api_key_create, tenant_create
-    from project.fleet.services.nodes import node_create
-    from project.fleet.services.pools import pool_create
-    from project.fleet.simulator import Fleet, build_agent_configs
-    from project.processes import celery_beat, celery_worker, stop, wait_until, web_server
+    from demo.processes import celery_beat, celery_worker, stop, wait_until, web_server
+    from fleet.services.iam import api_key_create, tenant_create
+    from fleet.services.nodes import node_create
+    from fleet.services.pools import pool_create
     from rollout.models import NodeUpgrade, Rollout
     from rollout.release.dsse import envelope_to_bytes, sign_envelope
     from rollout.release.manifest import manifest_for, manifest_to_bytes
     from rollout.services.releases import release_binary_store, release_register
     from rollout.services.rollouts import rollout_create
+    from simulator import Fleet, build_agent_configs
 
     call_command("migrate", verbosity=0)
     tenant = tenant_create(slug="bench")
@@ -136,7 +138,8 @@ def run(*, agents: int, pools: int, budget: float, restart_delay: float, heartbe
             if not running.wait_for(lambda f: f.online_count() == agents, timeout=120):
                 raise SystemExit(f"only {fleet.online_count()} of {agents} agents came online")
             rollout = rollout_create(
-                tenant=tenant, version="1.1.0", waves=[1, 10, 50, 100], soak_seconds=0, upgrade_timeout_seconds=300
+                tenant=tenant,
+                spec=rollout_spec(version="1.1.0", waves=[1, 10, 50, 100], soak_seconds=0, upgrade_timeout_seconds=300),
             )
             wait_until(
                 lambda: Rollout.objects.get(pk=rollout.id).state == "completed",

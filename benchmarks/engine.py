@@ -61,6 +61,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from rollout.services.plan import rollout_spec
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: make `project` importable
     sys.path.insert(0, str(ROOT))
@@ -162,7 +164,7 @@ def vacuum(*tables: str) -> None:
 
 
 def vacuum_all() -> None:
-    from project.fleet.models import Node, NodeSession
+    from fleet.models import Node, NodeSession
     from rollout.models import NodeUpgrade
 
     vacuum(NodeUpgrade._meta.db_table, Node._meta.db_table, NodeSession._meta.db_table)
@@ -257,13 +259,13 @@ def measure(fn: Callable[[], Any]) -> Sample:
 
 def make_fleet(slug: str, nodes: int) -> tuple[Any, list]:
     """A tenant with ``nodes`` nodes in POOLS pools (budget 5 %), agents joined on OLD (factories.fleet)."""
-    from project.fleet.services.iam import tenant_create
+    from fleet.services.iam import tenant_create
     from tests.factories import fleet
 
     tenant = tenant_create(slug=slug)
     sizes = [nodes // POOLS + (1 if i < nodes % POOLS else 0) for i in range(POOLS)]
     fleet(tenant, {f"{slug}-{i}": (size, BUDGET) for i, size in enumerate(sizes)}, version=OLD)
-    from project.fleet.models import Pool
+    from fleet.models import Pool
 
     return tenant, list(Pool.objects.filter(tenant=tenant).order_by("id"))
 
@@ -272,7 +274,7 @@ def heartbeat_all() -> None:
     """Every agent heartbeats now, so no node counts as offline however long the run takes."""
     from django.utils import timezone
 
-    from project.fleet.models import NodeSession
+    from fleet.models import NodeSession
 
     NodeSession.objects.filter(left_at__isnull=True).update(last_seen_at=timezone.now())
 
@@ -320,7 +322,7 @@ def raw_insert_select(rollout: Any, pools: list, nodes: int) -> int:
     """The NodeUpgrade rows of ``rollout`` in one INSERT ... SELECT (shuffle and waves in SQL), committed."""
     from django.db import connection, transaction
 
-    from project.fleet.models import Node
+    from fleet.models import Node
     from rollout.models import NodeUpgrade
     from rollout.services.plan import DEFAULT_WAVES, planned_waves
 
@@ -356,7 +358,7 @@ def copy_from_python(rollout: Any, pools: list) -> tuple[int, float]:
     """
     from django.db import connection, transaction
 
-    from project.fleet.models import Node
+    from fleet.models import Node
     from rollout.models import NodeUpgrade
     from rollout.services.plan import planned_waves, shuffle
 
@@ -409,7 +411,7 @@ def bench_create(nodes: int, repeat: int, profile: bool) -> CreateResult:
             raise RuntimeError(f"INSERT ... SELECT wrote {sample.value} rows, expected {nodes}")
         drop_rollout(rollout.id)
 
-        sample = result.create.add(measure(lambda: rollout_create(tenant=tenant, version=NEW)))
+        sample = result.create.add(measure(lambda: rollout_create(tenant=tenant, spec=rollout_spec(version=NEW))))
         check_rows(sample.value.id, nodes)
         drop_rollout(sample.value.id)
 
@@ -420,7 +422,9 @@ def bench_create(nodes: int, repeat: int, profile: bool) -> CreateResult:
         check_rows(rollout.id, nodes)
         drop_rollout(rollout.id)
     if profile:
-        print_profile(f"rollout_create, {nodes:,} nodes", lambda: rollout_create(tenant=tenant, version=NEW))
+        print_profile(
+            f"rollout_create, {nodes:,} nodes", lambda: rollout_create(tenant=tenant, spec=rollout_spec(version=NEW))
+        )
     return result
 
 
@@ -440,7 +444,7 @@ def reset_rollout(rollout: Any, pools: list) -> None:
     """Back to just-created: every row pending, spec.daemon unset, sessions on OLD; then vacuum."""
     from django.db import connection
 
-    from project.fleet.models import Node, NodeSession
+    from fleet.models import Node, NodeSession
     from rollout.models import NodeUpgrade, TickRequest
 
     node_table, session_table = Node._meta.db_table, NodeSession._meta.db_table
@@ -467,7 +471,7 @@ def reset_rollout(rollout: Any, pools: list) -> None:
 
 def report_target_version(rollout: Any) -> int:
     """The in-flight nodes' agents rejoin on the target version (their sessions say so)."""
-    from project.fleet.models import NodeSession
+    from fleet.models import NodeSession
     from rollout.models import NodeUpgrade
 
     in_flight = NodeUpgrade.objects.filter(rollout=rollout, state=NodeUpgrade.State.IN_FLIGHT).values("node_id")
@@ -476,12 +480,12 @@ def report_target_version(rollout: Any) -> int:
 
 def bench_tick(nodes: int, repeat: int, profile: bool, fleet: tuple[Any, list] | None = None) -> TickResult:
     """``fleet``: (tenant, pools) of ``nodes`` nodes to reuse (the create benchmark's), else a new one."""
-    from project.fleet.services.budget import budget_allowed
+    from fleet.services.budget import budget_allowed
     from rollout.services.controller import rollout_tick
     from rollout.services.rollouts import rollout_create
 
     tenant, pools = fleet or make_fleet(f"tick-{nodes}", nodes)
-    rollout = rollout_create(tenant=tenant, version=NEW, waves=[100], soak_seconds=0)
+    rollout = rollout_create(tenant=tenant, spec=rollout_spec(version=NEW, waves=[100], soak_seconds=0))
     from decimal import Decimal
 
     per_tick = sum(budget_allowed(budget=Decimal(BUDGET), nodes=pool.nodes.count()) for pool in pools)

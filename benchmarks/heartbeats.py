@@ -12,7 +12,7 @@ What it does, bounded in time (every wait has a deadline) and on 127.0.0.1 only:
    statements each ``POST /api/compute/agent/session`` runs
    (``connection.execute_wrapper``; each worker writes its counts to a file);
 4. enrolls the nodes through the API (``POST /api/compute/pools/``, ``/nodes/``);
-5. runs the agents (project.fleet.simulator) with a short heartbeat interval,
+5. runs the agents (simulator) with a short heartbeat interval,
    waits until all have joined, then measures a window of ``--duration``
    seconds: heartbeats/s, heartbeat latency p50/p99 (client side, request
    sent to response read), errors, SQL statements per heartbeat (counted in
@@ -256,7 +256,7 @@ async def measure_phase(
     options: argparse.Namespace, interval: float, base_url: str, nodes: list, db_url: str, query_dir: Path
 ) -> dict:
     """Run every agent at ``interval``; measure ``options.duration`` seconds once all have joined."""
-    from project.fleet import simulator
+    import simulator
 
     fleet = simulator.Fleet(
         base_url,
@@ -338,7 +338,7 @@ async def measure_phase(
 
 
 async def measure(options: argparse.Namespace, base_url: str, api_key: str, db_url: str, query_dir: Path) -> dict:
-    from project.fleet import simulator
+    import simulator
 
     started = time.monotonic()
     nodes = await simulator.enroll(

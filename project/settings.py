@@ -10,7 +10,7 @@ from pathlib import Path
 import dj_database_url
 import structlog
 
-from project.parsers import env_bool, env_int_or_raw, env_list, env_str
+from core.env import env_bool, env_int_or_raw, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 RUN_DIR = Path(env_str("ROLLOUT_RUN_DIR", str(BASE_DIR / ".run")))
@@ -31,7 +31,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "django_celery_beat",
-    "project.fleet",
+    "fleet",
     "rollout",
 ]
 
@@ -107,13 +107,13 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise expects it, collect
 
 
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["project.fleet.api.authentication.ApiKeyAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["project.fleet.api.permissions.FleetAdmin"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["fleet.api.authentication.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["fleet.api.permissions.FleetAdmin"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": None,
-    "EXCEPTION_HANDLER": "project.api.exception_handler",
+    "EXCEPTION_HANDLER": "core.exceptions.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
 }
@@ -125,7 +125,7 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "project.openapi.postprocess_schema",
+        "rollout.api.schema.postprocess_schema",
     ],
 }
 

@@ -4,13 +4,13 @@ from django.urls import include, path
 from django.views import defaults
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from project.metrics import metrics_view
+from core.metrics import metrics_view
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("api/compute/", include("project.fleet.api.urls")),
+    path("api/compute/", include("fleet.api.urls")),
     path("api/compute/", include("rollout.api.urls")),
-    # The schema includes the downloads endpoint (a plain Django view) via a hook: see project/openapi.py.
+    # The schema includes the downloads endpoint (a plain Django view) via a hook: see rollout/api/schema.py.
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("metrics", metrics_view, name="metrics"),

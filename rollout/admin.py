@@ -35,13 +35,12 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.timezone import localtime
 
-from project.errors import DomainError
-from project.fleet.admin import ReadOnlyMixin, TenantScopedAdmin, tenant_id_of
-from project.fleet.models import Pool, Tenant
-from rollout.fleet import pool_budgets
+from core.errors import DomainError
+from fleet.interface import Pool, ReadOnlyMixin, Tenant, TenantScopedAdmin, pool_budgets, tenant_id_of
 from rollout.forms import RolloutCreateForm
 from rollout.models import NodeUpgrade, Release, ReleaseBinary, Rollout, RolloutEvent, RolloutWave
-from rollout.selectors import STATE_KEYS, rollout_waves
+from rollout.selectors import WaveStats, rollout_waves
+from rollout.services.plan import RolloutPlan
 from rollout.services.releases import release_register
 from rollout.services.rollouts import rollout_abort, rollout_create, rollout_pause, rollout_plan, rollout_resume
 
@@ -167,24 +166,24 @@ class ReleaseAdmin(admin.ModelAdmin):
 
 
 # --- rollouts: display helpers --------------------------------------------------------------
-COUNT_KEYS = tuple(STATE_KEYS.values())
+State = NodeUpgrade.State
 
-# (css class, label, count keys of rollout_waves) of the progress bar's segments, in order.
+# (css class, label, upgrade states) of the progress bar's segments, in order.
 SEGMENTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("succeeded", "succeeded", ("succeeded",)),
-    ("failed", "failed", ("failed",)),
-    ("in-flight", "in flight", ("inFlight",)),
-    ("pending", "pending", ("pending",)),
-    ("other", "skipped/cancelled/rolled back", ("skipped", "cancelled", "rolledBack")),
+    ("succeeded", "succeeded", (State.SUCCEEDED,)),
+    ("failed", "failed", (State.FAILED,)),
+    ("in-flight", "in flight", (State.IN_FLIGHT,)),
+    ("pending", "pending", (State.PENDING,)),
+    ("other", "skipped/cancelled/rolled back", (State.SKIPPED, State.CANCELLED, State.ROLLED_BACK)),
 )
 
 
-def counts_total(waves: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-    """Counts by state summed over waves (rows of rollout_waves)."""
-    totals = dict.fromkeys(COUNT_KEYS, 0)
+def counts_total(waves: Iterable[WaveStats]) -> dict[str, int]:
+    """Counts by upgrade state summed over waves."""
+    totals = dict.fromkeys(State.values, 0)
     for wave in waves:
-        for key in COUNT_KEYS:
-            totals[key] += wave[key]
+        for state, n in wave.counts.items():
+            totals[state] += n
     return totals
 
 
@@ -446,12 +445,12 @@ class RolloutAdmin(TenantScopedAdmin):
         running = rollout.state in Rollout.ACTIVE_STATES
         wave_rows = [
             {
-                **wave,
-                "ordinal": wave["index"] + 1,
-                "bar": progress_bar(wave),
-                "current": running and wave["index"] == rollout.current_wave,
-                "url": filtered({"wave": wave["index"]}),
-                "failed_url": filtered({"wave": wave["index"], "state__exact": NodeUpgrade.State.FAILED}),
+                "stats": wave,
+                "ordinal": wave.index + 1,
+                "bar": progress_bar(wave.counts),
+                "current": running and wave.index == rollout.current_wave,
+                "url": filtered({"wave": wave.index}),
+                "failed_url": filtered({"wave": wave.index, "state__exact": NodeUpgrade.State.FAILED}),
             }
             for wave in waves
         ]
@@ -578,13 +577,13 @@ class RolloutAdmin(TenantScopedAdmin):
         form = RolloutCreateForm(request.POST or None, tenant=self.acting_tenant(request))
         plan = None
         if request.method == "POST" and "_edit" not in request.POST and form.is_valid():
-            kwargs = form.service_kwargs()
             try:
+                tenant, spec = form.chosen_tenant(), form.spec()
                 if "_confirm" in request.POST:
-                    rollout = rollout_create(**kwargs, created_by=request.user)
+                    rollout = rollout_create(tenant=tenant, spec=spec, created_by=request.user)
                     self.message_user(request, f"Created {rollout_label(rollout)}.", messages.SUCCESS)
                     return HttpResponseRedirect(reverse("admin:rollout_rollout_change", args=[rollout.pk]))
-                plan = rollout_plan(**kwargs)
+                plan = rollout_plan(tenant=tenant, spec=spec)
             except DomainError as exc:
                 form.add_error(None, format_html("<code>{}</code>: {}", exc.code, exc.detail))
         context = {
@@ -600,32 +599,32 @@ class RolloutAdmin(TenantScopedAdmin):
         context["title"] = "Plan a rollout"
         return TemplateResponse(request, "admin/rollout/rollout/create.html", context)
 
-    def preview_context(self, form: RolloutCreateForm, plan: dict[str, Any]) -> dict[str, Any]:
-        pools = list(Pool.objects.filter(id__in=plan["poolIds"]).order_by("name"))
+    def preview_context(self, form: RolloutCreateForm, plan: RolloutPlan) -> dict[str, Any]:
+        pools = list(Pool.objects.filter(id__in=plan.pool_ids).order_by("name"))
         ids = [str(pool.id) for pool in pools]
         return {
-            "title": f"Preview: roll out {plan['version']}",
+            "title": f"Preview: roll out {plan.version}",
             "plan": plan,
             "tenant": form.chosen_tenant(),
             "plan_pools": pools,
             "plan_waves": [
                 {
-                    "ordinal": wave["index"] + 1,
-                    "percent": wave["percent"],
-                    "total": wave["total"],
-                    "per_pool": [wave["pools"].get(pool_id, 0) for pool_id in ids],
+                    "ordinal": wave.index + 1,
+                    "percent": wave.percent,
+                    "total": wave.total,
+                    "per_pool": [wave.pools.get(pool_id, 0) for pool_id in ids],
                 }
-                for wave in plan["waves"]
+                for wave in plan.waves
             ],
             "plan_budgets": [
                 {
                     "pool": pool,
-                    "nodes": sum(wave["pools"].get(str(pool.id), 0) for wave in plan["waves"]),
-                    **plan["budgets"][str(pool.id)],
+                    "nodes": sum(wave.pools.get(str(pool.id), 0) for wave in plan.waves),
+                    "budget": plan.budgets[str(pool.id)],
                 }
                 for pool in pools
             ],
-            "estimate": duration_text(plan["estimatedSeconds"]),
+            "estimate": duration_text(plan.estimated_seconds),
         }
 
 

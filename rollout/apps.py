@@ -8,7 +8,10 @@ class RolloutConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from core.metrics import register_collector
         from rollout import checks, hooks, schedules  # noqa: F401  (checks register themselves)
+        from rollout.metrics import RolloutCollector
 
         hooks.connect()
+        register_collector(RolloutCollector())
         post_migrate.connect(schedules.on_post_migrate, sender=self, dispatch_uid="rollout.periodic_tick")

@@ -15,13 +15,15 @@ from typing import Any
 from django import forms
 from django.db.models import Count
 
-from project.fleet.models import Pool, Tenant
+from fleet.interface import Pool, Tenant
 from rollout.models import Release
 from rollout.services.plan import (
     DEFAULT_MAX_FAILURE_RATIO,
     DEFAULT_SOAK_SECONDS,
     DEFAULT_UPGRADE_TIMEOUT_SECONDS,
     DEFAULT_WAVES,
+    RolloutSpec,
+    rollout_spec,
 )
 
 WAVE_TOKEN = re.compile(r"\d+(\.\d+)?")
@@ -120,17 +122,16 @@ class RolloutCreateForm(forms.Form):
         data = self.cleaned_data if data is None else data
         return self.acting_tenant or data.get("tenant")
 
-    def service_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of rollout_plan / rollout_create (the form must be valid)."""
+    def spec(self) -> RolloutSpec:
+        """The service's spec (the form must be valid): the same one validation as the API's."""
         data = self.cleaned_data
         pools = data.get("pools") or []
         ratio: Decimal = data["max_failure_ratio"]
-        return {
-            "tenant": self.chosen_tenant(),
-            "version": data["version"].version,
-            "pool_ids": [pool.id for pool in pools] or None,
-            "waves": data["waves"],
-            "max_failure_ratio": ratio,
-            "soak_seconds": data["soak_seconds"],
-            "upgrade_timeout_seconds": data["upgrade_timeout_seconds"],
-        }
+        return rollout_spec(
+            version=data["version"].version,
+            pool_ids=[str(pool.id) for pool in pools] or None,
+            waves=data["waves"],
+            max_failure_ratio=ratio,
+            soak_seconds=data["soak_seconds"],
+            upgrade_timeout_seconds=data["upgrade_timeout_seconds"],
+        )

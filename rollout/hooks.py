@@ -7,7 +7,7 @@ from uuid import UUID
 
 from django.db.models import QuerySet
 
-from rollout.fleet import node_session_reported, register_daemon_resolver, register_disruption_source
+from fleet.interface import node_session_reported, register_daemon_resolver, register_disruption_source
 from rollout.models import NodeUpgrade
 
 

@@ -17,7 +17,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
-from project.fleet.models import Node, Pool, Tenant
+from fleet.interface import Node, Pool, Tenant
 
 
 class Release(models.Model):

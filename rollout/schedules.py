@@ -7,7 +7,7 @@ from typing import Any
 from django.db import transaction
 
 from rollout import conf
-from rollout.tasks import TICK_ALL_TASK
+from rollout.dispatch import TICK_ALL_TASK
 
 
 def periodic_tick_ensure(*, every: int | None = None, reset: bool = False) -> Any:
@@ -21,7 +21,12 @@ def periodic_tick_ensure(*, every: int | None = None, reset: bool = False) -> An
 
     seconds = every or conf.options().every
     with transaction.atomic():
-        schedule, _ = IntervalSchedule.objects.get_or_create(every=seconds, period=IntervalSchedule.SECONDS)
+        # django-celery-beat has no unique constraint on intervals: an operator may have added a
+        # second "30 seconds" in the admin, so take the oldest rather than get_or_create (which
+        # raises MultipleObjectsReturned and would stop `migrate`).
+        schedule = (
+            IntervalSchedule.objects.filter(every=seconds, period=IntervalSchedule.SECONDS).order_by("id").first()
+        ) or IntervalSchedule.objects.create(every=seconds, period=IntervalSchedule.SECONDS)
         task = PeriodicTask.objects.filter(name=TICK_ALL_TASK).first()
         if task is None:
             task = PeriodicTask.objects.create(

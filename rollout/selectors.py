@@ -4,28 +4,61 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass, field
+from datetime import datetime
 from uuid import UUID
 
 from django.db.models import Count
 
 from rollout.models import NodeUpgrade, Rollout, RolloutWave
 
-STATE_KEYS = {
-    NodeUpgrade.State.PENDING: "pending",
-    NodeUpgrade.State.IN_FLIGHT: "inFlight",
-    NodeUpgrade.State.SUCCEEDED: "succeeded",
-    NodeUpgrade.State.FAILED: "failed",
-    NodeUpgrade.State.SKIPPED: "skipped",
-    NodeUpgrade.State.ROLLED_BACK: "rolledBack",
-    NodeUpgrade.State.CANCELLED: "cancelled",
-}
+State = NodeUpgrade.State
 
 
-def rollout_waves(rollouts: Iterable[Rollout]) -> dict[UUID, list[dict[str, Any]]]:
+@dataclass
+class WaveStats:
+    """One wave of a rollout with its nodes counted by upgrade state."""
+
+    index: int
+    percent: int | float
+    total: int
+    started_at: datetime | None = None
+    settled_at: datetime | None = None
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(State.values, 0))
+
+    @property
+    def pending(self) -> int:
+        return self.counts[State.PENDING]
+
+    @property
+    def in_flight(self) -> int:
+        return self.counts[State.IN_FLIGHT]
+
+    @property
+    def succeeded(self) -> int:
+        return self.counts[State.SUCCEEDED]
+
+    @property
+    def failed(self) -> int:
+        return self.counts[State.FAILED]
+
+    @property
+    def skipped(self) -> int:
+        return self.counts[State.SKIPPED]
+
+    @property
+    def rolled_back(self) -> int:
+        return self.counts[State.ROLLED_BACK]
+
+    @property
+    def cancelled(self) -> int:
+        return self.counts[State.CANCELLED]
+
+
+def rollout_waves(rollouts: Iterable[Rollout]) -> dict[UUID, list[WaveStats]]:
     """Per rollout, its waves with counts by state: two queries for any number of rollouts."""
     ids = [rollout.id for rollout in rollouts]
-    counts: dict[tuple[UUID, int], dict[str, int]] = defaultdict(lambda: dict.fromkeys(STATE_KEYS.values(), 0))
+    counts: dict[tuple[UUID, int], dict[str, int]] = defaultdict(dict)
     rows = (
         NodeUpgrade.objects.filter(rollout_id__in=ids)
         .values("rollout_id", "wave", "state")
@@ -33,18 +66,17 @@ def rollout_waves(rollouts: Iterable[Rollout]) -> dict[UUID, list[dict[str, Any]
         .order_by()
     )
     for row in rows:
-        counts[(row["rollout_id"], row["wave"])][STATE_KEYS[row["state"]]] = row["n"]
-    waves: dict[UUID, list[dict[str, Any]]] = defaultdict(list)
+        counts[(row["rollout_id"], row["wave"])][row["state"]] = row["n"]
+    waves: dict[UUID, list[WaveStats]] = defaultdict(list)
     for wave in RolloutWave.objects.filter(rollout_id__in=ids).order_by("rollout_id", "index"):
         percent = wave.percent
-        waves[wave.rollout_id].append(
-            {
-                "index": wave.index,
-                "percent": int(percent) if percent == percent.to_integral_value() else float(percent),
-                "total": wave.total,
-                **counts[(wave.rollout_id, wave.index)],
-                "startedAt": wave.started_at,
-                "settledAt": wave.settled_at,
-            }
+        stats = WaveStats(
+            index=wave.index,
+            percent=int(percent) if percent == percent.to_integral_value() else float(percent),
+            total=wave.total,
+            started_at=wave.started_at,
+            settled_at=wave.settled_at,
         )
+        stats.counts.update(counts[(wave.rollout_id, wave.index)])
+        waves[wave.rollout_id].append(stats)
     return waves

@@ -12,6 +12,7 @@ from celery import shared_task
 from django.db import OperationalError
 from django.utils import timezone
 
+from rollout.dispatch import NODE_UPGRADE_TIMEOUT_TASK, TICK_ALL_TASK, TICK_TASK, TIMEOUTS_DUE_TASK
 from rollout.models import NodeUpgrade
 from rollout.services import controller
 
@@ -26,8 +27,6 @@ RETRY = {
     "max_retries": 5,
 }
 
-TICK_ALL_TASK = "rollout/all"
-
 
 @shared_task(name=TICK_ALL_TASK, **RETRY)
 def rollouts_tick_all() -> int:
@@ -35,17 +34,26 @@ def rollouts_tick_all() -> int:
     return controller.rollouts_tick_all()
 
 
-@shared_task(name="rollout/tick", **RETRY)
+@shared_task(name=TICK_TASK, **RETRY)
 def rollout_tick(rollout_id: str) -> None:
     """A tick of one rollout, asked for when a node settles or a soak ends."""
     controller.rollout_tick(rollout_id=rollout_id)
 
 
-@shared_task(name="rollout/node-upgrade-timeout", **RETRY)
+@shared_task(name=TIMEOUTS_DUE_TASK, **RETRY)
+def rollout_timeouts_due(rollout_id: str) -> None:
+    """At the deadline of the nodes one tick started: each of them still in flight settles (no-op when none)."""
+    _, failed = controller.node_upgrades_settle_overdue(now=timezone.now(), rollout_ids=[rollout_id])
+    if failed:
+        controller.rollout_request_tick(rollout_id=rollout_id)
+
+
+@shared_task(name=NODE_UPGRADE_TIMEOUT_TASK, **RETRY)
 def node_upgrade_timeout(node_upgrade_id: int) -> None:
-    """Fail one in-flight node at its deadline (a no-op when it already settled)."""
+    """Settle one in-flight node at its deadline (a no-op when it already settled or is not yet due)."""
     upgrade = NodeUpgrade.objects.filter(pk=node_upgrade_id).only("rollout_id", "state").first()
     if upgrade is None or upgrade.state != NodeUpgrade.State.IN_FLIGHT:
         return
-    if controller.node_upgrades_fail_overdue(now=timezone.now(), ids=[node_upgrade_id]):
+    _, failed = controller.node_upgrades_settle_overdue(now=timezone.now(), ids=[node_upgrade_id])
+    if failed:
         controller.rollout_request_tick(rollout_id=upgrade.rollout_id)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
-from project.fleet.models import Permission, Tenant
-from project.fleet.services.iam import api_key_create, tenant_create
+from fleet.models import Permission, Tenant
+from fleet.services.iam import api_key_create, tenant_create
 
 
 @pytest.fixture

@@ -98,8 +98,8 @@ def fleet(
 
     from django.utils import timezone
 
-    from project.fleet.models import Node, NodeSession, Pool
-    from project.fleet.tokens import new_token, token_hash
+    from fleet.models import Node, NodeSession, Pool
+    from fleet.tokens import new_token, token_hash
 
     now = now or timezone.now()
     result: dict[str, list] = {}

@@ -6,11 +6,13 @@ checked once, in rollout/services/plan.py, for the API and the admin alike.
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from project.fleet.api.fields import StrictBooleanField, StrictIntegerField, StrictNumberField, StrictSerializer
+from core.fields import StrictBooleanField, StrictIntegerField, StrictNumberField, StrictSerializer
 from rollout import conf
 from rollout.models import NodeUpgrade, Release, Rollout, RolloutEvent
+from rollout.services.plan import RolloutSpec, rollout_spec
 
 
 class ReleaseSerializer(serializers.ModelSerializer):
@@ -41,20 +43,38 @@ class RolloutCreateSerializer(StrictSerializer):
     soakSeconds = StrictIntegerField(required=False)
     upgradeTimeoutSeconds = StrictIntegerField(required=False)
 
-    def service_kwargs(self) -> dict:
+    def spec(self) -> RolloutSpec:
+        """The service's spec (the one validation of the options: rollout.services.plan.rollout_spec)."""
         data = self.validated_data
-        return {
-            "version": data["version"],
-            "pool_ids": data.get("poolIds"),
-            "waves": data.get("waves"),
-            "max_failure_ratio": data.get("maxFailureRatio"),
-            "soak_seconds": data.get("soakSeconds"),
-            "upgrade_timeout_seconds": data.get("upgradeTimeoutSeconds"),
-        }
+        return rollout_spec(
+            version=data["version"],
+            pool_ids=data.get("poolIds"),
+            waves=data.get("waves"),
+            max_failure_ratio=data.get("maxFailureRatio"),
+            soak_seconds=data.get("soakSeconds"),
+            upgrade_timeout_seconds=data.get("upgradeTimeoutSeconds"),
+        )
 
 
 class AbortSerializer(serializers.Serializer):
     rollback = StrictBooleanField(required=False, default=False)
+
+
+class RolloutWaveSerializer(serializers.Serializer):
+    """One wave of a rollout with its nodes counted by upgrade state (a rollout.selectors.WaveStats)."""
+
+    index = serializers.IntegerField(min_value=0)
+    percent = StrictNumberField(help_text="The cumulative percentage requested for this wave.")
+    total = serializers.IntegerField(min_value=0)
+    pending = serializers.IntegerField(min_value=0)
+    inFlight = serializers.IntegerField(min_value=0, source="in_flight")
+    succeeded = serializers.IntegerField(min_value=0)
+    failed = serializers.IntegerField(min_value=0)
+    skipped = serializers.IntegerField(min_value=0)
+    rolledBack = serializers.IntegerField(min_value=0, source="rolled_back")
+    cancelled = serializers.IntegerField(min_value=0)
+    startedAt = serializers.DateTimeField(allow_null=True, source="started_at")
+    settledAt = serializers.DateTimeField(allow_null=True, source="settled_at")
 
 
 class RolloutSerializer(serializers.ModelSerializer):
@@ -89,16 +109,43 @@ class RolloutSerializer(serializers.ModelSerializer):
             "completedAt",
         ]
 
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_poolIds(self, rollout: Rollout) -> list[str]:
         return sorted(str(pool.id) for pool in rollout.pools.all())
 
+    @extend_schema_field(RolloutWaveSerializer(many=True))
     def get_waves(self, rollout: Rollout) -> list[dict]:
-        waves = self.context["waves"].get(rollout.id, [])
-        return [{**wave, "startedAt": _iso(wave["startedAt"]), "settledAt": _iso(wave["settledAt"])} for wave in waves]
+        return RolloutWaveSerializer(self.context["waves"].get(rollout.id, []), many=True).data
 
 
-def _iso(value):
-    return serializers.DateTimeField().to_representation(value) if value else None
+class PlannedWaveSerializer(serializers.Serializer):
+    index = serializers.IntegerField(min_value=0)
+    percent = StrictNumberField()
+    total = serializers.IntegerField(min_value=1)
+    pools = serializers.DictField(child=serializers.IntegerField(), help_text="Nodes of this wave per pool id.")
+
+
+class PlannedBudgetSerializer(serializers.Serializer):
+    allowed = serializers.IntegerField(help_text="ceil(disruptionBudget x nodes in the pool).")
+    inUse = serializers.IntegerField(help_text="Nodes of the pool disrupted now.", source="in_use")
+
+
+class RolloutPlanSerializer(serializers.Serializer):
+    """The answer of a dry run (``?dryRun=true``, a rollout.services.plan.RolloutPlan). Nothing is written."""
+
+    version = serializers.CharField()
+    poolIds = serializers.ListField(child=serializers.CharField(), source="pool_ids")
+    nodes = serializers.IntegerField(min_value=1)
+    waves = PlannedWaveSerializer(many=True)
+    budgets = serializers.DictField(child=PlannedBudgetSerializer(), help_text="Per pool id.")
+    maxFailureRatio = serializers.FloatField(source="options.max_failure_ratio")
+    soakSeconds = serializers.IntegerField(source="options.soak_seconds")
+    upgradeTimeoutSeconds = serializers.IntegerField(source="options.upgrade_timeout_seconds")
+    estimatedSeconds = serializers.IntegerField(
+        allow_null=True,
+        source="estimated_seconds",
+        help_text="Worst case (every node takes the whole timeout); null when a pool's budget allows no node.",
+    )
 
 
 class NodeUpgradeSerializer(serializers.ModelSerializer):

@@ -18,21 +18,21 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from project.errors import InvalidInput, NotFound
-from project.openapi import (
+from core.errors import InvalidInput, NotFound
+from rollout.api.filters import NodeUpgradeFilter, RolloutFilter
+from rollout.api.schema import (
     DRY_RUN,
     ENVELOPE_EXAMPLE,
     DsseEnvelopeSerializer,
-    RolloutPlanSerializer,
     error_responses,
 )
-from rollout.api.filters import NodeUpgradeFilter, RolloutFilter
 from rollout.api.serializers import (
     AbortSerializer,
     NodeUpgradeSerializer,
     ReleaseSerializer,
     RolloutCreateSerializer,
     RolloutEventSerializer,
+    RolloutPlanSerializer,
     RolloutSerializer,
 )
 from rollout.models import NodeUpgrade, Rollout
@@ -196,9 +196,11 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         serializer = RolloutCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         tenant = request.auth.tenant
+        spec = serializer.spec()
         if _is_true(request.query_params.get("dryRun")):
-            return Response(rollout_plan(tenant=tenant, **serializer.service_kwargs()), status=status.HTTP_200_OK)
-        rollout = rollout_create(tenant=tenant, created_by=request.user, **serializer.service_kwargs())
+            plan = rollout_plan(tenant=tenant, spec=spec)
+            return Response(RolloutPlanSerializer(plan).data, status=status.HTTP_200_OK)
+        rollout = rollout_create(tenant=tenant, spec=spec, created_by=request.user)
         return Response(self._fresh(rollout.id), status=status.HTTP_201_CREATED)
 
     @extend_schema(

@@ -1,4 +1,4 @@
-"""The controller: one function per step, and the tick that runs them for one rollout.
+"""The controller: the steps of a tick, and the tick that runs them for one rollout.
 
 A tick (CONTRACT 5), for one rollout, under its row lock taken with
 ``skip_locked`` so two workers never reconcile the same rollout at once:
@@ -11,42 +11,41 @@ A tick (CONTRACT 5), for one rollout, under its row lock taken with
 4. start: pending nodes of the current wave, in position order, per pool,
    within the pool's disruption budget (under the pool's row lock).
 
-Every state change is a conditional UPDATE (``filter(state=...)``), so a tick
-repeated after a crash, or racing the agent's join path or a timeout task,
-never moves a row twice.
+The controller decides which rows move; the moves themselves (conditional
+UPDATE, one-writer flag, event, log line) are rollout/services/transitions.py.
 """
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
 from uuid import UUID
 
 import structlog
-from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Exists, F, Max, OuterRef, Subquery
+from django.db.models import Count, Exists, F, Max, OuterRef
 from django.utils import timezone
 
-from project.metrics import TICK_SECONDS
-from rollout import conf
-from rollout.fleet import (
-    Command,
-    Node,
-    NodeSession,
-    commands_enqueue,
-    nodes_set_daemon,
-    online_node_q,
-    pool_budget,
-    pools_set_default_daemon_version,
+from fleet.interface import Command, Node, NodeSession, commands_enqueue, online_node_q, pool_budget
+from rollout.dispatch import TICK_TASK, TIMEOUTS_DUE_TASK, publish_on_commit
+from rollout.metrics import TICK_SECONDS
+from rollout.models import NodeUpgrade, ReleaseBinary, Rollout, RolloutWave, TickRequest
+from rollout.services.daemons import daemon_section, min_protocol_version, send_back_rows, set_daemons
+from rollout.services.transitions import (
+    complete_rollout,
+    fail_and_send_back,
+    keep_in_flight,
+    pause_rollout,
+    release_settled_claims,
+    roll_back_upgrades,
+    skip_upgrades,
+    start_next_wave,
+    start_upgrades,
+    succeed_upgrades,
 )
-from rollout.models import NodeUpgrade, ReleaseBinary, Rollout, RolloutEvent, RolloutWave, TickRequest
-from rollout.services.events import event_record
 
 log = structlog.get_logger("rollout")
 
@@ -75,19 +74,11 @@ def rollout_request_tick(*, rollout_id: UUID, countdown: float = 0.0) -> None:
     The flag is cleared when the tick starts; the periodic tick clears it too,
     so a lost message delays a rollout by one period at most.
     """
-    from rollout import tasks
-
     queued = TickRequest.objects.filter(
         rollout_id=rollout_id, queued=False, rollout__state__in=Rollout.ACTIVE_STATES
     ).update(queued=True)
     if queued:
-        transaction.on_commit(lambda: tasks.rollout_tick.apply_async(args=[str(rollout_id)], countdown=countdown))
-
-
-def _tick_at(rollout_id: UUID, when: datetime) -> None:
-    from rollout import tasks
-
-    transaction.on_commit(lambda: tasks.rollout_tick.apply_async(args=[str(rollout_id)], eta=when))
+        publish_on_commit(TICK_TASK, args=[str(rollout_id)], countdown=countdown)
 
 
 # --- counts ----------------------------------------------------------------------------
@@ -104,55 +95,36 @@ def wave_failures(rollout: Rollout) -> int:
     return wave_counts(rollout=rollout, wave=rollout.current_wave)[State.FAILED]
 
 
-# --- transitions of the rollout --------------------------------------------------------
+# --- judging and advancing ---------------------------------------------------------------
 
 
-def rollout_mark_paused(*, rollout: Rollout, reason: str, at: datetime, **data: Any) -> None:
-    """active -> paused (the caller holds the rollout's row lock)."""
-    rollout.state = Rollout.State.PAUSED
-    rollout.paused_reason = reason
-    rollout.save(update_fields=["state", "paused_reason"])
-    event_record(rollout=rollout, kind=RolloutEvent.Kind.PAUSED, at=at, reason=reason, **data)
-
-
-def rollout_judge_failures(*, rollout: Rollout, now: datetime, counts: dict[str, int] | None = None) -> bool:
-    """Pause when failed / (succeeded + failed) of the current wave exceeds maxFailureRatio.
+def failure_ratio_exceeded(*, rollout: Rollout, counts: dict[str, int]) -> bool:
+    """The rule: the current wave's failed / (succeeded + failed) exceeds maxFailureRatio.
 
     Exactly "exceeds": equality does not pause. Exact arithmetic (Decimal).
-    Failures an operator accepted by resuming do not pause again; a new one does.
+    Failures an operator accepted by resuming do not count again; a new one does.
     """
-    counts = counts or wave_counts(rollout=rollout, wave=rollout.current_wave)
     failed, succeeded = counts[State.FAILED], counts[State.SUCCEEDED]
     if failed <= rollout.acknowledged_failures or failed + succeeded == 0:
         return False
-    if Decimal(failed) <= rollout.max_failure_ratio * (failed + succeeded):
+    return Decimal(failed) > rollout.max_failure_ratio * (failed + succeeded)
+
+
+def rollout_judge_failures(*, rollout: Rollout, now: datetime, counts: dict[str, int] | None = None) -> bool:
+    """Pause the rollout (``failure_ratio``) when its current wave's failure ratio is exceeded."""
+    counts = counts or wave_counts(rollout=rollout, wave=rollout.current_wave)
+    if not failure_ratio_exceeded(rollout=rollout, counts=counts):
         return False
-    rollout_mark_paused(
+    pause_rollout(
         rollout=rollout,
         reason=Rollout.PausedReason.FAILURE_RATIO,
         at=now,
         wave=rollout.current_wave,
-        failed=failed,
-        succeeded=succeeded,
+        failed=counts[State.FAILED],
+        succeeded=counts[State.SUCCEEDED],
         maxFailureRatio=float(rollout.max_failure_ratio),
     )
     return True
-
-
-def rollout_complete(*, rollout: Rollout, now: datetime) -> None:
-    """active -> completed; the covered pools take the version as their default."""
-    rollout.state = Rollout.State.COMPLETED
-    rollout.completed_at = now
-    rollout.save(update_fields=["state", "completed_at"])
-    NodeUpgrade.objects.filter(rollout=rollout, claims_node=True).exclude(state=State.IN_FLIGHT).update(
-        claims_node=False
-    )
-    # The pools it actually covered: those of its own nodes (one writer per node means no newer
-    # rollout can have taken them meanwhile).
-    covered = NodeUpgrade.objects.filter(rollout=rollout).values_list("pool_id", flat=True).distinct()
-    pools_set_default_daemon_version(pool_ids=list(covered.order_by()), version=rollout.release.version)
-    totals = dict(NodeUpgrade.objects.filter(rollout=rollout).values_list("state").annotate(n=Count("id")).order_by())
-    event_record(rollout=rollout, kind=RolloutEvent.Kind.COMPLETED, at=now, **totals)
 
 
 def rollout_advance(*, rollout: Rollout, now: datetime) -> bool:
@@ -166,45 +138,25 @@ def rollout_advance(*, rollout: Rollout, now: datetime) -> bool:
         return False
     waves = {wave.index: wave for wave in RolloutWave.objects.filter(rollout=rollout)}
     wave = waves[rollout.current_wave]
-    is_last = rollout.current_wave == max(waves)
     if wave.settled_at is None:
-        last_settled = NodeUpgrade.objects.filter(rollout=rollout, wave=wave.index).aggregate(last=Max("settled_at"))[
-            "last"
-        ]
-        wave.settled_at = last_settled or now
+        last = NodeUpgrade.objects.filter(rollout=rollout, wave=wave.index).aggregate(last=Max("settled_at"))["last"]
+        wave.settled_at = last or now
         wave.save(update_fields=["settled_at"])
         rollout.next_wave_at = wave.settled_at + timedelta(seconds=rollout.soak_seconds)
         rollout.save(update_fields=["next_wave_at"])
-    if is_last:
-        rollout_complete(rollout=rollout, now=now)
+        if rollout.current_wave != max(waves):
+            # One message for the soak's end, scheduled once (when the wave settles), not at every tick.
+            publish_on_commit(TICK_TASK, args=[str(rollout.id)], eta=rollout.next_wave_at)
+    if rollout.current_wave == max(waves):
+        complete_rollout(rollout=rollout, at=now)
         return True
     if rollout.next_wave_at is not None and now < rollout.next_wave_at:
-        _tick_at(rollout.id, rollout.next_wave_at)  # on time, not up to a period late (again if early)
         return False
-    rollout.current_wave += 1
-    rollout.acknowledged_failures = 0
-    rollout.next_wave_at = None
-    rollout.save(update_fields=["current_wave", "acknowledged_failures", "next_wave_at"])
-    upcoming = waves[rollout.current_wave]
-    upcoming.started_at = now
-    upcoming.save(update_fields=["started_at"])
-    event_record(
-        rollout=rollout,
-        kind=RolloutEvent.Kind.WAVE,
-        at=now,
-        wave=upcoming.index,
-        percent=float(upcoming.percent),
-        total=upcoming.total,
-    )
+    start_next_wave(rollout=rollout, wave=waves[rollout.current_wave + 1], at=now)
     return True
 
 
 # --- settling nodes --------------------------------------------------------------------
-
-
-def _claims(rollout_state: str) -> bool:
-    # A settled row keeps holding its node while its rollout is active or paused.
-    return rollout_state in Rollout.ACTIVE_STATES
 
 
 def node_upgrades_settle_succeeded(*, rollout: Rollout, now: datetime) -> int:
@@ -217,13 +169,9 @@ def node_upgrades_settle_succeeded(*, rollout: Rollout, now: datetime) -> int:
             node__session__left_at__isnull=True,
         ).values_list("id", flat=True)
     )
-    if not ids:
-        return 0
-    updated = NodeUpgrade.objects.filter(id__in=ids, state=State.IN_FLIGHT).update(
-        state=State.SUCCEEDED, settled_at=now, claims_node=_claims(rollout.state)
+    return succeed_upgrades(
+        ids=ids, rollout_state=rollout.state, at=now, rollout=str(rollout.id), version=rollout.release.version
     )
-    log.info("node_upgrade.succeeded", rollout=str(rollout.id), count=updated, version=rollout.release.version)
-    return updated
 
 
 def node_upgrade_settle_reported(*, node_id: UUID, daemon_version: str) -> bool:
@@ -235,185 +183,86 @@ def node_upgrade_settle_reported(*, node_id: UUID, daemon_version: str) -> bool:
     )
     if row is None:
         return False
-    now = timezone.now()
-    updated = NodeUpgrade.objects.filter(pk=row.pk, state=State.IN_FLIGHT).update(
-        state=State.SUCCEEDED, settled_at=now, claims_node=_claims(row.rollout.state)
-    )
-    if not updated:
-        return False
-    log.info(
-        "node_upgrade.succeeded",
+    settled = succeed_upgrades(
+        ids=[row.pk],
+        rollout_state=row.rollout.state,
+        at=timezone.now(),
         tenant=row.rollout.tenant_id,
         rollout=str(row.rollout_id),
         node=str(node_id),
         version=daemon_version,
     )
-    rollout_request_tick(rollout_id=row.rollout_id)
-    return True
+    if settled:
+        rollout_request_tick(rollout_id=row.rollout_id)
+    return bool(settled)
 
 
-def _set_daemons(assignments: Iterable[tuple[UUID, dict | None]]) -> None:
-    """Set spec.daemon per node: one UPDATE per distinct section, not per node."""
-    groups: dict[str, list[UUID]] = defaultdict(list)
-    for node_id, section in assignments:
-        groups[json.dumps(section, sort_keys=True)].append(node_id)
-    for key, node_ids in groups.items():
-        nodes_set_daemon(node_ids=node_ids, daemon=json.loads(key))
-
-
-def _cancel_upgrade_commands(node_ids: list[UUID]) -> None:
-    if node_ids:
-        Command.objects.filter(
-            node_id__in=node_ids,
-            kind=Command.Kind.DAEMON_UPGRADE,
-            state__in=[Command.State.PENDING, Command.State.ACKED],
-        ).update(state=Command.State.CANCELLED, completed_at=timezone.now())
-
-
-@transaction.atomic
-def node_upgrades_fail_overdue(
-    *, now: datetime, rollout: Rollout | None = None, ids: Iterable[int] | None = None
-) -> int:
-    """In-flight nodes past their deadline fail; their spec.daemon goes back to the previous section.
-
-    Rows another worker is settling right now are skipped (``skip_locked``).
-    """
-    queryset = NodeUpgrade.objects.filter(state=State.IN_FLIGHT, deadline__lte=now)
-    if rollout is not None:
-        queryset = queryset.filter(rollout=rollout)
-    if ids is not None:
-        queryset = queryset.filter(id__in=list(ids))
-    on_target = Exists(
+def _on_target() -> Exists:
+    """The node's current session (open, not left) reports the row's target version."""
+    return Exists(
         NodeSession.objects.filter(
             node_id=OuterRef("node_id"), daemon_version=OuterRef("target_version"), left_at__isnull=True
         )
     )
-    rows = list(
-        queryset.select_for_update(skip_locked=True, of=("self",))
-        .annotate(on_target=on_target)
-        .values(
-            "id",
-            "node_id",
-            "node__arch",
-            "node__session__protocol_version",
-            "previous_daemon",
-            "previous_version",
-            "rollout_id",
-            "rollout__state",
-            "rollout__tenant_id",
-            "on_target",
-        )
-    )
-    # A node whose agent already runs the target version succeeded; only its notice was
-    # lost (or is late). Never fail it and send it back.
-    arrived = [row for row in rows if row["on_target"]]
-    overdue = [row for row in rows if not row["on_target"]]
-    for claims in (True, False):
-        for state, reason, chosen_rows in ((State.SUCCEEDED, None, arrived), (State.FAILED, "timeout", overdue)):
-            chosen = [row["id"] for row in chosen_rows if _claims(row["rollout__state"]) == claims]
-            if chosen:
-                NodeUpgrade.objects.filter(id__in=chosen, state=State.IN_FLIGHT).update(
-                    state=state, reason=reason, settled_at=now, claims_node=claims
-                )
-    if not overdue:
-        return 0
-    # Back to what the node ran before (as a rollback would), else literally its previous section.
-    previous = _registered_previous(overdue)
-    _send_back([(row, section or row["previous_daemon"]) for row, section in zip(overdue, previous, strict=True)])
-    for row in overdue:
-        log.info(
-            "node_upgrade.failed",
-            tenant=row["rollout__tenant_id"],
-            rollout=str(row["rollout_id"]),
-            node=str(row["node_id"]),
-            reason="timeout",
-        )
-    return len(overdue)
 
 
-def _send_back(rows_and_sections: list[tuple[dict[str, Any], dict | None]]) -> None:
-    """Set each node's spec.daemon back to ``section``.
+@transaction.atomic
+def node_upgrades_settle_overdue(
+    *,
+    now: datetime,
+    rollout: Rollout | None = None,
+    rollout_ids: Iterable[UUID | str] | None = None,
+    ids: Iterable[int] | None = None,
+) -> tuple[int, int]:
+    """In-flight nodes past their deadline settle: (succeeded, failed).
 
-    Agents below FLEET_MIN_PROTOCOL_VERSION do not apply spec.daemon: they get a
-    daemon.upgrade command with that section (which supersedes the pending one);
-    others just lose their pending daemon.upgrade command.
+    One that the agent already runs succeeds (only its join notice was lost or is
+    late: never fail it and send it back); the others time out: they fail and go
+    back to what they ran before (``fail_and_send_back``). Rows another worker is
+    settling right now are skipped (``skip_locked``).
     """
-    _set_daemons((row["node_id"], section) for row, section in rows_and_sections)
-    min_protocol = _min_protocol_version()
-    old = [
-        (row["node_id"], section)
-        for row, section in rows_and_sections
-        if section and (row["node__session__protocol_version"] or 0) < min_protocol
-    ]
-    old_ids = {node_id for node_id, _ in old}
-    _cancel_upgrade_commands([row["node_id"] for row, _ in rows_and_sections if row["node_id"] not in old_ids])
-    if old:
-        commands_enqueue(node_ids_payloads=old, kind=Command.Kind.DAEMON_UPGRADE)
-
-
-def _registered_previous(rows: list[dict[str, Any]]) -> list[dict | None]:
-    """Per row, the daemon section the node ran before, when that release is registered.
-
-    The previous section recorded at start, else (the node had no desired
-    daemon) the section of the version its agent reported then. None when that
-    release is not registered or has no binary for the node's arch. One query.
-    """
-    versions = {(row["previous_daemon"] or {}).get("version") or row["previous_version"] for row in rows}
-    binaries = {
-        (version, arch): sha256
-        for version, arch, sha256 in ReleaseBinary.objects.filter(release__version__in=versions).values_list(
-            "release__version", "arch", "sha256"
+    queryset = NodeUpgrade.objects.filter(state=State.IN_FLIGHT, deadline__lte=now)
+    if rollout is not None:
+        queryset = queryset.filter(rollout=rollout)
+    if rollout_ids is not None:
+        queryset = queryset.filter(rollout_id__in=list(rollout_ids))
+    if ids is not None:
+        queryset = queryset.filter(id__in=list(ids))
+    locked = queryset.select_for_update(skip_locked=True, of=("self",))
+    arrived = list(locked.filter(_on_target()).values_list("id", "rollout__state"))
+    succeeded = 0
+    for rollout_state in {state for _, state in arrived}:
+        succeeded += succeed_upgrades(
+            ids=[pk for pk, state in arrived if state == rollout_state], rollout_state=rollout_state, at=now
         )
-    }
-    sections: list[dict | None] = []
-    for row in rows:
-        arch, section = row["node__arch"], row["previous_daemon"]
-        if section:
-            sections.append(section if (section.get("version"), arch) in binaries else None)
-            continue
-        version = row["previous_version"]
-        sha256 = binaries.get((version, arch))
-        url = conf.binary_url(version, f"linux-{arch}") if version else None
-        sections.append({"version": version, "url": url, "sha256": sha256} if sha256 and url else None)
-    return sections
+    overdue = send_back_rows(locked.exclude(id__in=[pk for pk, _ in arrived]))
+    failed = fail_and_send_back(rows=overdue, reason=NodeUpgrade.Reason.TIMEOUT, at=now)
+    return succeeded, failed
 
 
 def node_upgrades_roll_back(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
-    """Send in-flight nodes back to their previous section when that release is registered.
+    """Abort with rollback: in-flight nodes go back to their previous release when it is registered.
 
-    Returns (rolled back, kept in flight). A node whose previous release is not
-    registered stays in flight, with the reason saying why.
+    Returns (rolled back, kept in flight). A node already running the target
+    version succeeds instead (its join notice is late; a confirmed agent refuses
+    older binaries). A node whose previous release is not registered stays in
+    flight, with the reason saying why.
     """
     # Locked: a node the join path settles meanwhile must not be sent back (succeeded is final).
-    rows = list(
-        NodeUpgrade.objects.filter(rollout=rollout, state=State.IN_FLIGHT)
-        .select_for_update(of=("self",))
-        .values("id", "node_id", "node__arch", "node__session__protocol_version", "previous_daemon", "previous_version")
+    locked = NodeUpgrade.objects.filter(rollout=rollout, state=State.IN_FLIGHT).select_for_update(of=("self",))
+    arrived = list(locked.filter(_on_target()).values_list("id", flat=True))
+    succeed_upgrades(
+        ids=arrived, rollout_state=rollout.state, at=now, rollout=str(rollout.id), why="on_target_at_abort"
     )
-    if not rows:
-        return 0, 0
-    back: list[tuple[dict[str, Any], dict]] = []
-    back_ids, kept_ids = [], []
-    for row, section in zip(rows, _registered_previous(rows), strict=True):
-        if section is None:
-            kept_ids.append(row["id"])
-        else:
-            back.append((row, section))
-            back_ids.append(row["id"])
-    NodeUpgrade.objects.filter(id__in=back_ids, state=State.IN_FLIGHT).update(
-        state=State.ROLLED_BACK, reason=NodeUpgrade.Reason.ROLLED_BACK, settled_at=now, claims_node=False
-    )
-    NodeUpgrade.objects.filter(id__in=kept_ids).update(reason=NodeUpgrade.Reason.PREVIOUS_NOT_REGISTERED)
-    _send_back(back)
-    return len(back_ids), len(kept_ids)
+    rows = send_back_rows(locked.exclude(id__in=arrived))
+    back = [row for row in rows if row.section is not None]
+    kept = [row.id for row in rows if row.section is None]
+    rolled_back = roll_back_upgrades(rows=back, at=now)
+    keep_in_flight(ids=kept, reason=NodeUpgrade.Reason.PREVIOUS_NOT_REGISTERED)
+    return rolled_back, len(kept)
 
 
 # --- starting nodes --------------------------------------------------------------------
-
-
-def _min_protocol_version() -> int:
-    value = settings.FLEET_MIN_PROTOCOL_VERSION
-    return value if isinstance(value, int) else 2
 
 
 def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
@@ -426,9 +275,9 @@ def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
     sha256_of_arch = dict(ReleaseBinary.objects.filter(release=release).values_list("arch", "sha256"))
     online = Exists(Node.objects.filter(online_node_q(now=now), pk=OuterRef("node_id")))
     timeout = timedelta(seconds=rollout.upgrade_timeout_seconds)
-    min_protocol = _min_protocol_version()
+    minimum_protocol = min_protocol_version()
 
-    to_start: dict[datetime, list[int]] = defaultdict(list)  # start time -> node upgrade ids
+    to_start: dict[datetime, list[tuple[int, UUID]]] = defaultdict(list)  # start time -> (upgrade, node) ids
     sections: list[tuple[UUID, dict]] = []
     old_agents: list[tuple[UUID, dict]] = []
     skipped: dict[str, list[int]] = defaultdict(list)
@@ -444,14 +293,7 @@ def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
                 pending.filter(pool_id=pool_id, position__gt=cursor)
                 .annotate(online=online)
                 .order_by("position")
-                .values(
-                    "id",
-                    "node_id",
-                    "position",
-                    "online",
-                    "node__arch",
-                    "node__session__protocol_version",
-                )[:limit]
+                .values("id", "node_id", "position", "online", "node__arch", "node__session__protocol_version")[:limit]
             )
             for row in chunk:
                 if room == 0:
@@ -464,67 +306,27 @@ def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
                 if arch not in sha256_of_arch:
                     skipped[NodeUpgrade.Reason.NO_BINARY].append(row["id"])
                     continue
-                section = {
-                    "version": release.version,
-                    "url": conf.binary_url(release.version, f"linux-{arch}"),
-                    "sha256": sha256_of_arch[arch],
-                }
-                to_start[started_at].append(row["id"])
+                section = daemon_section(version=release.version, arch=arch, sha256=sha256_of_arch[arch])
+                to_start[started_at].append((row["id"], row["node_id"]))
                 sections.append((row["node_id"], section))
-                if (row["node__session__protocol_version"] or 0) < min_protocol:
+                if (row["node__session__protocol_version"] or 0) < minimum_protocol:
                     old_agents.append((row["node_id"], section))
                 room -= 1
             if len(chunk) < limit:
                 break
 
     for reason, ids in skipped.items():
-        NodeUpgrade.objects.filter(id__in=ids, state=State.PENDING).update(
-            state=State.SKIPPED, reason=reason, settled_at=now
-        )
-    started = sum(len(ids) for ids in to_start.values())
+        skip_upgrades(rollout=rollout, ids=ids, reason=reason, at=now)
+    started = 0
+    for started_at, starts in to_start.items():
+        started += start_upgrades(rollout=rollout, starts=starts, started_at=started_at, deadline=started_at + timeout)
+        # One timeout sweep per start time (not per node): it settles exactly the nodes overdue then.
+        publish_on_commit(TIMEOUTS_DUE_TASK, args=[str(rollout.id)], eta=started_at + timeout)
     if started:
-        for started_at, ids in to_start.items():
-            _mark_started(ids=ids, started_at=started_at, deadline=started_at + timeout)
-        _set_daemons(sections)
+        set_daemons(sections)
         if old_agents:
             commands_enqueue(node_ids_payloads=old_agents, kind=Command.Kind.DAEMON_UPGRADE)
-        _schedule_timeouts([(i, at + timeout) for at, ids in to_start.items() for i in ids])
-        for node_id, _ in sections:
-            log.info(
-                "node_upgrade.started",
-                tenant=rollout.tenant_id,
-                rollout=str(rollout.id),
-                node=str(node_id),
-                version=release.version,
-                wave=rollout.current_wave,
-            )
     return started, sum(len(ids) for ids in skipped.values())
-
-
-def _mark_started(*, ids: list[int], started_at: datetime, deadline: datetime) -> int:
-    """pending -> in_flight in one set-based UPDATE, recording what each node ran before.
-
-    The previous section and version are read from the node and its session by
-    the UPDATE itself (before spec.daemon changes), not sent row by row.
-    """
-    return NodeUpgrade.objects.filter(id__in=ids, state=State.PENDING).update(
-        state=State.IN_FLIGHT,
-        started_at=started_at,
-        deadline=deadline,
-        previous_daemon=Subquery(Node.objects.filter(pk=OuterRef("node_id")).values("spec__daemon")[:1]),
-        previous_version=Subquery(NodeSession.objects.filter(node_id=OuterRef("node_id")).values("daemon_version")[:1]),
-    )
-
-
-def _schedule_timeouts(deadlines: list[tuple[int, datetime]]) -> None:
-    """One timeout task per started node, due at its deadline (the tick sweeps overdue nodes too)."""
-    from rollout import tasks
-
-    def send() -> None:
-        for node_upgrade_id, deadline in deadlines:
-            tasks.node_upgrade_timeout.apply_async(args=[node_upgrade_id], eta=deadline)
-
-    transaction.on_commit(send)
 
 
 # --- the tick --------------------------------------------------------------------------
@@ -549,7 +351,8 @@ def rollout_tick(*, rollout_id: UUID | str) -> TickResult | None:
         now = timezone.now()
         result = TickResult()
         result.succeeded = node_upgrades_settle_succeeded(rollout=rollout, now=now)
-        result.failed = node_upgrades_fail_overdue(now=now, rollout=rollout)
+        arrived, result.failed = node_upgrades_settle_overdue(now=now, rollout=rollout)
+        result.succeeded += arrived
         if rollout.state != Rollout.State.ACTIVE:
             return result
         if rollout_judge_failures(rollout=rollout, now=now):
@@ -565,21 +368,12 @@ def rollout_tick(*, rollout_id: UUID | str) -> TickResult | None:
         return result
 
 
-def claims_release_stale(*, now: datetime) -> int:
-    """Settled rows of finished rollouts stop holding their node (repairs a join-path race)."""
-    return (
-        NodeUpgrade.objects.filter(claims_node=True, rollout__state__in=Rollout.TERMINAL_STATES)
-        .exclude(state=State.IN_FLIGHT)
-        .update(claims_node=False)
-    )
-
-
 def rollouts_tick_all() -> int:
-    """``rollout/all``: fail overdue nodes everywhere, then tick each active rollout. Returns rollouts ticked."""
+    """``rollout/all``: settle overdue nodes everywhere, then tick each active rollout. Returns rollouts ticked."""
     now = timezone.now()
     with transaction.atomic():
-        node_upgrades_fail_overdue(now=now)
-        claims_release_stale(now=now)
+        node_upgrades_settle_overdue(now=now)
+        release_settled_claims()
     ticked = 0
     for rollout_id in Rollout.objects.filter(state__in=Rollout.ACTIVE_STATES).values_list("id", flat=True):
         if rollout_tick(rollout_id=rollout_id) is not None:

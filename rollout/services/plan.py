@@ -1,4 +1,9 @@
-"""Pure functions of a rollout's plan: validation of its options, the seeded shuffle, the wave split."""
+"""What a rollout is asked to be and what it would do: its spec, options, seeded shuffle and wave split.
+
+Pure functions and the dataclasses of the service boundary: the API's
+serializers and the admin's form build a ``RolloutSpec`` with ``rollout_spec``
+(the one validation of the options); ``rollout_plan`` answers a ``RolloutPlan``.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from operator import attrgetter
 from typing import Any
 from uuid import UUID
 
-from project.errors import InvalidInput
+from core.errors import InvalidInput
 
 DEFAULT_WAVES = (1, 10, 50, 100)
 DEFAULT_MAX_FAILURE_RATIO = Decimal("0.1")
@@ -88,6 +93,68 @@ def options_validate(
             1,
         ),
     )
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    """A rollout as asked for (CONTRACT 4.4), its options checked; pools and release are checked at create."""
+
+    version: str
+    pool_ids: tuple[str, ...] | None  # None: all the tenant's pools
+    options: RolloutOptions
+
+
+def rollout_spec(
+    *,
+    version: Any,
+    pool_ids: Any = None,
+    waves: Any = None,
+    max_failure_ratio: Any = None,
+    soak_seconds: Any = None,
+    upgrade_timeout_seconds: Any = None,
+) -> RolloutSpec:
+    """Check what can be checked without the database; raises InvalidInput (400) naming the field."""
+    options = options_validate(
+        waves=waves,
+        max_failure_ratio=max_failure_ratio,
+        soak_seconds=soak_seconds,
+        upgrade_timeout_seconds=upgrade_timeout_seconds,
+    )
+    if not isinstance(version, str) or not version:
+        raise InvalidInput("version is required.", code="invalid_input", field="version")
+    if pool_ids is not None:
+        if not isinstance(pool_ids, list | tuple) or not pool_ids:
+            raise InvalidInput("poolIds must be a non-empty list of ids.", code="invalid_input", field="poolIds")
+        pool_ids = tuple(str(pool_id) for pool_id in pool_ids)
+    return RolloutSpec(version=version, pool_ids=pool_ids, options=options)
+
+
+@dataclass(frozen=True)
+class WavePlan:
+    index: int
+    percent: int | float
+    total: int
+    pools: dict[str, int]  # nodes of this wave per pool id
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    allowed: int  # ceil(disruptionBudget x nodes in the pool)
+    in_use: int  # nodes of the pool disrupted now
+
+
+@dataclass(frozen=True)
+class RolloutPlan:
+    """What a create would do (the dry run): nothing is written."""
+
+    version: str
+    pool_ids: list[str]
+    nodes: int
+    waves: list[WavePlan]
+    budgets: dict[str, PoolPlan]
+    options: RolloutOptions
+    #: Worst case (every node takes the whole timeout, plus the soaks); None when a pool's budget is 0.
+    estimated_seconds: int | None
 
 
 def shuffle(items: Sequence[UUID], *, seed: UUID) -> list[UUID]:

@@ -14,7 +14,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max, QuerySet
 from django.utils import timezone
 
-from project.errors import Conflict, InvalidInput, NotFound, Unavailable
+from core.errors import Conflict, InvalidInput, NotFound, Unavailable
 from rollout import conf
 from rollout.locks import RELEASE_REGISTRY_LOCK, advisory_xact_lock
 from rollout.models import Release, ReleaseBinary

@@ -10,7 +10,6 @@ import uuid
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 from uuid import UUID
 
 import structlog
@@ -18,19 +17,22 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from project.errors import Conflict, InvalidInput, InvalidState, NotFound, Unavailable
-from project.fleet.models import Tenant
+from core.errors import Conflict, InvalidInput, InvalidState, NotFound, Unavailable
+from fleet.interface import Node, Pool, Tenant, pool_budgets
 from rollout import conf
-from rollout.fleet import Node, Pool, pool_budgets
 from rollout.models import NodeUpgrade, Release, Rollout, RolloutEvent, RolloutWave, TickRequest
-from rollout.services.controller import (
-    node_upgrades_roll_back,
-    rollout_mark_paused,
-    rollout_request_tick,
-    wave_failures,
-)
+from rollout.services.controller import node_upgrades_roll_back, rollout_request_tick, wave_failures
 from rollout.services.events import event_record
-from rollout.services.plan import RolloutOptions, options_validate, planned_waves, shuffle
+from rollout.services.plan import (
+    PoolPlan,
+    RolloutOptions,
+    RolloutPlan,
+    RolloutSpec,
+    WavePlan,
+    planned_waves,
+    shuffle,
+)
+from rollout.services.transitions import abort_rollout, cancel_pending_upgrades, pause_rollout, resume_rollout
 
 log = structlog.get_logger("rollout")
 
@@ -45,35 +47,30 @@ class Snapshot:
     options: RolloutOptions
 
 
-def _uuid_list(values: Any, name: str) -> list[UUID]:
-    if not isinstance(values, list) or not values:
-        raise InvalidInput(f"{name} must be a non-empty list of ids.", code="invalid_input", field=name)
+def _pool_uuids(values: tuple[str, ...]) -> list[UUID]:
     ids = []
     for value in values:
         try:
-            ids.append(UUID(str(value)))
+            ids.append(UUID(value))
         except ValueError as exc:
-            raise InvalidInput(f"{value!r} is not a pool id.", code="unknown_pool", poolIds=[str(value)]) from exc
+            raise InvalidInput(f"{value!r} is not a pool id.", code="unknown_pool", poolIds=[value]) from exc
     return list(dict.fromkeys(ids))
 
 
-def _snapshot(*, tenant: Tenant, version: Any, pool_ids: Any, **options: Any) -> Snapshot:
-    """Every check of CONTRACT 4.4, in order, and the nodes a rollout would take (dry run and create alike)."""
-    validated = options_validate(**options)
+def _snapshot(*, tenant: Tenant, spec: RolloutSpec) -> Snapshot:
+    """Every check of CONTRACT 4.4 the spec leaves, in order, and the nodes a rollout would take."""
     if not conf.options().downloads_url:
         raise Unavailable(
             "No downloads URL is configured: set ROLLOUT_DOWNLOADS_URL before creating rollouts.",
             code="no_downloads_url",
         )
-    if not isinstance(version, str) or not version:
-        raise InvalidInput("version is required.", code="invalid_input", field="version")
-    release = Release.objects.filter(version=version).prefetch_related("binaries").first()
+    release = Release.objects.filter(version=spec.version).prefetch_related("binaries").first()
     if release is None:
-        raise InvalidInput(f"No registered release has version {version!r}.", code="unknown_version")
-    if pool_ids is None:
+        raise InvalidInput(f"No registered release has version {spec.version!r}.", code="unknown_version")
+    if spec.pool_ids is None:
         pools = list(Pool.objects.filter(tenant=tenant).order_by("id"))
     else:
-        wanted = _uuid_list(pool_ids, "poolIds")
+        wanted = _pool_uuids(spec.pool_ids)
         pools = list(Pool.objects.filter(tenant=tenant, id__in=wanted).order_by("id"))
         unknown = sorted(str(pid) for pid in set(wanted) - {pool.id for pool in pools})
         if unknown:
@@ -81,7 +78,7 @@ def _snapshot(*, tenant: Tenant, version: Any, pool_ids: Any, **options: Any) ->
     nodes = list(Node.objects.filter(pool__in=pools).values_list("id", "pool_id"))
     if not nodes:
         raise InvalidInput("The chosen pools have no nodes.", code="no_nodes")
-    snapshot = Snapshot(release=release, pools=pools, nodes=nodes, options=validated)
+    snapshot = Snapshot(release=release, pools=pools, nodes=nodes, options=spec.options)
     conflicts = _conflicts(snapshot)
     if conflicts:
         _raise_conflict(conflicts)
@@ -100,36 +97,19 @@ def _raise_conflict(node_ids: list[str]) -> None:
     raise Conflict(f"{len(node_ids)} node(s) are already in an active rollout.", code="conflict", nodeIds=node_ids)
 
 
-def rollout_plan(
-    *,
-    tenant: Tenant,
-    version: Any,
-    pool_ids: Any = None,
-    waves: Any = None,
-    max_failure_ratio: Any = None,
-    soak_seconds: Any = None,
-    upgrade_timeout_seconds: Any = None,
-) -> dict[str, Any]:
+def rollout_plan(*, tenant: Tenant, spec: RolloutSpec) -> RolloutPlan:
     """A dry run: every check of rollout_create, and the plan it would follow. Writes nothing.
 
     Per-pool counts are those of one seeded shuffle; a real create draws its own
     id and so its own shuffle, so each wave's per-pool counts may differ by a
     node or two, while each wave's total is exact.
     """
-    snapshot = _snapshot(
-        tenant=tenant,
-        version=version,
-        pool_ids=pool_ids,
-        waves=waves,
-        max_failure_ratio=max_failure_ratio,
-        soak_seconds=soak_seconds,
-        upgrade_timeout_seconds=upgrade_timeout_seconds,
-    )
+    snapshot = _snapshot(tenant=tenant, spec=spec)
     options = snapshot.options
     pool_of = dict(snapshot.nodes)
     order = shuffle(list(pool_of), seed=uuid.uuid4())
     budgets = pool_budgets(pool_ids=[pool.id for pool in snapshot.pools])
-    waves_out = []
+    waves: list[WavePlan] = []
     estimate: int | None = 0
     for wave in planned_waves(options.waves, len(order)):
         per_pool = Counter(str(pool_of[node_id]) for node_id in order[wave.start : wave.end])
@@ -139,44 +119,23 @@ def rollout_plan(
             estimate = None  # a pool with a budget of 0 never starts a node
         else:
             estimate += rounds * options.upgrade_timeout_seconds + (options.soak_seconds if wave.index else 0)
-        waves_out.append({"index": wave.index, "percent": wave.percent, "total": wave.total, "pools": dict(per_pool)})
-    return {
-        "version": snapshot.release.version,
-        "poolIds": [str(pool.id) for pool in snapshot.pools],
-        "nodes": len(order),
-        "waves": waves_out,
-        "budgets": {str(pid): {"allowed": b.allowed, "inUse": b.disrupted} for pid, b in budgets.items()},
-        "maxFailureRatio": float(options.max_failure_ratio),
-        "soakSeconds": options.soak_seconds,
-        "upgradeTimeoutSeconds": options.upgrade_timeout_seconds,
-        # Worst case: every node takes the whole timeout; None when a pool's budget is 0.
-        "estimatedSeconds": estimate,
-    }
+        waves.append(WavePlan(index=wave.index, percent=wave.percent, total=wave.total, pools=dict(per_pool)))
+    return RolloutPlan(
+        version=snapshot.release.version,
+        pool_ids=[str(pool.id) for pool in snapshot.pools],
+        nodes=len(order),
+        waves=waves,
+        budgets={str(pid): PoolPlan(allowed=b.allowed, in_use=b.disrupted) for pid, b in budgets.items()},
+        options=options,
+        estimated_seconds=estimate,
+    )
 
 
-def rollout_create(
-    *,
-    tenant: Tenant,
-    version: Any,
-    pool_ids: Any = None,
-    waves: Any = None,
-    max_failure_ratio: Any = None,
-    soak_seconds: Any = None,
-    upgrade_timeout_seconds: Any = None,
-    created_by: AbstractBaseUser | None = None,
-) -> Rollout:
+def rollout_create(*, tenant: Tenant, spec: RolloutSpec, created_by: AbstractBaseUser | None = None) -> Rollout:
     """Snapshot the nodes, shuffle them by the rollout id, split them into waves: in one transaction."""
     now = timezone.now()
     with transaction.atomic():
-        snapshot = _snapshot(
-            tenant=tenant,
-            version=version,
-            pool_ids=pool_ids,
-            waves=waves,
-            max_failure_ratio=max_failure_ratio,
-            soak_seconds=soak_seconds,
-            upgrade_timeout_seconds=upgrade_timeout_seconds,
-        )
+        snapshot = _snapshot(tenant=tenant, spec=spec)
         options = snapshot.options
         rollout = Rollout.objects.create(
             tenant=tenant,
@@ -256,9 +215,7 @@ def rollout_pause(*, rollout_id: UUID | str, tenant: Tenant | None = None, actor
     """active -> paused. In-flight nodes still settle; nothing new starts."""
     with transaction.atomic():
         rollout = _locked(tenant=tenant, rollout_id=rollout_id)
-        if rollout.state != Rollout.State.ACTIVE:
-            raise InvalidState(f"A {rollout.state} rollout cannot be paused.", state=rollout.state)
-        rollout_mark_paused(rollout=rollout, reason=Rollout.PausedReason.OPERATOR, at=timezone.now(), actor=actor)
+        pause_rollout(rollout=rollout, reason=Rollout.PausedReason.OPERATOR, at=timezone.now(), actor=actor)
     return rollout
 
 
@@ -266,16 +223,12 @@ def rollout_resume(*, rollout_id: UUID | str, tenant: Tenant | None = None, acto
     """paused -> active. Failures seen so far in the current wave are accepted; only new ones re-pause."""
     with transaction.atomic():
         rollout = _locked(tenant=tenant, rollout_id=rollout_id)
-        if rollout.state != Rollout.State.PAUSED:
-            raise InvalidState(f"A {rollout.state} rollout cannot be resumed.", state=rollout.state)
-        if rollout.paused_reason == Rollout.PausedReason.FAILURE_RATIO:
+        acknowledged = rollout.acknowledged_failures
+        if rollout.state == Rollout.State.PAUSED and rollout.paused_reason == Rollout.PausedReason.FAILURE_RATIO:
             # The operator saw these failures and chose to go on; failures that came while
             # an operator's pause was on were seen by no one, and are judged as usual.
-            rollout.acknowledged_failures = wave_failures(rollout)
-        rollout.state = Rollout.State.ACTIVE
-        rollout.paused_reason = None
-        rollout.save(update_fields=["state", "paused_reason", "acknowledged_failures"])
-        event_record(rollout=rollout, kind=RolloutEvent.Kind.RESUMED, at=timezone.now(), actor=actor)
+            acknowledged = wave_failures(rollout)
+        resume_rollout(rollout=rollout, at=timezone.now(), acknowledged_failures=acknowledged, actor=actor)
         rollout_request_tick(rollout_id=rollout.id)
     return rollout
 
@@ -288,7 +241,8 @@ def rollout_abort(
     With ``rollback``, in-flight nodes go back to their previous section when
     that release is registered (rolled_back); otherwise they stay in flight
     with a reason. Without it, in-flight nodes go on and settle as usual.
-    Succeeded nodes are never touched.
+    Succeeded nodes are never touched, nor nodes whose agent already runs the
+    target version (they succeed).
     """
     if not isinstance(rollback, bool):
         raise InvalidInput("rollback must be true or false.", code="invalid_input", field="rollback")
@@ -297,28 +251,15 @@ def rollout_abort(
         if rollout.state in Rollout.TERMINAL_STATES:
             raise InvalidState(f"A {rollout.state} rollout cannot be aborted.", state=rollout.state)
         now = timezone.now()
-        upgrades = NodeUpgrade.objects.filter(rollout=rollout)
-        cancelled = upgrades.filter(state=NodeUpgrade.State.PENDING).update(
-            state=NodeUpgrade.State.CANCELLED, reason=NodeUpgrade.Reason.ABORTED, settled_at=now, claims_node=False
-        )
-        rolled_back, kept = (0, 0)
-        if rollback:
-            rolled_back, kept = node_upgrades_roll_back(rollout=rollout, now=now)
-        # Settled rows stop holding their node; in-flight ones hold it until they settle.
-        upgrades.exclude(state=NodeUpgrade.State.IN_FLIGHT).filter(claims_node=True).update(claims_node=False)
-        rollout.state = Rollout.State.ABORTED
-        rollout.paused_reason = None
-        rollout.aborted_at = now
-        rollout.save(update_fields=["state", "paused_reason", "aborted_at"])
-        event_record(
+        cancelled = cancel_pending_upgrades(rollout=rollout, at=now)
+        rolled_back, kept = node_upgrades_roll_back(rollout=rollout, now=now) if rollback else (0, 0)
+        abort_rollout(
             rollout=rollout,
-            kind=RolloutEvent.Kind.ABORTED,
             at=now,
             actor=actor,
             rollback=rollback,
             cancelled=cancelled,
             rolledBack=rolled_back,
-            stillInFlight=upgrades.filter(state=NodeUpgrade.State.IN_FLIGHT).count(),
             notRolledBack=kept,
         )
     return rollout

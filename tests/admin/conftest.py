@@ -7,8 +7,9 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission as AuthPermission
 from django.test import Client
 
-from project.fleet.models import Membership, Tenant
+from fleet.models import Membership, Tenant
 from rollout.models import Rollout
+from rollout.services.plan import rollout_spec
 from rollout.services.rollouts import rollout_create
 from tests.factories import fleet
 from tests.rollout.conftest import module_settings, releases  # noqa: F401  (shared fixtures)
@@ -44,4 +45,4 @@ def make_rollout(tenant: Tenant, pools: dict[str, tuple[int, str]], **options) -
     """A fleet of ``pools`` in ``tenant`` and a rollout of 1.0.0 over those pools."""
     made = fleet(tenant, pools)
     pool_ids = [nodes[0].pool_id for nodes in made.values()]
-    return rollout_create(tenant=tenant, version="1.0.0", pool_ids=pool_ids, **options)
+    return rollout_create(tenant=tenant, spec=rollout_spec(version="1.0.0", pool_ids=pool_ids, **options))

@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from project.fleet.models import Pool
+from fleet.models import Pool
 from rollout.models import NodeUpgrade, Rollout, RolloutEvent, RolloutWave
 from tests.admin.conftest import make_rollout
 from tests.factories import fleet
@@ -71,11 +71,11 @@ def test_preview_shows_the_plan_and_writes_nothing_then_confirm_creates(root, te
     assert "Preview: roll out 1.0.0" in body
     # 20 nodes in waves of 10/50/100 %: 2, 8, 10 nodes; the columns are the pools.
     plan = preview.context["plan"]
-    assert [wave["total"] for wave in plan["waves"]] == [2, 8, 10]
+    assert [wave.total for wave in plan.waves] == [2, 8, 10]
     assert "<th>gpu-a</th><th>gpu-b</th>" in body
     assert [sum(w["per_pool"]) for w in preview.context["plan_waves"]] == [2, 8, 10]
     # Estimated duration: rounds by budget x timeout + soak between waves.
-    assert preview.context["estimate"] == _duration(plan["estimatedSeconds"])
+    assert preview.context["estimate"] == _duration(plan.estimated_seconds)
     assert "Confirm: create the rollout" in body
     assert body.count('type="hidden" name="pools"') == 2
 

@@ -8,7 +8,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from project.fleet.models import Workflow
+from fleet.models import Workflow
 from rollout.models import NodeUpgrade, Rollout, RolloutEvent
 from rollout.services.rollouts import rollout_pause
 from tests.admin.conftest import make_rollout, staff_client

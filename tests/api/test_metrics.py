@@ -12,8 +12,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from prometheus_client.parser import text_string_to_metric_families
 
-from project.fleet.services.workflows import workflow_start
+from fleet.services.workflows import workflow_start
 from rollout.services.controller import rollout_tick
+from rollout.services.plan import rollout_spec
 from rollout.services.releases import release_register
 from rollout.services.rollouts import rollout_create, rollout_pause
 from tests.factories import fleet, manifest, rollout_settings, signed
@@ -51,7 +52,7 @@ def test_gauges_show_upgrades_rollouts_and_budgets_after_a_tick(client, tenant, 
     gpu = nodes["gpu"][0].pool
     release_register(envelope=signed(manifest("0.9.0", 1)))
     release_register(envelope=signed(manifest("1.0.0", 2)))
-    rollout = rollout_create(tenant=tenant, version="1.0.0", pool_ids=[str(gpu.id)], waves=[100])
+    rollout = rollout_create(tenant=tenant, spec=rollout_spec(version="1.0.0", pool_ids=[str(gpu.id)], waves=[100]))
     workflow_start(tenant=tenant, node_id=nodes["cpu"][0].id, kind="remediation")
     ticks_before = scrape(client)["rollout_tick_seconds_count"][()]
 
@@ -119,7 +120,7 @@ def test_metrics_token_when_set(client, monkeypatch):
 def test_ticks_observed_in_other_processes_are_summed_in_multiprocess_mode(client, tenant, tmp_path, monkeypatch):
     """What a Celery worker does: observe in its own process; the web process reads the shared directory."""
     code = (
-        "import sys; from project.metrics import TICK_SECONDS\n"
+        "import sys; from rollout.metrics import TICK_SECONDS\n"
         "for seconds in sys.argv[1:]: TICK_SECONDS.observe(float(seconds))\n"
     )
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "project.settings"}

@@ -24,11 +24,12 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from fleet.models import Permission
+from fleet.services.iam import api_key_create
+from fleet.services.nodes import node_create
+from fleet.services.workflows import workflow_start
 from project import celery_app
-from project.fleet.models import Permission
-from project.fleet.services.iam import api_key_create
-from project.fleet.services.nodes import node_create
-from project.fleet.services.workflows import workflow_start
+from rollout.services.plan import rollout_spec
 from rollout.services.releases import release_register
 from rollout.services.rollouts import rollout_create
 from tests.factories import fleet, manifest, rollout_settings, signed
@@ -69,7 +70,9 @@ def seeded(live_server, settings, tenant, tmp_path):
         node, agent_token = node_create(tenant=tenant, name="agent-node", pool_id=cpu_pool_id, arch="amd64")
         release_register(envelope=signed(manifest("0.9.0", 1)))
         release_register(envelope=signed(manifest("1.0.0", 2)))
-        rollout = rollout_create(tenant=tenant, version="1.0.0", pool_ids=[str(gpu_pool.id)], soak_seconds=0)
+        rollout = rollout_create(
+            tenant=tenant, spec=rollout_spec(version="1.0.0", pool_ids=[str(gpu_pool.id)], soak_seconds=0)
+        )
         workflow = workflow_start(tenant=tenant, node_id=nodes["cpu"][1].id, kind="remediation")
         _, key = api_key_create(tenant=tenant, username="fuzzer", grants=[Permission.FLEET_ADMIN])
         yield {

@@ -14,6 +14,7 @@ from django.contrib.auth import get_user_model
 
 from rollout.models import Rollout
 from rollout.services.controller import rollout_tick
+from rollout.services.plan import rollout_spec
 from rollout.services.rollouts import rollout_create
 from tests.factories import fleet
 
@@ -52,7 +53,7 @@ def browser_page(tmp_path):
 def test_an_operator_pauses_a_running_rollout_in_the_admin(live_server, browser_page, tenant, releases, tmp_path):
     get_user_model().objects.create_superuser("operator", "op@example.com", "correct horse battery")
     fleet(tenant, {"gpu-a": (40, "0.5"), "gpu-b": (20, "0.5")})  # budgets of 20 and 10: wave 0 always fits
-    rollout = rollout_create(tenant=tenant, version="1.0.0", waves=[10, 50, 100], soak_seconds=60)
+    rollout = rollout_create(tenant=tenant, spec=rollout_spec(version="1.0.0", waves=[10, 50, 100], soak_seconds=60))
     rollout_tick(rollout_id=rollout.id)  # the first wave (6 nodes) fits both budgets: all in flight
     shots = tmp_path / "screenshots"
     shots.mkdir()

@@ -112,10 +112,10 @@ def assert_real_command(args: list[str]) -> None:
 
 
 def settings_env_vars() -> set[str]:
-    """Environment variables read by project/settings.py and project/metrics.py (string literals)."""
+    """Environment variables read by project/settings.py and core/metrics.py (string literals)."""
     readers = {"env_str", "env_bool", "env_int_or_raw", "env_list", "getenv", "get"}
     names = set()
-    for path in ("project/settings.py", "project/metrics.py"):
+    for path in ("project/settings.py", "core/metrics.py"):
         tree = ast.parse((ROOT / path).read_text())
         constants = {
             target.id: node.value.value

@@ -8,10 +8,10 @@ from decimal import Decimal
 import pytest
 from rest_framework.test import APIClient
 
-from project.fleet.models import Node, Pool, Tenant
-from project.fleet.services.nodes import node_create
-from project.fleet.services.pools import pool_create
-from project.fleet.tokens import token_hash
+from fleet.models import Node, Pool, Tenant
+from fleet.services.nodes import node_create
+from fleet.services.pools import pool_create
+from fleet.tokens import token_hash
 
 
 def make_pool(tenant: Tenant, name: str = "gpu-a", budget: str | Decimal = "0.05") -> Pool:
@@ -51,7 +51,7 @@ def pool(tenant) -> Pool:
 @pytest.fixture
 def disruption_source():
     """Register a disruption source for one test: ``source.nodes`` is the set of node ids it disrupts."""
-    from project.fleet import interface
+    from fleet import plugins
 
     class Source:
         def __init__(self) -> None:
@@ -63,6 +63,6 @@ def disruption_source():
             return Node.objects.filter(pool_id=pool_id, id__in=list(self.nodes)).values("id")
 
     source = Source()
-    interface.register_disruption_source(source)
+    plugins.register_disruption_source(source)
     yield source
-    interface._disruption_sources.remove(source)
+    plugins._disruption_sources.remove(source)

@@ -6,9 +6,9 @@ from django.contrib.auth.models import Permission as AuthPermission
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from project.fleet.models import ApiKey, Membership, Node, Workflow
-from project.fleet.services.iam import api_key_create
-from project.fleet.services.workflows import workflow_start
+from fleet.models import ApiKey, Membership, Node, Workflow
+from fleet.services.iam import api_key_create
+from fleet.services.workflows import workflow_start
 from tests.fleet.conftest import make_node, make_nodes, make_pool
 
 pytestmark = pytest.mark.django_db

@@ -11,10 +11,10 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from project.fleet.interface import node_session_reported
-from project.fleet.models import Command, NodeSession, Permission
-from project.fleet.services.commands import command_enqueue
-from project.fleet.services.iam import api_key_create
+from fleet.models import Command, NodeSession, Permission
+from fleet.plugins import node_session_reported
+from fleet.services.commands import command_enqueue
+from fleet.services.iam import api_key_create
 from tests.fleet.conftest import make_node, make_pool
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -160,7 +160,7 @@ def test_a_version_change_without_leaving_fires_the_signal_and_completes_pending
 
 
 def test_the_session_answer_carries_the_desired_state(http, fleet):
-    from project.fleet.services.nodes import nodes_set_daemon
+    from fleet.services.nodes import nodes_set_daemon
 
     daemon = {"version": "1.5.0", "url": "https://dl.example/bcd/1.5.0/linux-amd64", "sha256": "c" * 64}
     nodes_set_daemon(node_ids=[fleet["a"].id], daemon=daemon)

@@ -4,7 +4,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from project.fleet.services.commands import command_enqueue
+from fleet.services.commands import command_enqueue
 from tests.fleet.conftest import agent_client, make_node, make_nodes, make_pool
 
 pytestmark = pytest.mark.django_db

@@ -6,9 +6,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from project.fleet import interface
-from project.fleet.models import Node, Pool, Workflow
-from project.fleet.tokens import token_hash
+from fleet import plugins
+from fleet.models import Node, Pool, Workflow
+from fleet.tokens import token_hash
 from tests.fleet.conftest import make_node, make_nodes, make_pool
 
 pytestmark = pytest.mark.django_db
@@ -133,11 +133,11 @@ def test_a_node_of_a_pool_with_a_default_version_has_that_daemon_as_desired_stat
         return {"version": version, "url": f"https://dl.example/bcd/{version}/linux-{arch}", "sha256": "a" * 64}
 
     Pool.objects.filter(pk=pool.pk).update(default_daemon_version="1.4.0")
-    interface.register_daemon_resolver(resolver)
+    plugins.register_daemon_resolver(resolver)
     try:
         response = api.post(NODES, {"name": "n1", "poolId": str(pool.id), "arch": "arm64"}, format="json")
     finally:
-        interface._daemon_resolvers.remove(resolver)
+        plugins._daemon_resolvers.remove(resolver)
     assert response.status_code == 201
     assert response.json()["spec"] == {
         "daemon": {"version": "1.4.0", "url": "https://dl.example/bcd/1.4.0/linux-arm64", "sha256": "a" * 64}

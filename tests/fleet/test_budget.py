@@ -4,10 +4,10 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from project.errors import NotFound
-from project.fleet.models import Workflow
-from project.fleet.services.budget import budget_allowed, pool_budget, pool_budgets
-from project.fleet.services.workflows import workflow_finish, workflow_start
+from core.errors import NotFound
+from fleet.models import Workflow
+from fleet.services.budget import budget_allowed, pool_budget, pool_budgets
+from fleet.services.workflows import workflow_finish, workflow_start
 from tests.fleet.conftest import make_nodes, make_pool
 
 

@@ -8,11 +8,11 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from project.errors import InvalidInput
-from project.fleet.models import Command, Node, NodeSession
-from project.fleet.services.commands import command_enqueue, commands_enqueue
-from project.fleet.services.nodes import heartbeat_seconds, node_is_online, nodes_set_daemon, online_node_q
-from project.fleet.services.pools import pools_set_default_daemon_version
+from core.errors import InvalidInput
+from fleet.models import Command, Node, NodeSession
+from fleet.services.commands import command_enqueue, commands_enqueue
+from fleet.services.nodes import heartbeat_seconds, node_is_online, nodes_set_daemon, online_node_q
+from fleet.services.pools import pools_set_default_daemon_version
 from tests.fleet.conftest import make_nodes, make_pool
 
 pytestmark = pytest.mark.django_db

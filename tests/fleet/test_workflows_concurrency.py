@@ -6,10 +6,10 @@ from decimal import Decimal
 import pytest
 from django.db import connection, connections
 
-from project.errors import Conflict
-from project.fleet.models import Workflow
-from project.fleet.services.budget import pool_budget
-from project.fleet.services.workflows import workflow_start
+from core.errors import Conflict
+from fleet.models import Workflow
+from fleet.services.budget import pool_budget
+from fleet.services.workflows import workflow_start
 from tests.fleet.conftest import make_nodes, make_pool
 
 THREADS = 8

@@ -1,9 +1,9 @@
 import pytest
 from django.core.management import CommandError, call_command
 
-from project.fleet.models import ApiKey, Grant, Permission, Tenant
-from project.fleet.services.iam import principal_for_key
-from project.fleet.tokens import token_hash
+from fleet.models import ApiKey, Grant, Permission, Tenant
+from fleet.services.iam import principal_for_key
+from fleet.tokens import token_hash
 
 pytestmark = pytest.mark.django_db
 

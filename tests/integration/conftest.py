@@ -13,10 +13,10 @@ import pytest
 from django.conf import settings as django_settings
 from django.db import connection
 
+from demo.processes import celery_beat, celery_worker, stop
+from fleet.models import Permission
+from fleet.services.iam import api_key_create
 from project import celery_app
-from project.fleet.models import Permission
-from project.fleet.services.iam import api_key_create
-from project.processes import celery_beat, celery_worker, stop
 from rollout.schedules import periodic_tick_ensure
 from rollout.services.releases import release_binary_store
 from tests.factories import binary_bytes, manifest, pin, rollout_settings, signed

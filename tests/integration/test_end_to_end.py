@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from project.fleet.models import Node, NodeSession, Pool
-from project.fleet.simulator import Fleet, build_agent_configs
-from project.processes import wait_until
+from demo.processes import wait_until
+from fleet.models import Node, NodeSession, Pool
 from rollout.models import NodeUpgrade, Rollout, RolloutEvent
+from simulator import Fleet, build_agent_configs
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

@@ -3,7 +3,7 @@
 import pytest
 from django.db import connection
 
-from project.errors import DomainError
+from core.errors import DomainError
 from rollout.models import Release
 from rollout.services.releases import release_register
 from tests.concurrency import run_together

@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.test import TestCase
 from django.utils import timezone
 
-from project.fleet.models import Node, NodeSession
-from project.fleet.services.sessions import agent_session_leave, agent_session_report
+from fleet.models import Node, NodeSession
+from fleet.services.sessions import agent_session_leave, agent_session_report
 from rollout.models import NodeUpgrade, Rollout
 from rollout.services.controller import rollout_tick
 

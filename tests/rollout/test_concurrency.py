@@ -5,12 +5,13 @@ import threading
 import pytest
 from django.db import connection, connections, transaction
 
-from project.errors import DomainError
-from project.fleet.models import Command, Workflow
-from project.fleet.services.budget import pool_budget
-from project.fleet.services.workflows import workflow_start
+from core.errors import DomainError
+from fleet.models import Command, Workflow
+from fleet.services.budget import pool_budget
+from fleet.services.workflows import workflow_start
 from rollout.models import NodeUpgrade, Rollout, TickRequest
 from rollout.services.controller import rollout_tick
+from rollout.services.plan import rollout_spec
 from rollout.services.rollouts import rollout_create
 from tests.concurrency import run_together
 from tests.factories import fleet
@@ -28,7 +29,7 @@ def test_concurrent_ticks_and_workflows_never_exceed_the_budget_or_start_a_node_
     # Old agents get one daemon.upgrade command per start: a double start would show as two.
     nodes = fleet(tenant, {"a": (200, "0.05")}, protocol=1)["a"]  # allowed 10
     pool_id = nodes[0].pool_id
-    rollout = rollout_create(tenant=tenant, version="1.0.0", waves=[100], soak_seconds=0)
+    rollout = rollout_create(tenant=tenant, spec=rollout_spec(version="1.0.0", waves=[100], soak_seconds=0))
     order = list(NodeUpgrade.objects.filter(rollout=rollout).order_by("-position").values_list("node_id", flat=True))
     workflow_nodes = iter(order[:40])
     refused: list[str] = []
@@ -60,7 +61,7 @@ def test_concurrent_ticks_and_workflows_never_exceed_the_budget_or_start_a_node_
 
 def test_a_tick_skips_a_rollout_another_worker_holds(tenant, releases):
     fleet(tenant, {"a": (10, "1")})
-    rollout = rollout_create(tenant=tenant, version="1.0.0", waves=[100], soak_seconds=0)
+    rollout = rollout_create(tenant=tenant, spec=rollout_spec(version="1.0.0", waves=[100], soak_seconds=0))
     held = threading.Event()
     release = threading.Event()
 
@@ -93,7 +94,7 @@ def test_two_creates_over_the_same_nodes_at_once_one_wins_the_other_gets_409(ten
 
     def create():
         try:
-            rollout_create(tenant=tenant, version="1.0.0", waves=[100])
+            rollout_create(tenant=tenant, spec=rollout_spec(version="1.0.0", waves=[100]))
             outcomes.append("created")
         except DomainError as exc:
             outcomes.append(f"{exc.status}:{exc.code}")

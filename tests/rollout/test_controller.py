@@ -6,11 +6,12 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from project.errors import InvalidState
-from project.fleet.models import Command, Node, NodeSession, Pool
-from project.fleet.services.nodes import node_create
-from project.fleet.services.workflows import workflow_start
+from core.errors import InvalidState
+from fleet.models import Command, Node, NodeSession, Pool
+from fleet.services.nodes import node_create
+from fleet.services.workflows import workflow_start
 from rollout.models import NodeUpgrade, RolloutEvent
+from rollout.services.plan import rollout_spec
 from rollout.services.releases import daemon_section
 from rollout.services.rollouts import rollout_abort, rollout_create, rollout_pause, rollout_resume
 from tests.factories import fleet
@@ -23,7 +24,7 @@ def create(tenant, **kwargs):
     kwargs.setdefault("version", "1.0.0")
     kwargs.setdefault("waves", [100])
     kwargs.setdefault("soak_seconds", 0)
-    return rollout_create(tenant=tenant, **kwargs)
+    return rollout_create(tenant=tenant, spec=rollout_spec(**kwargs))
 
 
 def events(rollout) -> list[str]:

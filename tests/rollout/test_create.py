@@ -2,7 +2,7 @@
 
 import pytest
 
-from project.fleet.models import Pool
+from fleet.models import Pool
 from rollout.models import NodeUpgrade, Rollout, RolloutEvent, RolloutWave
 from tests.factories import fleet, rollout_settings
 
@@ -123,9 +123,10 @@ def test_one_writer_is_a_database_constraint(tenant, releases):
     from django.db import IntegrityError, transaction
 
     nodes = fleet(tenant, {"a": (2, "0.1")})
+    from rollout.services.plan import rollout_spec
     from rollout.services.rollouts import rollout_create
 
-    first = rollout_create(tenant=tenant, version="1.0.0")
+    first = rollout_create(tenant=tenant, spec=rollout_spec(version="1.0.0"))
     second = Rollout.objects.create(
         tenant=tenant,
         release=first.release,

@@ -7,6 +7,7 @@ import logging.config
 import pytest
 from django.conf import settings
 
+from rollout.services.plan import rollout_spec
 from rollout.services.rollouts import rollout_abort, rollout_create, rollout_pause, rollout_resume
 from tests.factories import fleet
 from tests.rollout.helpers import in_flight, rejoin, tick
@@ -34,7 +35,7 @@ def json_lines():
 
 def test_transitions_and_node_starts_and_settles_are_json_lines(tenant, releases, json_lines):
     fleet(tenant, {"a": (2, "1")})
-    rollout = rollout_create(tenant=tenant, version="1.0.0", waves=[100], soak_seconds=0)
+    rollout = rollout_create(tenant=tenant, spec=rollout_spec(version="1.0.0", waves=[100], soak_seconds=0))
     tick(rollout)
     first, _ = in_flight(rollout)
     rejoin(first.node_id, "1.0.0")

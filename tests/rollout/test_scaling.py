@@ -5,6 +5,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from rollout.services.controller import rollout_tick
+from rollout.services.plan import rollout_spec
 from rollout.services.rollouts import rollout_create
 from tests.factories import fleet
 from tests.rollout.helpers import rejoin
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.django_db
 def queries_of_ticks(tenant, nodes: int) -> list[int]:
     """Queries of: the first tick (starts nodes), a tick that settles and starts more, a no-op tick."""
     fleet(tenant, {"a": (nodes // 2, "0.02"), "b": (nodes - nodes // 2, "0.02")})
-    rollout = rollout_create(tenant=tenant, version="1.0.0", waves=[100], soak_seconds=0)
+    rollout = rollout_create(tenant=tenant, spec=rollout_spec(version="1.0.0", waves=[100], soak_seconds=0))
     counts = []
     with CaptureQueriesContext(connection) as first:
         assert rollout_tick(rollout_id=rollout.id).started == 2 * -(-nodes // 2 * 2 // 100)

@@ -11,10 +11,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from project.fleet.models import Node, Pool, Tenant
-from project.fleet.services.iam import api_key_create
-from project.fleet.services.nodes import node_create
-from project.fleet.services.pools import pool_create
+from fleet.models import Node, Pool, Tenant
+from fleet.services.iam import api_key_create
+from fleet.services.nodes import node_create
+from fleet.services.pools import pool_create
 
 
 def sha256(data: bytes) -> str:

@@ -12,11 +12,11 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from project.fleet.models import Command, NodeSession
-from project.fleet.services.commands import command_enqueue
-from project.fleet.services.nodes import nodes_set_daemon
-from project.fleet.simulator import NEVER_REJOIN, REJOIN_OLD, AgentConfig, AgentState, Fleet
+from fleet.models import Command, NodeSession
+from fleet.services.commands import command_enqueue
+from fleet.services.nodes import nodes_set_daemon
 from rollout.models import Release
+from simulator import NEVER_REJOIN, REJOIN_OLD, AgentConfig, AgentState, Fleet
 from tests.simulator.conftest import make_nodes, sha256, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)

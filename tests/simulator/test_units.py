@@ -11,7 +11,7 @@ import json
 import httpx
 import pytest
 
-from project.fleet.simulator import (
+from simulator import (
     NEVER_REJOIN,
     REJOIN_OLD,
     AgentConfig,
@@ -26,7 +26,7 @@ from project.fleet.simulator import (
     select_share,
     write_tokens,
 )
-from project.fleet.simulator import EnrolledNode as Enrolled
+from simulator import EnrolledNode as Enrolled
 from tests.simulator.conftest import sha256
 
 KEYS = [f"node-{i:04d}" for i in range(1000)]

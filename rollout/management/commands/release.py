@@ -2,7 +2,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from project.errors import DomainError
+from core.errors import DomainError
 from rollout.services.releases import release_binary_store
 
 

@@ -1,0 +1,56 @@
+"""One error shape for the whole API: {"code": "<snake_case>", "detail": "<sentence>"}."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from core.errors import DomainError
+
+
+def _first_message(detail: Any) -> str:
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            message = _first_message(value)
+            return message if key == "non_field_errors" else f"{key}: {message}"
+    if isinstance(detail, list) and detail:
+        return _first_message(detail[0])
+    return str(detail)
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, DomainError):
+        return Response(exc.as_dict(), status=exc.status)
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied()
+
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ValidationError):
+        response.data = {
+            "code": "invalid_input",
+            "detail": _first_message(exc.detail),
+            "errors": exc.detail,
+        }
+        return response
+    if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
+        response.status_code = status.HTTP_401_UNAUTHORIZED
+        code = "not_authenticated" if isinstance(exc, exceptions.NotAuthenticated) else "authentication_failed"
+        response.data = {"code": code, "detail": str(exc.detail)}
+        return response
+    if isinstance(exc, exceptions.APIException):
+        code = exc.get_codes() if isinstance(exc.get_codes(), str) else exc.default_code
+        if isinstance(exc, exceptions.PermissionDenied):
+            code = "permission_denied"
+        elif isinstance(exc, exceptions.ParseError):
+            code = "invalid_json"
+        response.data = {"code": code, "detail": str(exc.detail)}
+    return response

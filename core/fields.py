@@ -1,0 +1,105 @@
+"""Strict JSON fields: a number is a JSON number, a boolean a JSON boolean (DRF's defaults coerce "3" and 1)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+PG_INT_MAX = 2**31 - 1
+
+
+class StrictIntegerField(serializers.IntegerField):
+    default_error_messages = {"invalid": "A JSON integer is required."}
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictBooleanField(serializers.BooleanField):
+    default_error_messages = {"invalid": "A JSON boolean (true or false) is required."}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            self.fail("invalid")
+        return data
+
+
+class StrictCharField(serializers.CharField):
+    default_error_messages = {"invalid": "A JSON string is required."}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictRegexField(serializers.RegexField):
+    default_error_messages = {"invalid": "A JSON string is required."}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictUUIDField(serializers.UUIDField):
+    default_error_messages = {"invalid": "A UUID string is required."}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+@extend_schema_field(OpenApiTypes.NUMBER)
+class StrictNumberField(serializers.Field):
+    """A JSON number (integer or float), passed through as is: no "5" and no true."""
+
+    default_error_messages = {"invalid": "A JSON number is required."}
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            self.fail("invalid")
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
+# drf-spectacular would describe a DecimalField as a string; this one takes and renders a JSON number.
+@extend_schema_field({"type": "number", "minimum": 0, "maximum": 1, "description": "A fraction, at most 5 decimals."})
+class FractionField(serializers.DecimalField):
+    """A JSON number in [0, 1], kept exact as a Decimal (0.07 stays 0.07); rendered as a JSON number."""
+
+    default_error_messages = {"invalid": "A JSON number is required."}
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("max_digits", 6)
+        kwargs.setdefault("decimal_places", 5)
+        kwargs.setdefault("min_value", Decimal(0))
+        kwargs.setdefault("max_value", Decimal(1))
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+    def to_representation(self, value):
+        return float(value)
+
+
+class StrictSerializer(serializers.Serializer):
+    """Refuses fields it does not know (a typo such as ``disruptionbudget`` is an error, not a default)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - {name for name, field in self.fields.items() if not field.read_only})
+            if unknown:
+                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        return super().to_internal_value(data)

@@ -1,0 +1,118 @@
+"""Prometheus metrics at ``/metrics`` (prometheus-client). See docs/operations.md, "Metrics".
+
+Two kinds of metric:
+
+- **State gauges**, computed from the database at scrape time by the
+  collectors the apps register (``fleet.metrics.PoolCollector``,
+  ``rollout.metrics.RolloutCollector``) in a constant number of queries
+  (whatever the size of the fleet): nodes by upgrade state, active rollouts,
+  and each pool's disruption budget (allowed, disrupted, nodes). Any web
+  process answers the same; nothing has to be kept in memory.
+- **The controller's tick duration**, ``rollout_tick_seconds``, a histogram
+  (rollout/metrics.py) observed by ``rollout.services.controller.rollout_tick`` where ticks run:
+  Celery worker processes, not the web process. With ``PROMETHEUS_MULTIPROC_DIR``
+  set (docker-compose.yml shares one volume between ``web`` and ``worker``),
+  every process writes its samples to files in that directory and ``/metrics``
+  sums them (prometheus-client's multiprocess mode). Without it, each process
+  keeps its own samples and ``/metrics`` shows those of the web process only
+  (ticks run in-process in tests and with CELERY_TASK_ALWAYS_EAGER).
+
+Access: ``/metrics`` is open unless ``METRICS_TOKEN`` is set; then it needs
+``Authorization: Bearer <METRICS_TOKEN>`` (Prometheus: ``authorization: {credentials: ...}``).
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import socket
+from collections.abc import Iterator
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.http import require_safe
+
+from core.env import env_str
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+TOKEN_ENV = "METRICS_TOKEN"  # noqa: S105 (the name of the variable, not a secret)
+
+
+def _process_identifier() -> str:
+    """Unique across the containers sharing the multiprocess directory.
+
+    prometheus-client names each process's file after its pid, but every
+    container has its own pid namespace: the web's pid 7 and a worker's pid 7
+    would write one file. The hostname (the container id under compose) tells
+    them apart. No ``_`` in it: prometheus-client splits file names on ``_``.
+    """
+    return f"{socket.gethostname().replace('_', '-')}-{os.getpid()}"
+
+
+if os.environ.get(MULTIPROC_ENV):
+    # Must be chosen before the first metric is created (prometheus-client decides at import).
+    from prometheus_client import values
+
+    values.ValueClass = values.MultiProcessValue(process_identifier=_process_identifier)
+
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry  # noqa: E402
+from prometheus_client.core import Metric  # noqa: E402
+from prometheus_client.exposition import choose_encoder  # noqa: E402
+from prometheus_client.registry import Collector  # noqa: E402
+
+#: Collectors the apps register (in their AppConfig.ready) to compute state gauges at scrape time.
+_collectors: list[Collector] = []
+
+
+def register_collector(collector: Collector) -> None:
+    """Add an app's scrape-time collector (idempotent: ready() may run twice in tests)."""
+    if all(type(existing) is not type(collector) for existing in _collectors):
+        _collectors.append(collector)
+
+
+class _Forward:
+    """The default registry (this process's own metrics), inside a per-scrape registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        return self.registry.collect()
+
+
+def scrape_registry() -> CollectorRegistry:
+    """What one scrape shows: the process metrics (or all processes' in multiprocess mode) and the fleet."""
+    registry = CollectorRegistry(auto_describe=False)
+    directory = os.environ.get(MULTIPROC_ENV)
+    if directory:
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        MultiProcessCollector(registry, path=directory)
+    else:
+        registry.register(_Forward(REGISTRY))
+    for collector in _collectors:
+        registry.register(collector)
+    return registry
+
+
+def _unauthorized(code: str, detail: str) -> JsonResponse:
+    response = JsonResponse({"code": code, "detail": detail}, status=401)
+    response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+    return response
+
+
+@require_safe
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """``GET /metrics``: the Prometheus exposition (text format, or OpenMetrics when asked for)."""
+    token = env_str(TOKEN_ENV)
+    if token:
+        header = request.headers.get("Authorization", "")
+        if not header:
+            return _unauthorized("not_authenticated", "Use 'Authorization: Bearer <METRICS_TOKEN>'.")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
+            return _unauthorized("authentication_failed", "Wrong metrics token.")
+    encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+    return HttpResponse(encoder(scrape_registry()), content_type=content_type or CONTENT_TYPE_LATEST)

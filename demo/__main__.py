@@ -1,0 +1,345 @@
+"""``make demo``: the whole system on an embedded default, end to end, in about a minute.
+
+A web server on a loopback port, a Celery worker and beat on the embedded
+filesystem broker (the same tasks and schedule as production), SQLite, 200
+simulated bcd agents in 4 pools over HTTP, throwaway release keys, signed
+releases registered through the API, and a rollout with short soak and timeout.
+
+``--fail-canary``: the new release's agents never come back, the canary fails,
+the rollout pauses; the demo aborts it with rollback and rolls forward to a
+fixed release with a higher sequence, which completes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # Django is set up in main(), after the environment is chosen
+    from rollout.selectors import WaveStats
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+RUN_DIR = BASE_DIR / ".run" / "demo"
+POOLS = ("gpu-a", "gpu-b", "cpu-a", "cpu-b")
+NODES_PER_POOL = 50
+BUDGET = 0.1
+ADMIN_USER = "admin"
+
+
+def _parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="make demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fail-canary", action="store_true", help="the new release fails: pause, roll forward")
+    parser.add_argument("--agents-per-pool", type=int, default=NODES_PER_POOL)
+    parser.add_argument("--timeout", type=float, default=110.0, help="give up after this many seconds")
+    parser.add_argument("--run-dir", type=Path, default=RUN_DIR, help="where the database, broker and logs go")
+    return parser.parse_args()
+
+
+def _environment(run_dir: Path) -> dict[str, str]:
+    """The demo's configuration, exactly as production reads it: environment variables."""
+    from rollout.release.keys import generate_private_key, private_key_pem, spki_pin
+
+    key = generate_private_key()
+    (run_dir / "release-key.pem").write_bytes(private_key_pem(key))
+    (run_dir / "release-key.pem").chmod(0o600)
+    port = _free_port()
+    env = {
+        "DATABASE_URL": f"sqlite:///{run_dir / 'db.sqlite3'}",
+        "ROLLOUT_RUN_DIR": str(run_dir),  # the filesystem broker and the media live here
+        "ROLLOUT_RELEASE_PINS": spki_pin(key.public_key()),
+        "ROLLOUT_RELEASE_THRESHOLD": "1",
+        "ROLLOUT_DOWNLOADS_URL": f"http://127.0.0.1:{port}/api/compute/downloads",
+        "ROLLOUT_EVERY": "1",
+        "FLEET_HEARTBEAT_SECONDS": "5",
+        "FLEET_MIN_PROTOCOL_VERSION": "2",
+        "LOG_LEVEL": "WARNING",
+        "DEMO_PORT": str(port),
+    }
+    os.environ.update(env)
+    return env
+
+
+def _answers(url: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"{url}/api/compute/releases/", timeout=2).status_code == 401
+    except httpx.HTTPError:
+        return False
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Demo:
+    def __init__(self, args: argparse.Namespace, env: dict[str, str]):
+        import httpx
+
+        from fleet.models import Permission
+        from fleet.services.iam import api_key_create, tenant_create
+
+        self.args = args
+        self.env = env
+        self.url = f"http://127.0.0.1:{env['DEMO_PORT']}"
+        self.tenant = tenant_create(slug="demo", name="Demo tenant")
+        _, key = api_key_create(tenant=self.tenant, username="automation", grants=[Permission.FLEET_ADMIN])
+        self.api = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+        self.key = key
+        self.sequences: dict[str, int] = {}
+        self.password = secrets.token_urlsafe(9)
+
+    # -- setting up ------------------------------------------------------------------------
+
+    def superuser(self) -> None:
+        from django.contrib.auth import get_user_model
+
+        from fleet.models import Membership
+
+        user = get_user_model().objects.create_superuser(ADMIN_USER, "admin@example.com", self.password)
+        Membership.objects.create(user=user, tenant=self.tenant)
+
+    def release(self, version: str, sequence: int) -> None:
+        """Sign a release offline with the throwaway key, register it over HTTP, upload its binary."""
+        import io
+
+        from rollout.release.dsse import envelope_to_bytes, sign_envelope
+        from rollout.release.keys import load_private_key
+        from rollout.release.manifest import manifest_for, manifest_to_bytes
+        from rollout.services.releases import release_binary_store
+
+        binary = f"#!/bin/false\n# bcd {version}\n".encode() * 512
+        manifest = manifest_for(
+            version=version,
+            sequence=sequence,
+            binaries={"linux-amd64": binary},
+            protocol_version=3,
+            notes=f"demo release {version}",
+        )
+        key = load_private_key(Path(self.env["ROLLOUT_RUN_DIR"], "release-key.pem").read_bytes())
+        envelope = envelope_to_bytes(sign_envelope(manifest_to_bytes(manifest), [key]))
+        response = self.api.post("/api/compute/releases/", content=envelope)
+        response.raise_for_status()
+        release_binary_store(version=version, platform="linux-amd64", source=io.BytesIO(binary))
+        self.sequences[version] = sequence
+        say(f"registered bcd {version} (sequence {sequence}), signed offline, verified against the pin")
+
+    def enroll(self) -> list[tuple[str, str]]:
+        agents = []
+        for pool_name in POOLS:
+            pool = self.api.post(
+                "/api/compute/pools/", json={"name": pool_name, "policy": {"disruptionBudget": BUDGET}}
+            )
+            pool.raise_for_status()
+            for i in range(self.args.agents_per_pool):
+                body = {"name": f"{pool_name}-{i:03d}", "poolId": pool.json()["id"], "arch": "amd64"}
+                node = self.api.post("/api/compute/nodes/", json=body)
+                node.raise_for_status()
+                agents.append((node.json()["name"], node.json()["agentToken"]))
+        say(f"enrolled {len(agents)} nodes in {len(POOLS)} pools (disruption budget {BUDGET:.0%}) through the API")
+        return agents
+
+    # -- running ---------------------------------------------------------------------------
+
+    def rollout(self, version: str, **options: object) -> str:
+        body = {"version": version, "waves": [1, 10, 50, 100], "soakSeconds": 2, "upgradeTimeoutSeconds": 30}
+        body.update(options)
+        plan = self.api.post("/api/compute/rollouts/?dryRun=true", json=body).json()
+        say(
+            f"plan for {version}: waves {[w['total'] for w in plan['waves']]} nodes, "
+            f"worst case {plan['estimatedSeconds']} s"
+        )
+        response = self.api.post("/api/compute/rollouts/", json=body)
+        response.raise_for_status()
+        return response.json()["id"]
+
+    def watch(self, rollout_id: str, until: set[str], deadline: float) -> str:
+        progress = Progress(rollout_id)
+        while True:
+            state = progress.show()
+            if state in until:
+                progress.show(final=True)
+                return state
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the rollout did not reach {sorted(until)} in time (state {state})")
+            time.sleep(0.5)
+
+
+# -- live progress ---------------------------------------------------------------------------
+
+COLOURS = {"succeeded": "32", "failed": "31", "inFlight": "33", "pending": "90", "skipped": "35"}
+TTY = sys.stdout.isatty()
+
+
+def say(text: str) -> None:
+    print(f"  {text}", flush=True)
+
+
+def _bar(wave: WaveStats, width: int = 40) -> str:
+    total = wave.total or 1
+    segments = (
+        ("succeeded", "█", wave.succeeded),
+        ("failed", "█", wave.failed),
+        ("inFlight", "▒", wave.in_flight),
+        ("skipped", "░", wave.skipped + wave.cancelled + wave.rolled_back),
+    )
+    cells = []
+    used = 0
+    for key, char, count in segments:
+        n = round(count * width / total)
+        used += n
+        cells.append(f"\033[{COLOURS[key]}m{char * n}\033[0m" if TTY else char * n)
+    return "".join(cells) + "·" * max(0, width - used)
+
+
+class Progress:
+    def __init__(self, rollout_id: str):
+        self.rollout_id = rollout_id
+        self.seen_events = 0
+        self.started = time.monotonic()
+        self.lines_drawn = 0
+        self.last_printed = -10.0
+
+    def show(self, *, final: bool = False) -> str:
+        from fleet.services.budget import pool_budgets
+        from rollout.models import Rollout, RolloutEvent
+        from rollout.selectors import rollout_waves
+
+        rollout = Rollout.objects.select_related("release").prefetch_related("pools").get(pk=self.rollout_id)
+        events = list(RolloutEvent.objects.filter(rollout=rollout).order_by("at", "id")[self.seen_events :])
+        self.seen_events += len(events)
+        waves = rollout_waves([rollout])[rollout.id]
+        pools = {p.id: p.name for p in rollout.pools.all()}
+        budgets = pool_budgets(pool_ids=list(pools))
+        elapsed = time.monotonic() - self.started
+        budget = "  ".join(f"{pools[pid]} {b.disrupted}/{b.allowed}" for pid, b in sorted(budgets.items(), key=str))
+        if TTY and self.lines_drawn:
+            print(f"\033[{self.lines_drawn}F\033[J", end="")
+        for event in events:
+            data = ", ".join(f"{k}={v}" for k, v in event.data.items() if k not in {"poolIds"})
+            print(
+                f"  {event.at:%H:%M:%S} \033[1m{event.kind}\033[0m {data}"
+                if TTY
+                else f"  {event.at:%H:%M:%S} {event.kind} {data}"
+            )
+        block = [f"  bcd {rollout.release.version}  {rollout.state:<9} wave {rollout.current_wave + 1}/{len(waves)}"
+                 f"  {elapsed:5.1f} s   in flight / budget: {budget}"]  # fmt: skip
+        for wave in waves:
+            done = wave.succeeded + wave.failed + wave.skipped + wave.cancelled + wave.rolled_back
+            block.append(
+                f"    wave {wave.index} {wave.percent:>3}% {_bar(wave)} {done:>3}/{wave.total:<3}"
+                f" ok {wave.succeeded:<3} failed {wave.failed:<2} in flight {wave.in_flight:<2}"
+                f" skipped {wave.skipped}"
+            )
+        if TTY:
+            print("\n".join(block), flush=True)
+            self.lines_drawn = len(block)
+        elif final or events or elapsed - self.last_printed >= 3:
+            # Not a terminal (CI, a log): a status line now and then instead of redrawing.
+            summary = "  ".join(f"w{w.index}:{w.succeeded}/{w.total}" for w in waves)
+            print(
+                f"  [{elapsed:5.1f} s] {rollout.state} wave {rollout.current_wave} {summary}  budget {budget}",
+                flush=True,
+            )
+            self.last_printed = elapsed
+        if final:
+            self.lines_drawn = 0
+        return rollout.state
+
+
+def summary(rollout_ids: list[str]) -> None:
+    from rollout.models import NodeUpgrade, Rollout
+
+    print(
+        "\n  rollout                               version  state      succeeded failed skipped rolled back cancelled"
+    )
+    for rollout_id in rollout_ids:
+        rollout = Rollout.objects.select_related("release").get(pk=rollout_id)
+        counts = {s: NodeUpgrade.objects.filter(rollout=rollout, state=s).count() for s in NodeUpgrade.State.values}
+        took = ((rollout.completed_at or rollout.aborted_at) - rollout.created_at).total_seconds() if (
+            rollout.completed_at or rollout.aborted_at) else 0  # fmt: skip
+        print(
+            f"  {rollout.id}  {rollout.release.version:<8} {rollout.state:<10} {counts['succeeded']:>9} "
+            f"{counts['failed']:>6} {counts['skipped']:>7} {counts['rolled_back']:>11} {counts['cancelled']:>9}"
+            f"   ({took:.1f} s)"
+        )
+
+
+def main() -> int:
+    args = _parse()
+    run_dir = args.run_dir.resolve()
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    env = _environment(run_dir)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    from demo.processes import celery_beat, celery_worker, stop, wait_until, web_server
+    from simulator import Fleet, build_agent_configs
+
+    print("rollout demo: SQLite, an embedded broker, a Celery worker and beat, 200 simulated agents\n")
+    call_command("migrate", verbosity=0)
+    say(f"migrated {env['DATABASE_URL']}")
+    logs = run_dir / "logs"
+    logs.mkdir()
+    child_env = {k: v for k, v in env.items() if k != "DEMO_PORT"}
+    port = int(env["DEMO_PORT"])
+    web = web_server(child_env, port=port, log_path=logs / "web.log")
+    worker = celery_worker(child_env, log_path=logs / "worker.log")
+    beat = celery_beat(child_env, log_path=logs / "beat.log")
+    demo = Demo(args, env)
+    wait_until(lambda: _answers(demo.url), timeout=30, what="the web server")
+    say(f"started gunicorn on 127.0.0.1:{port}, a Celery worker and beat (logs in {logs})")
+    demo.superuser()
+    deadline = time.monotonic() + args.timeout
+    rollouts: list[str] = []
+    try:
+        demo.release("1.0.0", 1)
+        demo.release("1.1.0", 2)
+        agents = demo.enroll()
+        configs = build_agent_configs(
+            agents, daemon_version="1.0.0", fail_version="1.1.0" if args.fail_canary else None, fail_mode="never_rejoin"
+        )
+        fleet = Fleet(demo.url, configs, sequences=demo.sequences, heartbeat_seconds=2.0, restart_delay=0.5,
+                      restart_jitter=0.5, seed=7)  # fmt: skip
+        with fleet.start_thread(timeout=args.timeout + 30) as running:
+            running.wait_for(lambda f: f.online_count() == len(configs), timeout=30)
+            say(f"{fleet.online_count()} agents online on bcd 1.0.0\n")
+            # A bad release fails fast (10 s timeout) so the demo shows the pause quickly.
+            first = demo.rollout("1.1.0", upgradeTimeoutSeconds=10 if args.fail_canary else 30)
+            rollouts.append(first)
+            state = demo.watch(first, {"completed", "paused"}, deadline)
+            if state == "paused":
+                say("the canary failed and the rollout paused: aborting it with rollback, then rolling forward\n")
+                demo.api.post(f"/api/compute/rollouts/{first}/abort/", json={"rollback": True}).raise_for_status()
+                demo.release("1.2.0", 3)
+                forward = demo.rollout("1.2.0")
+                rollouts.append(forward)
+                demo.watch(forward, {"completed"}, deadline)
+            say(f"agents: {dict(fleet.versions())} ({fleet.online_count()} online)")
+        summary(rollouts)
+    finally:
+        stop(worker, beat, web)
+    print(
+        "\nOpen the admin on the same data:\n"
+        f"  DATABASE_URL={env['DATABASE_URL']} ROLLOUT_RUN_DIR={run_dir} .venv/bin/python manage.py runserver\n"
+        f"  then http://127.0.0.1:8000/admin/  user {ADMIN_USER}  password {demo.password}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

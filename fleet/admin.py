@@ -1,0 +1,239 @@
+"""The operators' console for the fleet: tenants, IAM, pools, nodes, sessions, workflows, commands.
+
+Superusers see every tenant; a staff user with a Membership sees only the rows
+of their tenant (``TenantScopedAdmin``), also in foreign-key choices. Writes
+that have rules go through the services (creating pools and nodes, finishing
+workflows); secrets (API key and agent token hashes) are never shown.
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+
+from core.errors import DomainError
+from fleet.admin_base import ReadOnlyMixin, TenantScopedAdmin
+from fleet.models import ApiKey, Command, Grant, Membership, Node, NodeSession, Pool, Tenant, Workflow
+from fleet.services.budget import pool_budgets
+from fleet.services.nodes import node_create, node_is_online, node_session
+from fleet.services.pools import pool_create, pools_set_default_daemon_version
+from fleet.services.workflows import workflow_finish
+
+
+# --- tenants and IAM -------------------------------------------------------------------------
+@admin.register(Tenant)
+class TenantAdmin(TenantScopedAdmin):
+    tenant_path = "id"
+    list_display = ["slug", "name", "created_at"]
+    search_fields = ["slug", "name"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_superuser
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
+        return request.user.is_superuser
+
+
+@admin.register(Membership)
+class MembershipAdmin(TenantScopedAdmin):
+    list_display = ["user", "tenant"]
+    list_filter = ["tenant"]
+    list_select_related = ["user", "tenant"]
+    search_fields = ["user__username", "tenant__slug"]
+    autocomplete_fields = ["user"]
+
+
+@admin.register(Grant)
+class GrantAdmin(TenantScopedAdmin):
+    list_display = ["user", "permission", "tenant", "scope", "created_at"]
+    list_filter = ["permission", "scope", "tenant"]
+    list_select_related = ["user", "tenant"]
+    search_fields = ["user__username", "tenant__slug"]
+    autocomplete_fields = ["user"]
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(ReadOnlyMixin, TenantScopedAdmin):
+    """Keys are created with ``manage.py createapikey`` (the plain key is shown once there); here they are
+    listed and revoked. The hash is never shown."""
+
+    list_display = ["prefix", "user", "tenant", "created_at", "revoked_at"]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter), "tenant"]
+    list_select_related = ["user", "tenant"]
+    search_fields = ["prefix", "user__username", "tenant__slug"]
+    fields = ["prefix", "user", "tenant", "created_at", "revoked_at"]
+    readonly_fields = fields
+    actions = ["revoke"]
+
+    @admin.action(description="Revoke the selected API keys", permissions=["delete"])
+    def revoke(self, request: HttpRequest, queryset: QuerySet) -> None:
+        revoked = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, f"Revoked {revoked} key(s).", messages.SUCCESS)
+
+
+# --- the fleet ----------------------------------------------------------------------------
+@admin.register(Pool)
+class PoolAdmin(TenantScopedAdmin):
+    list_display = ["name", "tenant", "disruption_budget", "node_count", "disruption", "default_daemon_version"]
+    list_filter = ["tenant"]
+    list_select_related = ["tenant"]
+    search_fields = ["name", "tenant__slug"]
+    fields = ["tenant", "name", "disruption_budget", "default_daemon_version"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj=None):
+        return ["tenant"] if obj is not None else []
+
+    def get_changelist_instance(self, request: HttpRequest):
+        # One pool_budgets call for the whole page: a constant number of queries.
+        changelist = super().get_changelist_instance(request)
+        pools = list(changelist.result_list)
+        budgets = pool_budgets(pool_ids=[pool.id for pool in pools])
+        for pool in pools:
+            pool.budget_now = budgets.get(pool.id)
+        return changelist
+
+    @admin.display(description="nodes")
+    def node_count(self, pool: Pool) -> int | str:
+        budget = getattr(pool, "budget_now", None)
+        return budget.nodes if budget else "-"
+
+    @admin.display(description="disrupted / allowed")
+    def disruption(self, pool: Pool) -> str:
+        budget = getattr(pool, "budget_now", None)
+        return f"{budget.disrupted}/{budget.allowed}" if budget else "-"
+
+    def save_model(self, request: HttpRequest, obj: Pool, form, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        created = pool_create(tenant=obj.tenant, name=obj.name, disruption_budget=obj.disruption_budget)
+        if obj.default_daemon_version:
+            pools_set_default_daemon_version(pool_ids=[created.pk], version=obj.default_daemon_version)
+        obj.pk = created.pk
+
+
+class NodeSessionInline(admin.StackedInline):
+    model = NodeSession
+    fields = ["daemon_version", "protocol_version", "joined_at", "last_seen_at", "left_at"]
+    readonly_fields = fields
+    can_delete = False
+    extra = 0
+
+    def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
+class NodeAddForm(forms.ModelForm):
+    class Meta:
+        model = Node
+        fields = ["tenant", "pool", "name", "arch"]
+
+    def clean(self) -> dict:
+        data = super().clean()
+        tenant, pool = data.get("tenant"), data.get("pool")
+        if tenant is not None and pool is not None and pool.tenant_id != tenant.id:
+            self.add_error("pool", "This pool belongs to another tenant.")
+        return data
+
+
+@admin.register(Node)
+class NodeAdmin(TenantScopedAdmin):
+    """Nodes are created through the service so that the agent token is generated (and shown once) and the
+    desired daemon follows the pool's default. The token hash is never shown."""
+
+    list_display = ["name", "pool", "tenant", "arch", "online", "daemon_version", "protocol_version", "spec"]
+    list_filter = [("pool", admin.RelatedOnlyFieldListFilter), "arch", "tenant"]
+    list_select_related = ["pool", "tenant", "session"]
+    search_fields = ["name"]
+    inlines = [NodeSessionInline]
+
+    def get_form(self, request: HttpRequest, obj=None, change: bool = False, **kwargs):
+        if obj is None:
+            kwargs["form"] = NodeAddForm
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_fields(self, request: HttpRequest, obj=None):
+        if obj is None:
+            return ["tenant", "pool", "name", "arch"]
+        return ["tenant", "pool", "name", "arch", "spec", "created_at"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj=None):
+        # The pool and arch are fixed once created (workflows and rollouts recorded them).
+        return ["tenant", "pool", "arch", "spec", "created_at"] if obj is not None else []
+
+    def get_inlines(self, request: HttpRequest, obj=None):
+        return self.inlines if obj is not None else []
+
+    @admin.display(boolean=True)
+    def online(self, node: Node) -> bool:
+        return node_is_online(node=node, now=timezone.now())
+
+    @admin.display(description="daemon version")
+    def daemon_version(self, node: Node) -> str:
+        session = node_session(node)
+        return session.daemon_version if session else "-"
+
+    @admin.display(description="protocol")
+    def protocol_version(self, node: Node) -> int | str:
+        session = node_session(node)
+        return session.protocol_version if session else "-"
+
+    def save_model(self, request: HttpRequest, obj: Node, form, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        # The form has validated the name, arch and pool (in the user's tenant) already.
+        node, token = node_create(tenant=obj.tenant, name=obj.name, pool_id=obj.pool_id, arch=obj.arch)
+        obj.pk = node.pk
+        self.message_user(request, f"Agent token for {node.name} (shown once, store it now): {token}", messages.WARNING)
+
+
+@admin.register(NodeSession)
+class NodeSessionAdmin(ReadOnlyMixin, TenantScopedAdmin):
+    tenant_path = "node__tenant_id"
+    list_display = ["node", "daemon_version", "protocol_version", "joined_at", "last_seen_at", "left_at"]
+    list_filter = [
+        "daemon_version",
+        "protocol_version",
+        ("node__pool", admin.RelatedOnlyFieldListFilter),
+        "node__tenant",
+    ]
+    list_select_related = ["node"]
+    search_fields = ["node__name", "daemon_version"]
+
+
+@admin.register(Workflow)
+class WorkflowAdmin(ReadOnlyMixin, TenantScopedAdmin):
+    """Workflows start through the API (within the budget); here they are viewed and finished."""
+
+    list_display = ["node", "pool", "kind", "state", "started_at", "finished_at"]
+    list_filter = ["state", "kind", ("pool", admin.RelatedOnlyFieldListFilter), "tenant"]
+    list_select_related = ["node", "pool"]
+    search_fields = ["node__name"]
+    actions = ["finish"]
+
+    def has_finish_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("fleet.change_workflow")
+
+    @admin.action(description="Finish the selected workflows", permissions=["finish"])
+    def finish(self, request: HttpRequest, queryset: QuerySet) -> None:
+        finished = 0
+        for workflow in queryset.filter(state=Workflow.State.ACTIVE).select_related("tenant"):
+            try:
+                workflow_finish(tenant=workflow.tenant, workflow_id=workflow.id)
+                finished += 1
+            except DomainError:
+                continue  # finished meanwhile
+        self.message_user(request, f"Finished {finished} workflow(s).", messages.SUCCESS)
+
+
+@admin.register(Command)
+class CommandAdmin(ReadOnlyMixin, TenantScopedAdmin):
+    tenant_path = "node__tenant_id"
+    list_display = ["kind", "node", "state", "created_at", "acked_at", "completed_at"]
+    list_filter = ["kind", "state", ("node__pool", admin.RelatedOnlyFieldListFilter), "node__tenant"]
+    list_select_related = ["node"]
+    search_fields = ["node__name", "error"]

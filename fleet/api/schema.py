@@ -1,0 +1,98 @@
+"""The fleet's part of the OpenAPI description: its error codes, bearer schemes and refinements.
+
+Imported by fleet/api/views.py, so drf-spectacular sees the extensions before it builds the schema.
+"""
+
+from __future__ import annotations
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiSerializerExtension
+from drf_spectacular.plumbing import build_array_type
+from rest_framework import serializers
+
+from core.openapi import error_responses, refine_schema, register_codes
+
+__all__ = ["error_responses"]
+
+
+class ApiKeyScheme(OpenApiAuthenticationExtension):
+    target_class = "fleet.api.authentication.ApiKeyAuthentication"
+    name = "apiKey"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "description": "An API key (manage.py createapikey)."}
+
+
+class AgentTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "fleet.api.agent_auth.AgentTokenAuthentication"
+    name = "agentToken"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "description": "A node's agentToken (shown once at creation)."}
+
+
+# --- the fleet's error codes and refinements ---------------------------------------------------
+
+register_codes(
+    {
+        "invalid_name": "The name is empty or too long.",
+        "invalid_budget": "`disruptionBudget` is not a number in [0, 1] with at most 5 decimals.",
+        "invalid_arch": "`arch` is not 1 to 32 of lowercase letters, digits and `_`.",
+        "pool_exists": "The tenant already has a pool of this name.",
+        "node_exists": "The tenant already has a node of this name.",
+        "unknown_pool": "A pool id is not one of the tenant's pools (for a rollout, `poolIds` lists them).",
+        "unknown_node": "`nodeId` is not one of the tenant's nodes.",
+        "budget_exhausted": "Starting the workflow would exceed the pool's disruption budget.",
+        "workflow_active": "The node already has an active workflow of this kind.",
+    },
+    {
+        "unknown_pool": {"poolIds": serializers.ListField(child=serializers.CharField(), required=False)},
+        "budget_exhausted": {"disrupted": serializers.IntegerField(), "allowed": serializers.IntegerField()},
+    },
+)
+
+
+class DaemonSectionSerializer(serializers.Serializer):
+    """A node's desired daemon: what its agent must run."""
+
+    version = serializers.CharField()
+    url = serializers.CharField()
+    sha256 = serializers.CharField()
+
+
+class NodeSpecSerializer(serializers.Serializer):
+    """A node's desired state."""
+
+    daemon = DaemonSectionSerializer(allow_null=True)
+
+
+class AgentCommandSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    kind = serializers.CharField(help_text="For example `daemon.upgrade`.")
+    payload = serializers.DictField()
+
+
+class PoolRefinement(OpenApiSerializerExtension):
+    target_class = "fleet.api.serializers.PoolSerializer"
+
+    def map_serializer(self, auto_schema, direction):
+        from fleet.api.serializers import PolicySerializer
+
+        return refine_schema(auto_schema, self.target, direction, {"policy": PolicySerializer})
+
+
+class NodeRefinement(OpenApiSerializerExtension):
+    target_class = "fleet.api.serializers.NodeSerializer"
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema, direction):
+        return refine_schema(auto_schema, self.target, direction, {"spec": NodeSpecSerializer})
+
+
+class AgentSessionRefinement(OpenApiSerializerExtension):
+    target_class = "fleet.api.serializers.AgentSessionSerializer"
+
+    def map_serializer(self, auto_schema, direction):
+        command = auto_schema.resolve_serializer(AgentCommandSerializer, direction).ref
+        return refine_schema(
+            auto_schema, self.target, direction, {"spec": NodeSpecSerializer, "commands": build_array_type(command)}
+        )

@@ -1,0 +1,123 @@
+"""JSON shapes of the fleet and agent APIs (camelCase). Validation of types only; rules live in services."""
+
+from __future__ import annotations
+
+from django.utils import timezone
+from rest_framework import serializers
+
+from core.fields import (
+    PG_INT_MAX,
+    FractionField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictIntegerField,
+    StrictRegexField,
+    StrictSerializer,
+    StrictUUIDField,
+)
+from fleet.models import Workflow
+from fleet.models.fleet import DEFAULT_DISRUPTION_BUDGET
+from fleet.services.nodes import node_is_online, node_session
+
+VERSION_REGEX = r"\A[A-Za-z0-9._+-]{1,64}\Z"
+
+
+# --- pools -----------------------------------------------------------------------------
+class PolicySerializer(StrictSerializer):
+    disruptionBudget = FractionField(source="disruption_budget", default=DEFAULT_DISRUPTION_BUDGET)
+
+
+class PoolInSerializer(StrictSerializer):
+    name = StrictCharField(max_length=100, trim_whitespace=False)
+    policy = PolicySerializer(required=False)
+
+
+class PoolSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    name = serializers.CharField()
+    policy = serializers.SerializerMethodField()
+    defaultDaemonVersion = serializers.CharField(source="default_daemon_version", allow_null=True)
+
+    def get_policy(self, pool) -> dict:
+        return {"disruptionBudget": float(pool.disruption_budget)}
+
+
+# --- nodes -----------------------------------------------------------------------------
+class NodeInSerializer(StrictSerializer):
+    name = StrictCharField(max_length=200, trim_whitespace=False)
+    poolId = StrictUUIDField()
+    arch = StrictRegexField(r"\A[a-z0-9_]{1,32}\Z", max_length=32, trim_whitespace=False)
+
+
+class NodeSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    name = serializers.CharField()
+    poolId = serializers.CharField(source="pool_id")
+    arch = serializers.CharField()
+    spec = serializers.JSONField()
+    online = serializers.SerializerMethodField()
+    daemonVersion = serializers.SerializerMethodField()
+    protocolVersion = serializers.SerializerMethodField()
+    lastSeenAt = serializers.SerializerMethodField()
+
+    def get_online(self, node) -> bool:
+        return node_is_online(node=node, now=self.context.get("now") or timezone.now())
+
+    def get_daemonVersion(self, node) -> str | None:
+        session = node_session(node)
+        return session.daemon_version if session else None
+
+    def get_protocolVersion(self, node) -> int | None:
+        session = node_session(node)
+        return session.protocol_version if session else None
+
+    def get_lastSeenAt(self, node) -> str | None:
+        session = node_session(node)
+        return serializers.DateTimeField().to_representation(session.last_seen_at) if session else None
+
+
+class NodeCreatedSerializer(NodeSerializer):
+    agentToken = serializers.SerializerMethodField()
+
+    def get_agentToken(self, node) -> str:
+        return self.context["agent_token"]
+
+
+# --- workflows -------------------------------------------------------------------------
+class WorkflowInSerializer(StrictSerializer):
+    nodeId = StrictUUIDField()
+    kind = serializers.ChoiceField(choices=Workflow.Kind.choices)
+
+
+class WorkflowSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    nodeId = serializers.CharField(source="node_id")
+    poolId = serializers.CharField(source="pool_id")
+    kind = serializers.CharField()
+    state = serializers.CharField()
+    startedAt = serializers.DateTimeField(source="started_at")
+    finishedAt = serializers.DateTimeField(source="finished_at", allow_null=True)
+
+
+# --- agent -----------------------------------------------------------------------------
+class AgentSessionInSerializer(StrictSerializer):
+    daemonVersion = StrictRegexField(VERSION_REGEX, max_length=64, trim_whitespace=False)
+    protocolVersion = StrictIntegerField(min_value=1, max_value=PG_INT_MAX)
+
+
+class AgentSessionSerializer(serializers.Serializer):
+    spec = serializers.JSONField()
+    commands = serializers.ListField(child=serializers.DictField())
+    heartbeatSeconds = serializers.IntegerField(source="heartbeat_seconds")
+
+
+class CommandAckInSerializer(StrictSerializer):
+    ok = StrictBooleanField()
+    error = StrictCharField(required=False, allow_blank=True, max_length=4000, trim_whitespace=False)
+
+
+class CommandSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    kind = serializers.CharField()
+    state = serializers.CharField()
+    payload = serializers.JSONField()

@@ -1,0 +1,26 @@
+"""Fleet and agent endpoints, included at /api/compute/.
+
+URL names: fleet-pool-list, fleet-pool-detail, fleet-node-list, fleet-node-detail,
+fleet-workflow-list, fleet-workflow-detail, fleet-workflow-finish,
+fleet-agent-session, fleet-agent-command-ack.
+"""
+
+from django.urls import path, re_path
+from rest_framework.routers import SimpleRouter
+
+from fleet.api import views
+
+router = SimpleRouter()
+router.register("pools", views.PoolViewSet, basename="fleet-pool")
+router.register("nodes", views.NodeViewSet, basename="fleet-node")
+router.register("workflows", views.WorkflowViewSet, basename="fleet-workflow")
+
+urlpatterns = [
+    path("agent/session", views.AgentSessionView.as_view(), name="fleet-agent-session"),
+    re_path(
+        r"^agent/commands/(?P<command_id>[^/]+)/ack$",
+        views.AgentCommandAckView.as_view(),
+        name="fleet-agent-command-ack",
+    ),
+    *router.urls,
+]

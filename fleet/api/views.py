@@ -1,0 +1,247 @@
+"""Fleet (host) API and node-agent API. Thin: parse, call one service, render."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from core.errors import InvalidInput, NotFound
+from fleet.api import serializers as s
+from fleet.api.agent_auth import AgentTokenAuthentication, IsAgent
+from fleet.api.schema import error_responses
+from fleet.models import Node, Pool, Workflow
+from fleet.services.commands import command_ack
+from fleet.services.nodes import node_create
+from fleet.services.pools import pool_create
+from fleet.services.sessions import agent_session_leave, agent_session_report
+from fleet.services.workflows import workflow_finish, workflow_start
+
+# Any path segment reaches the view, so a malformed id is a JSON 404 rather than an unmatched URL.
+ANY_SEGMENT = r"[^/]+"
+
+
+def _path_id(value: str, what: str) -> UUID:
+    try:
+        return UUID(value)
+    except ValueError as exc:
+        raise NotFound(f"No {what} {value!r}.", code="not_found") from exc
+
+
+def _query_id(request: Request, name: str) -> UUID | None:
+    value = request.query_params.get(name)
+    if value is None:
+        return None
+    try:
+        return UUID(value)
+    except ValueError as exc:
+        raise InvalidInput(f"{name} must be a UUID.", code="invalid_input") from exc
+
+
+def _valid(serializer_class, request: Request) -> dict:
+    serializer = serializer_class(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+class TenantViewSet(viewsets.ViewSet):
+    """Everything is scoped to the caller's tenant: another tenant's object is 404."""
+
+    lookup_value_regex = ANY_SEGMENT
+
+    @property
+    def tenant(self):
+        return self.request.auth.tenant
+
+
+class PoolViewSet(TenantViewSet):
+    @extend_schema(responses={200: s.PoolSerializer(many=True), **error_responses("PoolList")})
+    def list(self, request: Request) -> Response:
+        return Response(s.PoolSerializer(Pool.objects.filter(tenant=self.tenant), many=True).data)
+
+    @extend_schema(responses={200: s.PoolSerializer, **error_responses("PoolRetrieve", not_found=["not_found"])})
+    def retrieve(self, request: Request, pk: str) -> Response:
+        pool = Pool.objects.filter(tenant=self.tenant, pk=_path_id(pk, "pool")).first()
+        if pool is None:
+            raise NotFound(f"No pool {pk}.", code="not_found")
+        return Response(s.PoolSerializer(pool).data)
+
+    @extend_schema(
+        request=s.PoolInSerializer,
+        responses={
+            201: s.PoolSerializer,
+            **error_responses(
+                "PoolCreate",
+                json_body=True,
+                bad_request=["invalid_input", "invalid_name", "invalid_budget"],
+                conflict=["pool_exists"],
+            ),
+        },
+    )
+    def create(self, request: Request) -> Response:
+        data = _valid(s.PoolInSerializer, request)
+        policy = data.get("policy") or {}
+        pool = pool_create(tenant=self.tenant, name=data["name"], **policy)
+        return Response(s.PoolSerializer(pool).data, status=status.HTTP_201_CREATED)
+
+
+class NodeViewSet(TenantViewSet):
+    def _nodes(self):
+        return Node.objects.filter(tenant=self.tenant).select_related("session")
+
+    @extend_schema(
+        parameters=[OpenApiParameter("poolId", str, description="only the nodes of this pool")],
+        responses={200: s.NodeSerializer(many=True), **error_responses("NodeList", bad_request=["invalid_input"])},
+    )
+    def list(self, request: Request) -> Response:
+        nodes = self._nodes()
+        pool_id = _query_id(request, "poolId")
+        if pool_id is not None:
+            nodes = nodes.filter(pool_id=pool_id)
+        return Response(s.NodeSerializer(nodes, many=True, context={"now": timezone.now()}).data)
+
+    @extend_schema(responses={200: s.NodeSerializer, **error_responses("NodeRetrieve", not_found=["not_found"])})
+    def retrieve(self, request: Request, pk: str) -> Response:
+        node = self._nodes().filter(pk=_path_id(pk, "node")).first()
+        if node is None:
+            raise NotFound(f"No node {pk}.", code="not_found")
+        return Response(s.NodeSerializer(node, context={"now": timezone.now()}).data)
+
+    @extend_schema(
+        request=s.NodeInSerializer,
+        responses={
+            201: s.NodeCreatedSerializer,
+            **error_responses(
+                "NodeCreate",
+                json_body=True,
+                bad_request=["invalid_input", "invalid_name", "invalid_arch", "unknown_pool"],
+                conflict=["node_exists"],
+            ),
+        },
+    )
+    def create(self, request: Request) -> Response:
+        data = _valid(s.NodeInSerializer, request)
+        node, agent_token = node_create(
+            tenant=self.tenant, name=data["name"], pool_id=data["poolId"], arch=data["arch"]
+        )
+        body = s.NodeCreatedSerializer(node, context={"agent_token": agent_token, "now": timezone.now()}).data
+        return Response(body, status=status.HTTP_201_CREATED)
+
+
+class WorkflowViewSet(TenantViewSet):
+    def _workflow(self, pk: str) -> Workflow:
+        workflow = Workflow.objects.filter(tenant=self.tenant, pk=_path_id(pk, "workflow")).first()
+        if workflow is None:
+            raise NotFound(f"No workflow {pk}.", code="not_found")
+        return workflow
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("nodeId", str, description="only this node's workflows"),
+            OpenApiParameter("state", str, enum=Workflow.State.values),
+        ],
+        responses={
+            200: s.WorkflowSerializer(many=True),
+            **error_responses("WorkflowList", bad_request=["invalid_input"]),
+        },
+    )
+    def list(self, request: Request) -> Response:
+        workflows = Workflow.objects.filter(tenant=self.tenant)
+        node_id = _query_id(request, "nodeId")
+        if node_id is not None:
+            workflows = workflows.filter(node_id=node_id)
+        state = request.query_params.get("state")
+        if state is not None:
+            if state not in Workflow.State.values:
+                raise InvalidInput(f"state is one of {', '.join(Workflow.State.values)}.", code="invalid_input")
+            workflows = workflows.filter(state=state)
+        return Response(s.WorkflowSerializer(workflows, many=True).data)
+
+    @extend_schema(
+        responses={200: s.WorkflowSerializer, **error_responses("WorkflowRetrieve", not_found=["not_found"])}
+    )
+    def retrieve(self, request: Request, pk: str) -> Response:
+        return Response(s.WorkflowSerializer(self._workflow(pk)).data)
+
+    @extend_schema(
+        request=s.WorkflowInSerializer,
+        responses={
+            201: s.WorkflowSerializer,
+            **error_responses(
+                "WorkflowCreate",
+                json_body=True,
+                bad_request=["invalid_input", "unknown_node"],
+                conflict=["budget_exhausted", "workflow_active"],
+            ),
+        },
+    )
+    def create(self, request: Request) -> Response:
+        data = _valid(s.WorkflowInSerializer, request)
+        workflow = workflow_start(tenant=self.tenant, node_id=data["nodeId"], kind=data["kind"])
+        return Response(s.WorkflowSerializer(workflow).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        request=None,
+        responses={
+            200: s.WorkflowSerializer,
+            **error_responses("WorkflowFinish", not_found=["not_found"], conflict=["invalid_state"]),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def finish(self, request: Request, pk: str) -> Response:
+        workflow = workflow_finish(tenant=self.tenant, workflow_id=_path_id(pk, "workflow"))
+        return Response(s.WorkflowSerializer(workflow).data)
+
+
+# --- the node-agent API: agent tokens only ------------------------------------------------
+class AgentView(APIView):
+    authentication_classes = [AgentTokenAuthentication]
+    permission_classes = [IsAgent]
+
+
+class AgentSessionView(AgentView):
+    @extend_schema(
+        request=s.AgentSessionInSerializer,
+        responses={
+            200: s.AgentSessionSerializer,
+            **error_responses("AgentSession", auth="agent", json_body=True, bad_request=["invalid_input"]),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        data = _valid(s.AgentSessionInSerializer, request)
+        report = agent_session_report(
+            node=request.auth, daemon_version=data["daemonVersion"], protocol_version=data["protocolVersion"]
+        )
+        return Response(
+            {"spec": report.spec, "commands": report.commands, "heartbeatSeconds": report.heartbeat_seconds}
+        )
+
+    @extend_schema(request=None, responses={204: None, **error_responses("AgentLeave", auth="agent")})
+    def delete(self, request: Request) -> Response:
+        agent_session_leave(node=request.auth)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class AgentCommandAckView(AgentView):
+    @extend_schema(
+        request=s.CommandAckInSerializer,
+        responses={
+            200: s.CommandSerializer,
+            **error_responses(
+                "CommandAck", auth="agent", json_body=True, bad_request=["invalid_input"], not_found=["not_found"]
+            ),
+        },
+    )
+    def post(self, request: Request, command_id: str) -> Response:
+        command_uuid = _path_id(command_id, "command")
+        data = _valid(s.CommandAckInSerializer, request)
+        command = command_ack(
+            node_id=request.auth.id, command_id=command_uuid, ok=data["ok"], error=data.get("error", "")
+        )
+        return Response(s.CommandSerializer(command).data)

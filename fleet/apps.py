@@ -1,0 +1,13 @@
+from django.apps import AppConfig
+
+
+class FleetConfig(AppConfig):
+    name = "fleet"
+    label = "fleet"
+    verbose_name = "Fleet"
+
+    def ready(self) -> None:
+        from core.metrics import register_collector
+        from fleet.metrics import PoolCollector
+
+        register_collector(PoolCollector())

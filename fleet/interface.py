@@ -1,0 +1,42 @@
+"""The host fleet's one public interface: everything a plug-in app (``rollout``) may use.
+
+A plug-in imports the host only from here (the import contract in pyproject.toml
+enforces it). It reads fleet models (Tenant, Pool, Node, NodeSession, Command),
+calls these services, registers its hooks (fleet/plugins.py) and builds its
+admin on the host's tenant-scoped admin classes. It never writes fleet rows any
+other way.
+"""
+
+from fleet.admin_base import ReadOnlyMixin, TenantScopedAdmin, tenant_id_of
+from fleet.models import Command, Node, NodeSession, Pool, Tenant
+from fleet.plugins import (
+    node_session_reported,
+    register_daemon_resolver,
+    register_disruption_source,
+)
+from fleet.services.budget import PoolBudget, pool_budget, pool_budgets
+from fleet.services.commands import commands_enqueue
+from fleet.services.nodes import nodes_set_daemon, online_node_q
+from fleet.services.pools import pools_set_default_daemon_version, tenant_slugs
+
+__all__ = [
+    "Command",
+    "Node",
+    "NodeSession",
+    "Pool",
+    "PoolBudget",
+    "ReadOnlyMixin",
+    "Tenant",
+    "TenantScopedAdmin",
+    "commands_enqueue",
+    "node_session_reported",
+    "nodes_set_daemon",
+    "online_node_q",
+    "pool_budget",
+    "pool_budgets",
+    "pools_set_default_daemon_version",
+    "register_daemon_resolver",
+    "register_disruption_source",
+    "tenant_id_of",
+    "tenant_slugs",
+]

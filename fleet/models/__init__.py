@@ -1,0 +1,15 @@
+from fleet.models.fleet import Command, Node, NodeSession, Pool, Workflow
+from fleet.models.iam import ApiKey, Grant, Membership, Permission, Tenant
+
+__all__ = [
+    "ApiKey",
+    "Command",
+    "Grant",
+    "Membership",
+    "Node",
+    "NodeSession",
+    "Permission",
+    "Pool",
+    "Tenant",
+    "Workflow",
+]

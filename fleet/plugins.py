@@ -1,0 +1,55 @@
+"""The hooks a plug-in app (such as ``rollout``) registers with the host fleet (re-exported by fleet.interface).
+
+Plug-ins never reach into fleet internals; they use what is here:
+
+- ``node_session_reported``: a Django signal sent (after the transaction
+  commits) when an agent joins, or reports a daemonVersion different from its
+  session's. Arguments: ``node_id``, ``daemon_version``, ``protocol_version``,
+  ``previous_version`` (None on a first join). Plain heartbeats send nothing,
+  so the hot path stays a constant handful of queries.
+- ``register_disruption_source(fn)``: ``fn(pool_id)`` returns a queryset of
+  node ids that the plug-in is disrupting in that pool (for rollout: nodes
+  with an upgrade in flight). The disruption budget counts them with active
+  workflows.
+- ``register_daemon_resolver(fn)``: ``fn(version, arch)`` returns the daemon
+  section {"version", "url", "sha256"} for a version, or None. Used to give a
+  node created in a pool with a default daemon version its desired daemon.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from uuid import UUID
+
+from django.db.models import QuerySet
+from django.dispatch import Signal
+
+node_session_reported = Signal()
+
+DisruptionSource = Callable[[UUID], QuerySet]
+DaemonResolver = Callable[[str, str], dict | None]
+
+_disruption_sources: list[DisruptionSource] = []
+_daemon_resolvers: list[DaemonResolver] = []
+
+
+def register_disruption_source(source: DisruptionSource) -> None:
+    if source not in _disruption_sources:
+        _disruption_sources.append(source)
+
+
+def disruption_sources() -> tuple[DisruptionSource, ...]:
+    return tuple(_disruption_sources)
+
+
+def register_daemon_resolver(resolver: DaemonResolver) -> None:
+    if resolver not in _daemon_resolvers:
+        _daemon_resolvers.append(resolver)
+
+
+def resolve_daemon_section(version: str, arch: str) -> dict | None:
+    for resolver in _daemon_resolvers:
+        section = resolver(version, arch)
+        if section is not None:
+            return section
+    return None

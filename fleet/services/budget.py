@@ -1,0 +1,102 @@
+"""The disruption budget: how many nodes of a pool may be disrupted at once.
+
+    allowed   = ceil(disruptionBudget x nodes in pool)      (Decimal arithmetic)
+    disrupted = DISTINCT nodes of the pool with an active workflow
+                OR in any registered disruption source (rollout: upgrades in flight)
+    available = max(0, allowed - disrupted)
+
+Every writer that disrupts nodes of a pool (``workflow_start`` here, the rollout
+controller's starts) calls ``pool_budget(pool_id=..., lock=True)`` inside
+``transaction.atomic()`` before it writes: the ``SELECT ... FOR UPDATE`` on the
+Pool row serialises count-then-write per pool, so two writers never both see the
+last free slot. The count itself is one SQL statement whatever the pool's size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, Decimal
+from uuid import UUID
+
+from django.db.models import Count, Q
+
+from core.errors import NotFound
+from fleet.models import Node, Pool, Workflow
+from fleet.plugins import disruption_sources
+
+
+def budget_allowed(*, budget: Decimal, nodes: int) -> int:
+    """ceil(budget x nodes), exact: Decimal("0.07") x 100 is 7, not 8."""
+    if not isinstance(budget, Decimal):
+        # A float goes through its shortest repr (0.07 -> "0.07"), never its binary expansion.
+        budget = Decimal(str(budget))
+    if nodes <= 0 or budget <= 0:
+        return 0
+    return int((budget * nodes).to_integral_value(rounding=ROUND_CEILING))
+
+
+@dataclass(frozen=True)
+class PoolBudget:
+    pool_id: UUID
+    nodes: int
+    allowed: int
+    disrupted: int
+    available: int = field(init=False)  # max(0, allowed - disrupted)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "available", max(0, self.allowed - self.disrupted))
+
+
+def disrupted_node_q(*, pool_ids: list[UUID]) -> Q:
+    """A Q on Node: has an active workflow in these pools, or is in any disruption source."""
+    active_workflows = Workflow.objects.filter(pool_id__in=pool_ids, state=Workflow.State.ACTIVE).values("node_id")
+    q = Q(id__in=active_workflows)
+    for source in disruption_sources():
+        for pool_id in pool_ids:
+            q |= Q(id__in=source(pool_id))
+    return q
+
+
+def _counts(pool_ids: list[UUID]) -> dict[UUID, tuple[int, int]]:
+    """{pool_id: (nodes, disrupted)} in one grouped query."""
+    rows = (
+        Node.objects.filter(pool_id__in=pool_ids)
+        .values("pool_id")
+        .annotate(nodes=Count("id"), disrupted=Count("id", filter=disrupted_node_q(pool_ids=pool_ids)))
+        .order_by()
+    )
+    return {row["pool_id"]: (row["nodes"], row["disrupted"]) for row in rows}
+
+
+def _pool_budget(pool_id: UUID, budget: Decimal, counts: dict[UUID, tuple[int, int]]) -> PoolBudget:
+    nodes, disrupted = counts.get(pool_id, (0, 0))
+    return PoolBudget(
+        pool_id=pool_id, nodes=nodes, allowed=budget_allowed(budget=budget, nodes=nodes), disrupted=disrupted
+    )
+
+
+def pool_budget(*, pool_id: UUID, lock: bool = False) -> PoolBudget:
+    """The pool's budget now: two queries.
+
+    ``lock=True`` first takes ``SELECT ... FOR UPDATE`` on the Pool row; the
+    caller must be inside ``transaction.atomic()`` and keep the transaction
+    open until it has written its disruption.
+    """
+    pools = Pool.objects.filter(pk=pool_id)
+    if lock:
+        pools = pools.select_for_update()
+    budget = pools.values_list("disruption_budget", flat=True).first()
+    if budget is None:
+        raise NotFound(f"No pool {pool_id}.", code="unknown_pool")
+    return _pool_budget(pool_id, budget, _counts([pool_id]))
+
+
+def pool_budgets(*, pool_ids: Iterable[UUID]) -> dict[UUID, PoolBudget]:
+    """Budgets of many pools, without locks, in two queries (admin, metrics). Unknown ids are left out."""
+    ids = list(dict.fromkeys(pool_ids))
+    if not ids:
+        return {}
+    budgets = dict(Pool.objects.filter(pk__in=ids).values_list("id", "disruption_budget"))
+    counts = _counts(list(budgets))
+    return {pool_id: _pool_budget(pool_id, budget, counts) for pool_id, budget in budgets.items()}

@@ -1,0 +1,87 @@
+"""Commands for node agents: delivered with every heartbeat while pending.
+
+Transitions (see Command's docstring), each a conditional update:
+pending -> acked | failed          by the agent's ack (``command_ack``)
+pending | acked -> done            self-terminating kinds, when the agent rejoins
+                                   on the payload's version (``commands_complete_upgrade``)
+pending | acked -> cancelled       superseded by a newer command of the same
+                                   superseding kind for the node (``commands_enqueue``)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from uuid import UUID
+
+from django.db import transaction
+from django.utils import timezone
+
+from core.errors import InvalidInput, NotFound
+from fleet.models import Command
+
+OPEN_STATES = (Command.State.PENDING, Command.State.ACKED)
+# Only the newest command of these kinds matters: an older one for the same node is cancelled.
+SUPERSEDING_KINDS = frozenset({Command.Kind.DAEMON_UPGRADE})
+ERROR_MAX = 4000
+
+
+def command_enqueue(*, node_id: UUID, kind: str, payload: dict) -> Command:
+    """One command for one node (supersedes the node's open command of the same superseding kind)."""
+    return _enqueue([(node_id, payload)], kind)[0]
+
+
+def commands_enqueue(*, node_ids_payloads: Sequence[tuple[UUID, dict]], kind: str) -> int:
+    """Commands of ``kind`` for many nodes: one bulk INSERT (plus, for a superseding kind such as
+    daemon.upgrade, one UPDATE that cancels those nodes' older open commands). Returns how many were created.
+    """
+    return len(_enqueue(list(node_ids_payloads), kind))
+
+
+@transaction.atomic
+def _enqueue(rows: list[tuple[UUID, dict]], kind: str) -> list[Command]:
+    if kind not in Command.Kind.values:
+        raise InvalidInput(f"Unknown command kind {kind!r}.", code="invalid_kind")
+    if not rows:
+        return []
+    now = timezone.now()
+    if kind in SUPERSEDING_KINDS:
+        Command.objects.filter(node_id__in=[node_id for node_id, _ in rows], kind=kind, state__in=OPEN_STATES).update(
+            state=Command.State.CANCELLED, completed_at=now
+        )
+    return Command.objects.bulk_create(
+        [Command(node_id=node_id, kind=kind, payload=payload, created_at=now) for node_id, payload in rows]
+    )
+
+
+def command_ack(*, node_id: UUID, command_id: UUID, ok: bool, error: str = "") -> Command:
+    """The agent of ``node_id`` acknowledges its command. Idempotent: acking again changes nothing.
+
+    Another node's command is 404, as an unknown one.
+    """
+    error = (error or "")[:ERROR_MAX]
+    state = Command.State.ACKED if ok else Command.State.FAILED
+    Command.objects.filter(pk=command_id, node_id=node_id, state=Command.State.PENDING).update(
+        state=state, error="" if ok else error, acked_at=timezone.now()
+    )
+    command = Command.objects.filter(pk=command_id, node_id=node_id).first()
+    if command is None:
+        raise NotFound(f"No command {command_id} for this node.", code="not_found")
+    return command
+
+
+def commands_complete_upgrade(*, node_id: UUID, version: str, now: datetime) -> int:
+    """The agent runs ``version``: its open daemon.upgrade commands to that version are done."""
+    return Command.objects.filter(
+        node_id=node_id, kind=Command.Kind.DAEMON_UPGRADE, state__in=OPEN_STATES, payload__version=version
+    ).update(state=Command.State.DONE, completed_at=now)
+
+
+def commands_pending(*, node_id: UUID) -> list[dict]:
+    """What a heartbeat delivers: the node's pending commands, oldest first (one query)."""
+    return [
+        {"id": str(row["id"]), "kind": row["kind"], "payload": row["payload"]}
+        for row in Command.objects.filter(node_id=node_id, state=Command.State.PENDING)
+        .order_by("created_at", "id")
+        .values("id", "kind", "payload")
+    ]

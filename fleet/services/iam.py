@@ -1,0 +1,82 @@
+"""Tenants, users, API keys and grants."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.db.models import Exists, OuterRef
+
+from core.errors import Conflict, InvalidInput
+from fleet.models import ApiKey, Grant, Membership, Permission, Tenant
+from fleet.tokens import new_token, token_hash
+
+FLEET_SCOPE = "fleet"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who calls the API: a user acting in one tenant through one key."""
+
+    tenant: Tenant
+    user: AbstractBaseUser
+    api_key: ApiKey
+    is_fleet_admin: bool
+
+
+def tenant_create(*, slug: str, name: str = "") -> Tenant:
+    tenant = Tenant(slug=slug, name=name)
+    tenant.full_clean()
+    if Tenant.objects.filter(slug=slug).exists():
+        raise Conflict(f"Tenant {slug!r} already exists.", code="tenant_exists")
+    tenant.save()
+    return tenant
+
+
+@transaction.atomic
+def user_in_tenant(*, tenant: Tenant, username: str) -> AbstractBaseUser:
+    """The user named ``username`` in ``tenant``, created when needed."""
+    user, _ = get_user_model().objects.get_or_create(username=username)
+    membership, _ = Membership.objects.get_or_create(user=user, defaults={"tenant": tenant})
+    if membership.tenant_id != tenant.id:
+        raise InvalidInput(f"User {username!r} belongs to tenant {membership.tenant.slug!r}.", code="other_tenant")
+    return user
+
+
+def grant_add(*, tenant: Tenant, user: AbstractBaseUser, permission: str, scope: str = FLEET_SCOPE) -> Grant:
+    if permission not in Permission.values:
+        raise InvalidInput(f"Unknown permission {permission!r}.", code="unknown_permission")
+    grant, _ = Grant.objects.get_or_create(tenant=tenant, user=user, permission=permission, scope=scope)
+    return grant
+
+
+@transaction.atomic
+def api_key_create(*, tenant: Tenant, username: str, grants: list[str] | tuple[str, ...] = ()) -> tuple[ApiKey, str]:
+    """Create a key for ``username`` in ``tenant``; returns the row and the plain key (shown once)."""
+    user = user_in_tenant(tenant=tenant, username=username)
+    for permission in grants:
+        grant_add(tenant=tenant, user=user, permission=permission)
+    plain = new_token("rk")
+    api_key = ApiKey.objects.create(tenant=tenant, user=user, prefix=plain[:10], key_hash=token_hash(plain))
+    return api_key, plain
+
+
+def principal_for_key(plain_key: str) -> Principal | None:
+    """The principal behind a plain key, in one query; None when unknown or revoked."""
+    fleet_admin = Grant.objects.filter(
+        tenant_id=OuterRef("tenant_id"),
+        user_id=OuterRef("user_id"),
+        permission=Permission.FLEET_ADMIN,
+        scope=FLEET_SCOPE,
+    )
+    api_key = (
+        ApiKey.objects.select_related("tenant", "user")
+        .annotate(is_fleet_admin=Exists(fleet_admin))
+        .filter(key_hash=token_hash(plain_key), revoked_at__isnull=True, user__is_active=True)
+        .first()
+    )
+    if api_key is None:
+        return None
+    return Principal(tenant=api_key.tenant, user=api_key.user, api_key=api_key, is_fleet_admin=api_key.is_fleet_admin)

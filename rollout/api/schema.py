@@ -1,0 +1,210 @@
+"""The rollout module's part of the OpenAPI description (drf-spectacular).
+
+- Its error codes (registered in the shared catalog, core/openapi.py).
+- Serializers that exist only to describe bodies the views build by hand:
+  the DSSE envelope a release is registered with, the dry-run plan.
+- Extensions that refine what drf-spectacular cannot infer from the real
+  serializers (method fields), without copying those serializers.
+- ``postprocess_schema``: a postprocessing hook that adds the one endpoint that
+  is a plain Django view (the binary downloads); SPECTACULAR_SETTINGS in
+  project/settings.py lists it, so /api/schema/ and ``manage.py spectacular`` agree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiSerializerExtension, OpenApiViewExtension
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter
+from rest_framework import serializers
+
+from core.openapi import error_responses, refine_schema, register_codes
+from rollout.release.dsse import MAX_SIGNATURES, PAYLOAD_TYPE
+
+__all__ = ["error_responses"]
+
+register_codes(
+    {
+        # releases
+        "invalid_envelope": "The body is not a well-formed DSSE envelope (or is larger than 1 MiB).",
+        "invalid_manifest": "The payload is not a well-formed release manifest.",
+        "wrong_payload_type": f"`payloadType` is not `{PAYLOAD_TYPE}`.",
+        "wrong_product": "The manifest's product is not `bcd`.",
+        "threshold_not_met": "Fewer distinct pinned keys signed than the configured threshold.",
+        "too_many_signatures": f"The envelope holds more than {MAX_SIGNATURES} signatures.",
+        "sequence_not_increasing": "The sequence does not exceed every registered release's (`highestSequence`).",
+        "version_exists": "This version is registered with a different manifest.",
+        "no_release_keys": "No (valid) release keys are configured: set `ROLLOUT_RELEASE_PINS`.",
+        # rollouts
+        "unknown_version": "No registered release has this version.",
+        "unknown_pool": "A pool id is not one of the tenant's pools (for a rollout, `poolIds` lists them).",
+        "no_nodes": "The chosen pools have no nodes.",
+        "invalid_waves": "`waves` are not 1 to 20 strictly increasing percentages in (0, 100] ending at 100.",
+        "conflict": "Some snapshotted nodes are already in an active rollout (`nodeIds` lists them).",
+        "no_downloads_url": "No downloads URL is configured: set `ROLLOUT_DOWNLOADS_URL`.",
+    },
+    {
+        "unknown_pool": {"poolIds": serializers.ListField(child=serializers.CharField(), required=False)},
+        "conflict": {
+            "nodeIds": serializers.ListField(child=serializers.CharField(), help_text="The nodes already taken.")
+        },
+        "sequence_not_increasing": {"highestSequence": serializers.IntegerField(required=False)},
+    },
+)
+
+
+class DsseSignatureSerializer(serializers.Serializer):
+    keyid = serializers.CharField(
+        required=False,
+        help_text="A hint: the pin `sha256/<base64>` of the signing key. A signature whose keyid matches "
+        "no pin is tried against every pinned key not yet counted.",
+    )
+    sig = serializers.CharField(
+        help_text="Base64 (standard or URL-safe) of the signature over DSSE's PAE: "
+        '`"DSSEv1" SP LEN(payloadType) SP payloadType SP LEN(payload) SP payload`.'
+    )
+
+
+class DsseEnvelopeSerializer(serializers.Serializer):
+    """A DSSE envelope carrying a release manifest (CONTRACT 3.3). At most 1 MiB; strict JSON."""
+
+    payloadType = serializers.ChoiceField(choices=[(PAYLOAD_TYPE, PAYLOAD_TYPE)])
+    payload = serializers.CharField(
+        help_text="Base64 (standard or URL-safe) of the manifest bytes, exactly as signed: a UTF-8 JSON "
+        'object {"product": "bcd", "version": "1.4.0", "sequence": 7, "protocolVersion": 3, '
+        '"binaries": {"linux-amd64": {"sha256": "<64 lowercase hex>", "size": 12345678}}, '
+        '"notes": "optional"}. Unknown fields and duplicate keys are refused.'
+    )
+    signatures = serializers.ListField(child=DsseSignatureSerializer(), min_length=1, max_length=MAX_SIGNATURES)
+
+
+ENVELOPE_EXAMPLE = OpenApiExample(
+    "A release signed by one key",
+    request_only=True,
+    value={
+        "payloadType": PAYLOAD_TYPE,
+        "payload": "eyJiaW5hcmllcyI6eyJsaW51eC1hbWQ2NCI6eyJzaGEyNTYiOiIuLi4iLCJzaXplIjoxMjM0NX19LCJwcm9kdWN0Ijoi"
+        "YmNkIiwic2VxdWVuY2UiOjcsInZlcnNpb24iOiIxLjQuMCJ9",
+        "signatures": [{"keyid": "sha256/47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=", "sig": "MEUCIQ..."}],
+    },
+)
+
+
+class ReleaseBinarySerializer(serializers.Serializer):
+    sha256 = serializers.RegexField(r"^[0-9a-f]{64}$")
+    size = serializers.IntegerField(min_value=0)
+    url = serializers.CharField(
+        allow_null=True, help_text="`{downloadsUrl}/bcd/{version}/{platform}`; null without a downloads URL."
+    )
+
+
+DRY_RUN = OpenApiParameter(
+    "dryRun",
+    OpenApiTypes.BOOL,
+    description="`true`: check everything a create would and answer 200 with the plan; write nothing.",
+)
+
+
+class RolloutRefinement(OpenApiSerializerExtension):
+    target_class = "rollout.api.serializers.RolloutSerializer"
+
+    def map_serializer(self, auto_schema, direction):
+        return refine_schema(
+            auto_schema,
+            self.target,
+            direction,
+            {},
+        )
+
+
+class ReleaseRefinement(OpenApiSerializerExtension):
+    target_class = "rollout.api.serializers.ReleaseSerializer"
+
+    def map_serializer(self, auto_schema, direction):
+        binary = auto_schema.resolve_serializer(ReleaseBinarySerializer, direction).ref
+        return refine_schema(
+            auto_schema,
+            self.target,
+            direction,
+            {"binaries": {"type": "object", "additionalProperties": binary, "description": "Per `linux-<arch>`."}},
+        )
+
+
+class NodeUpgradeRefinement(OpenApiSerializerExtension):
+    target_class = "rollout.api.serializers.NodeUpgradeSerializer"
+
+    def map_serializer(self, auto_schema, direction):
+        return refine_schema(auto_schema, self.target, direction)
+
+
+class RolloutEventRefinement(OpenApiSerializerExtension):
+    target_class = "rollout.api.serializers.RolloutEventSerializer"
+
+    def map_serializer(self, auto_schema, direction):
+        return refine_schema(
+            auto_schema, self.target, direction, {"data": {"type": "object", "additionalProperties": {}}}
+        )
+
+
+class RolloutViewSetSchema(OpenApiViewExtension):
+    """RolloutViewSet's queryset needs the caller's tenant; the schema only needs the model."""
+
+    target_class = "rollout.api.views.RolloutViewSet"
+
+    def view_replacement(self):
+        from rollout.models import Rollout
+
+        class Fixed(self.target_class):
+            queryset = Rollout.objects.none()
+
+        return Fixed
+
+
+# --- the downloads endpoint (a plain Django view) -----------------------------------------------
+
+DOWNLOADS_PATH = "/api/compute/downloads/bcd/{version}/{platform}"
+
+
+def downloads_operation() -> dict[str, Any]:
+    return {
+        "operationId": "compute_downloads_retrieve",
+        "summary": "The bytes of a registered binary",
+        "description": "`{downloadsUrl}/bcd/{version}/linux-{arch}` when this server stores the binaries "
+        "(`manage.py release upload`). Unauthenticated on purpose: agents check the sha256 of the signed "
+        "manifest before running anything. `X-Checksum-Sha256` carries that sha256.",
+        "tags": ["compute"],
+        "security": [{}],
+        "parameters": [
+            {
+                "name": "version",
+                "in": "path",
+                "required": True,
+                "schema": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$"},
+            },
+            {
+                "name": "platform",
+                "in": "path",
+                "required": True,
+                "schema": {"type": "string", "pattern": "^linux-[a-z0-9_]+$"},
+                "example": "linux-amd64",
+            },
+        ],
+        "responses": {
+            "200": {
+                "description": "The binary.",
+                "headers": {"X-Checksum-Sha256": {"schema": {"type": "string"}}},
+                "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+            },
+            "404": {
+                "description": "No such release or platform, or its bytes were not uploaded.",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/NotFoundError"}}},
+            },
+        },
+    }
+
+
+def postprocess_schema(result: dict, generator: Any, **kwargs: Any) -> dict:
+    """Add the downloads endpoint, which is a plain Django view drf-spectacular does not see."""
+    result.setdefault("paths", {})[DOWNLOADS_PATH] = {"get": downloads_operation()}
+    return result

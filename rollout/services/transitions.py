@@ -1,0 +1,267 @@
+"""Every state transition of a rollout and of a node upgrade: one function each, and nowhere else.
+
+```
+Rollout      active ──pause_rollout──► paused ──resume_rollout──► active
+             active ──start_next_wave──► active (next wave)
+             active ──complete_rollout──► completed
+             active|paused ──abort_rollout──► aborted
+
+NodeUpgrade  pending ──start_upgrades──► in_flight ──succeed_upgrades──► succeeded
+             in_flight ──fail_and_send_back──► failed        (spec.daemon back to what it ran)
+             in_flight ──roll_back_upgrades──► rolled_back   (spec.daemon back to what it ran)
+             pending ──skip_upgrades──► skipped      pending ──cancel_pending_upgrades──► cancelled
+```
+
+Each function does the whole transition together: the conditional UPDATE
+(``filter(state=<from>)``, so a tick repeated after a crash, a timeout task
+delivered twice or the agent's join path racing a tick moves a row at most
+once), the ``claims_node`` change (the one-writer flag), the event, and the
+structured log line. Callers (the controller's tick, the operator actions in
+rollouts.py, the agent's join hook) only decide *which* rows move, and hold
+the rollout's row lock where a function says so.
+
+``claims_node``: a row is its node's one writer while its rollout is active or
+paused, or while the row itself is in flight (an aborted rollout's in-flight
+nodes keep their node until they settle).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import structlog
+from django.db.models import Count, OuterRef, Subquery
+
+from core.errors import InvalidState
+from fleet.interface import Node, NodeSession, pools_set_default_daemon_version
+from rollout.models import NodeUpgrade, Rollout, RolloutEvent, RolloutWave
+from rollout.services.daemons import SendBack, send_back
+from rollout.services.events import event_record
+
+log = structlog.get_logger("rollout")
+
+State = NodeUpgrade.State
+
+
+def claims_node(rollout_state: str) -> bool:
+    """Whether a settled row still holds its node: while its rollout is active or paused."""
+    return rollout_state in Rollout.ACTIVE_STATES
+
+
+# --- the rollout (the caller holds its row lock) ---------------------------------------------
+
+
+def _move_rollout(rollout: Rollout, *, sources: Sequence[str], action: str, **changes: Any) -> None:
+    """One conditional UPDATE of the rollout's row, mirrored on the instance; InvalidState if not in ``sources``."""
+    if rollout.state not in sources:
+        raise InvalidState(f"A {rollout.state} rollout cannot be {action}.", state=rollout.state)
+    moved = Rollout.objects.filter(pk=rollout.pk, state__in=sources).update(**changes)
+    if not moved:  # only reachable without the row lock: the row moved under us
+        raise InvalidState(f"The rollout cannot be {action} now.", state=rollout.state)
+    for name, value in changes.items():
+        setattr(rollout, name, value)
+
+
+def pause_rollout(*, rollout: Rollout, reason: str, at: datetime, **data: Any) -> None:
+    """active -> paused (``rollout.paused``). In-flight nodes still settle; nothing new starts."""
+    _move_rollout(
+        rollout, sources=[Rollout.State.ACTIVE], action="paused", state=Rollout.State.PAUSED, paused_reason=reason
+    )
+    event_record(rollout=rollout, kind=RolloutEvent.Kind.PAUSED, at=at, reason=reason, **data)
+
+
+def resume_rollout(*, rollout: Rollout, at: datetime, acknowledged_failures: int, **data: Any) -> None:
+    """paused -> active (``rollout.resumed``), accepting ``acknowledged_failures`` of the current wave."""
+    _move_rollout(
+        rollout,
+        sources=[Rollout.State.PAUSED],
+        action="resumed",
+        state=Rollout.State.ACTIVE,
+        paused_reason=None,
+        acknowledged_failures=acknowledged_failures,
+    )
+    event_record(rollout=rollout, kind=RolloutEvent.Kind.RESUMED, at=at, **data)
+
+
+def abort_rollout(*, rollout: Rollout, at: datetime, **data: Any) -> None:
+    """active|paused -> aborted (``rollout.aborted``); its settled rows stop holding their nodes."""
+    _move_rollout(
+        rollout,
+        sources=Rollout.ACTIVE_STATES,
+        action="aborted",
+        state=Rollout.State.ABORTED,
+        paused_reason=None,
+        aborted_at=at,
+    )
+    release_settled_claims(rollout=rollout)
+    stats = {"stillInFlight": NodeUpgrade.objects.filter(rollout=rollout, state=State.IN_FLIGHT).count()}
+    event_record(rollout=rollout, kind=RolloutEvent.Kind.ABORTED, at=at, **data, **stats)
+
+
+def complete_rollout(*, rollout: Rollout, at: datetime) -> None:
+    """active -> completed (``rollout.completed``); the covered pools take the version as their default."""
+    _move_rollout(
+        rollout, sources=[Rollout.State.ACTIVE], action="completed", state=Rollout.State.COMPLETED, completed_at=at
+    )
+    release_settled_claims(rollout=rollout)
+    # The pools it actually covered: those of its own nodes (one writer per node means no newer
+    # rollout can have taken them meanwhile).
+    covered = NodeUpgrade.objects.filter(rollout=rollout).values_list("pool_id", flat=True).distinct()
+    pools_set_default_daemon_version(pool_ids=list(covered.order_by()), version=rollout.release.version)
+    totals = dict(NodeUpgrade.objects.filter(rollout=rollout).values_list("state").annotate(n=Count("id")).order_by())
+    event_record(rollout=rollout, kind=RolloutEvent.Kind.COMPLETED, at=at, **totals)
+
+
+def start_next_wave(*, rollout: Rollout, wave: RolloutWave, at: datetime) -> None:
+    """The current wave -> ``wave`` (``rollout.wave``), forgetting the previous wave's accepted failures."""
+    _move_rollout(
+        rollout,
+        sources=[Rollout.State.ACTIVE],
+        action="advanced",
+        current_wave=wave.index,
+        acknowledged_failures=0,
+        next_wave_at=None,
+    )
+    wave.started_at = at
+    wave.save(update_fields=["started_at"])
+    event_record(
+        rollout=rollout,
+        kind=RolloutEvent.Kind.WAVE,
+        at=at,
+        wave=wave.index,
+        percent=float(wave.percent),
+        total=wave.total,
+    )
+
+
+# --- node upgrades ------------------------------------------------------------------------------
+
+
+def start_upgrades(
+    *, rollout: Rollout, starts: Sequence[tuple[int, UUID]], started_at: datetime, deadline: datetime
+) -> int:
+    """pending -> in_flight in one set-based UPDATE, recording what each node ran before.
+
+    ``starts``: (node upgrade id, node id) pairs. The previous section and
+    version are read from the node and its session by the UPDATE itself (before
+    spec.daemon changes), not sent row by row. The caller sets the nodes'
+    spec.daemon after this.
+    """
+    started = NodeUpgrade.objects.filter(id__in=[pk for pk, _ in starts], state=State.PENDING).update(
+        state=State.IN_FLIGHT,
+        started_at=started_at,
+        deadline=deadline,
+        previous_daemon=Subquery(Node.objects.filter(pk=OuterRef("node_id")).values("spec__daemon")[:1]),
+        previous_version=Subquery(NodeSession.objects.filter(node_id=OuterRef("node_id")).values("daemon_version")[:1]),
+    )
+    for _, node_id in starts:
+        log.info(
+            "node_upgrade.started",
+            tenant=rollout.tenant_id,
+            rollout=str(rollout.id),
+            node=str(node_id),
+            version=rollout.release.version,
+            wave=rollout.current_wave,
+        )
+    return started
+
+
+def skip_upgrades(*, rollout: Rollout, ids: Sequence[int], reason: str, at: datetime) -> int:
+    """pending -> skipped (offline agent, no binary for the arch). The row keeps its node while the rollout runs."""
+    skipped = NodeUpgrade.objects.filter(id__in=ids, state=State.PENDING).update(
+        state=State.SKIPPED, reason=reason, settled_at=at
+    )
+    if skipped:
+        log.info(
+            "node_upgrade.skipped", tenant=rollout.tenant_id, rollout=str(rollout.id), count=skipped, reason=reason
+        )
+    return skipped
+
+
+def succeed_upgrades(*, ids: Sequence[int], rollout_state: str, at: datetime, **context: Any) -> int:
+    """in_flight -> succeeded: the agent rejoined reporting the target version."""
+    succeeded = NodeUpgrade.objects.filter(id__in=ids, state=State.IN_FLIGHT).update(
+        state=State.SUCCEEDED, settled_at=at, claims_node=claims_node(rollout_state)
+    )
+    if succeeded:
+        log.info("node_upgrade.succeeded", count=succeeded, **context)
+    return succeeded
+
+
+def fail_and_send_back(*, rows: Sequence[SendBack], reason: str, at: datetime) -> int:
+    """in_flight -> failed, and each node's spec.daemon goes back to what it ran before.
+
+    ``rows`` were read under their row locks by the caller. Back to the previous
+    section when that release is registered, else the registered release its
+    agent reported when the upgrade started, else literally the previous
+    section (possibly none): a failed node must not keep chasing the version it
+    could not reach.
+    """
+    failed = 0
+    for claims in (True, False):
+        ids = [row.id for row in rows if claims_node(row.rollout_state) == claims]
+        if ids:
+            failed += NodeUpgrade.objects.filter(id__in=ids, state=State.IN_FLIGHT).update(
+                state=State.FAILED, reason=reason, settled_at=at, claims_node=claims
+            )
+    if failed:
+        send_back(rows, fallback_to_previous=True)
+        for row in rows:
+            log.info(
+                "node_upgrade.failed",
+                tenant=row.tenant_id,
+                rollout=str(row.rollout_id),
+                node=str(row.node_id),
+                reason=reason,
+            )
+    return failed
+
+
+def roll_back_upgrades(*, rows: Sequence[SendBack], at: datetime) -> int:
+    """in_flight -> rolled_back: each node goes back to its previous (registered) release.
+
+    ``rows`` were read under their row locks and each has a registered section
+    to go back to (``SendBack.section``); the rows stop holding their node.
+    """
+    rolled_back = NodeUpgrade.objects.filter(id__in=[row.id for row in rows], state=State.IN_FLIGHT).update(
+        state=State.ROLLED_BACK, reason=NodeUpgrade.Reason.ROLLED_BACK, settled_at=at, claims_node=False
+    )
+    if rolled_back:
+        send_back(rows, fallback_to_previous=False)
+        for row in rows:
+            log.info(
+                "node_upgrade.rolled_back", tenant=row.tenant_id, rollout=str(row.rollout_id), node=str(row.node_id)
+            )
+    return rolled_back
+
+
+def keep_in_flight(*, ids: Sequence[int], reason: str) -> int:
+    """Not a transition: in-flight rows that abort could not roll back say why (they settle as usual)."""
+    return NodeUpgrade.objects.filter(id__in=ids, state=State.IN_FLIGHT).update(reason=reason)
+
+
+def cancel_pending_upgrades(*, rollout: Rollout, at: datetime) -> int:
+    """pending -> cancelled (abort): the rows stop holding their node."""
+    cancelled = NodeUpgrade.objects.filter(rollout=rollout, state=State.PENDING).update(
+        state=State.CANCELLED, reason=NodeUpgrade.Reason.ABORTED, settled_at=at, claims_node=False
+    )
+    if cancelled:
+        log.info("node_upgrade.cancelled", tenant=rollout.tenant_id, rollout=str(rollout.id), count=cancelled)
+    return cancelled
+
+
+def release_settled_claims(*, rollout: Rollout | None = None) -> int:
+    """Settled rows of finished rollouts stop holding their node; in-flight rows hold it until they settle.
+
+    Without ``rollout``: every finished rollout's (repairs a join-path race that
+    settled a row with the claim of a rollout finishing at the same moment).
+    """
+    rows = NodeUpgrade.objects.filter(claims_node=True).exclude(state=State.IN_FLIGHT)
+    if rollout is not None:
+        rows = rows.filter(rollout=rollout)
+    else:
+        rows = rows.filter(rollout__state__in=Rollout.TERMINAL_STATES)
+    return rows.update(claims_node=False)

@@ -1,0 +1,322 @@
+"""One simulated bcd agent: join, heartbeat, upgrade on spec.daemon or daemon.upgrade, refuse older releases."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import hashlib
+import logging
+import random
+import time
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from simulator.config import (
+    ACK_PATH,
+    DEFAULT_HEARTBEAT_SECONDS,
+    NEVER_REJOIN,
+    REJOIN_OLD,
+    SESSION_PATH,
+    UPGRADE_COMMAND,
+    AgentConfig,
+    AgentState,
+)
+from simulator.releases import SequencesUnavailable
+from simulator.stats import Refusal, Upgrade
+
+if TYPE_CHECKING:  # the fleet holds its agents; only the type is needed here
+    from simulator.fleet import Fleet
+
+logger = logging.getLogger(__name__)
+
+
+class _Verdict(enum.Enum):
+    CURRENT = "current"  # already runs that version
+    GO = "go"  # binary downloaded and verified: restart into it
+    REFUSED = "refused"  # will not run it (recorded once)
+    RETRY = "retry"  # could not decide now (download failed): try again at the next beat
+
+
+class Agent:
+    """A simulated bcd. Its public attributes are the observable state (read them from any thread)."""
+
+    def __init__(self, fleet: Fleet, config: AgentConfig, index: int):
+        self.fleet = fleet
+        self.config = config
+        self.index = index
+        self.name = config.name or f"agent-{index}"
+        self.version = config.daemon_version
+        self.state = AgentState.OFFLINE if config.offline else AgentState.JOINING
+        self.confirmed_sequence = config.confirmed_sequence
+        self.heartbeat_seconds: float | None = None  # the server's last answer
+        self.spec: dict | None = None  # the server's last spec
+        self.heartbeats = 0
+        self.joins = 0
+        self.errors = 0
+        self.consecutive_failures = 0
+        self.last_error: str | None = None
+        self.upgrades: list[Upgrade] = []  # every restart into a new binary, successful or not
+        self.refusals: list[Refusal] = []
+        self.acked: dict[str, bool] = {}  # command id -> ok
+        self._session_open = False
+        self._pending_confirm: str | None = None
+        self._given_up: dict[tuple[str, str, str], str] = {}  # section -> reason (refused or failed)
+        # Jitter only, never security: a seeded PRNG makes runs reproducible.
+        self._rng = random.Random(f"{fleet.seed}:{index}:{config.token}")  # noqa: S311
+
+    # -- observable helpers --------------------------------------------------------------
+
+    @property
+    def upgrades_done(self) -> int:
+        return sum(1 for upgrade in self.upgrades if upgrade.outcome == "upgraded")
+
+    @property
+    def failed_upgrades(self) -> list[Upgrade]:
+        return [upgrade for upgrade in self.upgrades if upgrade.outcome != "upgraded"]
+
+    @property
+    def online(self) -> bool:
+        """Joined, and its last beats were answered (the server's 3 x heartbeat rule, in beats)."""
+        return self.state == AgentState.ONLINE and self.consecutive_failures < 3
+
+    @property
+    def applies_spec(self) -> bool:
+        return self.config.protocol_version >= self.fleet.spec_min_protocol_version
+
+    def __repr__(self) -> str:
+        return f"<Agent {self.name} {self.version} {self.state}>"
+
+    # -- the loop ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        if self.config.offline:
+            return
+        fleet = self.fleet
+        if not await fleet.sleep(self._rng.uniform(0, fleet.start_spread())):
+            return
+        while True:
+            try:
+                delay = await self._beat()
+            except Exception as exc:  # an agent bug must not take the fleet down
+                logger.exception("simulated agent %s failed a beat", self.name)
+                self._failed("internal", repr(exc))
+                delay = self._interval()
+            if delay is None or not await fleet.sleep(delay):
+                break
+        if fleet.leave_on_stop and self._session_open and self.state != AgentState.DOWN:
+            await self._leave()
+
+    def _interval(self) -> float:
+        fleet = self.fleet
+        if fleet.heartbeat_override is not None:
+            base = fleet.heartbeat_override
+        else:
+            base = (self.heartbeat_seconds or DEFAULT_HEARTBEAT_SECONDS) * fleet.heartbeat_scale
+        return max(0.001, base * self._rng.uniform(1 - fleet.jitter, 1 + fleet.jitter))
+
+    def _failed(self, kind: str, detail: str) -> None:
+        self.errors += 1
+        self.consecutive_failures += 1
+        self.last_error = f"{kind}: {detail}"
+        self.fleet.stats.error(kind)
+
+    async def _beat(self) -> float | None:
+        """One heartbeat and what it brings; returns the delay before the next one (None: stay down)."""
+        fleet = self.fleet
+        started = time.perf_counter()
+        response = await fleet.request(
+            "POST",
+            SESSION_PATH,
+            self.config.token,
+            json={"daemonVersion": self.version, "protocolVersion": self.config.protocol_version},
+            kind="session",
+            agent=self,
+        )
+        if response is None:
+            return self._interval()
+        if fleet.record_latencies:
+            fleet.stats.latencies.append(time.perf_counter() - started)
+        try:
+            body = response.json()
+            spec = body.get("spec") or {}
+            commands = body.get("commands") or []
+            heartbeat_seconds = body.get("heartbeatSeconds")
+            if not isinstance(spec, dict) or not isinstance(commands, list):
+                raise TypeError("spec must be an object and commands a list")
+        except (ValueError, TypeError, AttributeError) as exc:
+            self._failed("session_bad_body", str(exc))
+            return self._interval()
+
+        fleet.stats.heartbeats += 1
+        self.heartbeats += 1
+        self.consecutive_failures = 0
+        if not self._session_open:
+            self._session_open = True
+            self.joins += 1
+            fleet.stats.joins += 1
+            await self._confirm(self._pending_confirm or self.version)
+            self._pending_confirm = None
+        self.state = AgentState.ONLINE
+        if isinstance(heartbeat_seconds, int | float) and heartbeat_seconds > 0:
+            self.heartbeat_seconds = float(heartbeat_seconds)
+        self.spec = spec
+
+        target: tuple[dict, str] | None = None
+        for command in commands:
+            section = await self._handle_command(command, going=target is not None)
+            if section is not None:
+                target = (section, "command")
+        daemon = spec.get("daemon")
+        if target is None and self.applies_spec and daemon is not None and await self._consider(daemon) is _Verdict.GO:
+            target = (daemon, "spec")
+        if target is not None:
+            return await self._restart_into(*target)
+        return self._interval()
+
+    async def _confirm(self, version: str) -> None:
+        try:
+            sequence = await self.fleet.sequences.sequence_of(version)
+        except SequencesUnavailable:
+            return  # confirmed again at the next lookup that succeeds: see _consider
+        if sequence is not None and (self.confirmed_sequence is None or sequence > self.confirmed_sequence):
+            self.confirmed_sequence = sequence
+
+    # -- commands ------------------------------------------------------------------------
+
+    async def _handle_command(self, command: Any, *, going: bool) -> dict | None:
+        """Act on one command; returns the daemon section to restart into, if any."""
+        if not isinstance(command, dict) or not command.get("id"):
+            self._failed("bad_command", repr(command)[:200])
+            return None
+        command_id = str(command["id"])
+        if command_id in self.acked:
+            return None
+        if command.get("kind") != UPGRADE_COMMAND:
+            await self._ack(command_id, ok=False, error=f"unknown command kind {command.get('kind')!r}")
+            return None
+        if going:  # already restarting into another section this beat: the next session redelivers it
+            return None
+        section = command.get("payload")
+        verdict = await self._consider(section)
+        if verdict is _Verdict.RETRY:
+            return None
+        if verdict is _Verdict.REFUSED:
+            await self._ack(command_id, ok=False, error=self._given_up.get(_section_key(section), "refused"))
+            return None
+        await self._ack(command_id, ok=True)
+        return section if verdict is _Verdict.GO else None
+
+    async def _ack(self, command_id: str, *, ok: bool, error: str | None = None) -> None:
+        body: dict[str, Any] = {"ok": ok}
+        if error is not None:
+            body["error"] = error
+        response = await self.fleet.request(
+            "POST", ACK_PATH.format(id=command_id), self.config.token, json=body, kind="ack", agent=self, final_4xx=True
+        )
+        if response is not None:
+            self.acked[command_id] = ok
+            self.fleet.stats.acks += 1
+
+    # -- upgrades ------------------------------------------------------------------------
+
+    def _refuse(self, section: Any, reason: str, detail: str) -> _Verdict:
+        version = section.get("version") if isinstance(section, dict) else None
+        self._given_up[_section_key(section)] = f"{reason}: {detail}"
+        self.refusals.append(Refusal(version=str(version), reason=reason, detail=detail, at=time.time()))
+        self.fleet.stats.refusals += 1
+        logger.info("simulated agent %s refuses %s: %s (%s)", self.name, version, reason, detail)
+        return _Verdict.REFUSED
+
+    async def _consider(self, section: Any) -> _Verdict:
+        """Decide on a daemon section; on GO the verified binary is ready."""
+        if not _valid_section(section):
+            if _section_key(section) in self._given_up:
+                return _Verdict.REFUSED
+            return self._refuse(section, "invalid_section", f"not a daemon section: {section!r}"[:200])
+        version, url, sha256 = section["version"], section["url"], section["sha256"].lower()
+        if version == self.version:
+            return _Verdict.CURRENT
+        if _section_key(section) in self._given_up:
+            return _Verdict.REFUSED
+        try:
+            if self.confirmed_sequence is None:  # the join could not learn it: try again first
+                await self._confirm(self.version)
+            sequence = await self.fleet.sequences.sequence_of(version)
+        except SequencesUnavailable as exc:
+            self._failed("sequence_unknown", f"{version}: {exc}")
+            return _Verdict.RETRY
+        if sequence is not None and self.confirmed_sequence is not None and sequence < self.confirmed_sequence:
+            return self._refuse(
+                section, "lower_sequence", f"sequence {sequence} < confirmed sequence {self.confirmed_sequence}"
+            )
+        previous_state, self.state = self.state, AgentState.UPGRADING
+        try:
+            data = await self.fleet.binaries.fetch(url, sha256)
+        except httpx.HTTPStatusError as exc:
+            self._failed("download", f"{exc.response.status_code} for {url}")
+            return _Verdict.RETRY
+        except httpx.HTTPError as exc:
+            self._failed("download", f"{type(exc).__name__} for {url}")
+            return _Verdict.RETRY
+        finally:
+            self.state = previous_state
+        digest = await _sha256(data)
+        if digest != sha256:
+            return self._refuse(section, "sha256_mismatch", f"got {digest}, expected {sha256}")
+        return _Verdict.GO
+
+    async def _leave(self) -> None:
+        response = await self.fleet.request("DELETE", SESSION_PATH, self.config.token, kind="leave", agent=self)
+        self._session_open = False
+        if response is not None:
+            self.fleet.stats.leaves += 1
+
+    async def _restart_into(self, section: dict, source: str) -> float | None:
+        """Leave, "restart", and come back on the new binary (or fail as configured)."""
+        fleet = self.fleet
+        old, new = self.version, section["version"]
+        # The real bcd restarts even when it cannot tell the server: the session then times out.
+        await self._leave()
+        self.state = AgentState.RESTARTING
+        delay = fleet.restart_delay + self._rng.uniform(0, fleet.restart_jitter)
+        if not await fleet.sleep(delay):
+            return None
+        failure = self.config.failure_for(new)
+        self.upgrades.append(
+            Upgrade(from_version=old, to_version=new, outcome=failure or "upgraded", source=source, at=time.time())
+        )
+        if failure == NEVER_REJOIN:
+            fleet.stats.failed_upgrades += 1
+            self.state = AgentState.DOWN
+            logger.info("simulated agent %s stays down after leaving for %s (never_rejoin)", self.name, new)
+            return None
+        self.state = AgentState.JOINING
+        if failure == REJOIN_OLD:
+            fleet.stats.failed_upgrades += 1
+            # The new binary "crashed" and the old one came back: do not loop on that section.
+            self._given_up[_section_key(section)] = "rejoin_old: the new binary did not stay up"
+            return 0.0
+        fleet.stats.upgrades += 1
+        self.version = new
+        self._pending_confirm = new
+        return 0.0
+
+
+def _valid_section(section: Any) -> bool:
+    return isinstance(section, dict) and all(
+        isinstance(section.get(key), str) and section.get(key) for key in ("version", "url", "sha256")
+    )
+
+
+def _section_key(section: Any) -> tuple[str, str, str]:
+    if not isinstance(section, dict):
+        return ("", "", repr(section))
+    return (str(section.get("version")), str(section.get("url")), str(section.get("sha256")).lower())
+
+
+async def _sha256(data: bytes) -> str:
+    if len(data) < 1 << 20:
+        return hashlib.sha256(data).hexdigest()
+    # hashlib releases the GIL on large buffers: hash off the event loop.
+    return await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest())

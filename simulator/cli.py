@@ -1,0 +1,213 @@
+"""The command line, shared by ``python -m simulator`` and ``python manage.py simulate_agents``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+from simulator.config import (
+    DEFAULT_DAEMON_VERSION,
+    DEFAULT_PROTOCOL_VERSION,
+    FAIL_MODES,
+    NEVER_REJOIN,
+    SPEC_MIN_PROTOCOL_VERSION,
+    SimulatorError,
+    build_agent_configs,
+)
+from simulator.enrolment import enroll, read_tokens, write_tokens
+from simulator.fleet import Fleet
+
+
+def _share(value: str) -> float:
+    share = float(value)
+    if not 0 <= share <= 1:
+        raise argparse.ArgumentTypeError("a share is a number in [0, 1]")
+    return share
+
+
+def _non_negative(value: str) -> float:
+    number = float(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return number
+
+
+def _positive(value: str) -> float:
+    number = float(value)
+    if number <= 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return number
+
+
+def _sequences(value: str) -> dict[str, int]:
+    """``1.0.0=1,1.1.0=2`` or ``@file.json`` (a JSON object version -> sequence)."""
+    try:
+        if value.startswith("@"):
+            return {str(k): int(v) for k, v in json.loads(Path(value[1:]).read_text(encoding="utf-8")).items()}
+        pairs = [item.split("=", 1) for item in value.split(",") if item.strip()]
+        return {version.strip(): int(sequence) for version, sequence in pairs}
+    except (ValueError, OSError, AttributeError) as exc:
+        raise argparse.ArgumentTypeError(f"sequences: {exc}") from exc
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--server", default="http://127.0.0.1:8000", help="the server's base URL")
+    parser.add_argument("--count", type=int, help="how many agents (with --enroll: how many nodes to create)")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("ROLLOUT_API_KEY"),
+        help="operator API key (compute:fleet:admin), for --enroll and to learn release sequences; "
+        "default $ROLLOUT_API_KEY",
+    )
+    parser.add_argument("--pools", default="default", help="comma-separated pool names to enroll into")
+    parser.add_argument("--create-pools", action="store_true", help="create the --pools that do not exist")
+    parser.add_argument("--tokens-file", help="agent tokens: read from it, or written to it with --enroll")
+    parser.add_argument("--enroll", action="store_true", help="create --count nodes through the API first")
+    parser.add_argument("--name-prefix", help="node name prefix for --enroll (default sim-<random>-)")
+    parser.add_argument("--arch", default="amd64", help="node arch for --enroll")
+    parser.add_argument("--daemon-version", default=DEFAULT_DAEMON_VERSION, help="version the agents start on")
+    parser.add_argument("--protocol-version", type=int, default=DEFAULT_PROTOCOL_VERSION)
+    parser.add_argument(
+        "--spec-min-protocol-version",
+        type=int,
+        default=SPEC_MIN_PROTOCOL_VERSION,
+        help="agents below this protocol version ignore spec.daemon and upgrade on daemon.upgrade commands",
+    )
+    parser.add_argument("--heartbeat-seconds", type=_positive, help="override the server's heartbeatSeconds")
+    parser.add_argument("--heartbeat-scale", type=_positive, default=1.0, help="multiply the server's interval")
+    parser.add_argument("--jitter", type=float, default=0.1, help="+/- fraction of jitter on each interval")
+    parser.add_argument("--restart-delay", type=_non_negative, default=1.0, help="seconds a restart takes")
+    parser.add_argument("--restart-jitter", type=_non_negative, default=0.0, help="extra random restart seconds")
+    parser.add_argument("--fail-share", type=_share, help="share of agents (seeded) that fail their upgrades")
+    parser.add_argument("--fail-version", help="upgrades to this version fail (for --fail-share, or all agents)")
+    parser.add_argument("--fail-mode", choices=FAIL_MODES, default=NEVER_REJOIN)
+    parser.add_argument("--offline-share", type=_share, default=0.0, help="share of agents (seeded) that never join")
+    parser.add_argument("--sequences", type=_sequences, help="known release sequences: 1.0.0=1,1.1.0=2 or @file.json")
+    parser.add_argument("--duration", type=_positive, help="stop after this many seconds (default: until a signal)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stats-every", type=_positive, default=5.0, help="seconds between status lines")
+    parser.add_argument(
+        "--max-connections", type=int, help="HTTP connection pool size and in-flight limit (default: 8 to 16)"
+    )
+    parser.add_argument("--leave-on-exit", action="store_true", help="agents leave their sessions when stopping")
+
+
+async def run_cli(options: argparse.Namespace, out: IO[str] | None = None) -> int:
+    """Enroll (optionally) and run the agents as the command line asks; returns the exit status."""
+    out = out or sys.stdout
+
+    def say(line: str) -> None:
+        out.write(line + "\n")
+        with contextlib.suppress(AttributeError, ValueError):
+            out.flush()
+
+    pools = [name.strip() for name in (options.pools or "").split(",") if name.strip()]
+    if options.enroll:
+        if not options.api_key:
+            raise SimulatorError("--enroll needs --api-key")
+        if not options.count:
+            raise SimulatorError("--enroll needs --count")
+        nodes = await enroll(
+            options.server,
+            options.api_key,
+            options.count,
+            pools=pools,
+            create_pools=options.create_pools,
+            name_prefix=options.name_prefix,
+            arch=options.arch,
+        )
+        if options.tokens_file:
+            write_tokens(options.tokens_file, nodes)
+            say(f"enrolled {len(nodes)} nodes into {', '.join(pools)}; tokens written to {options.tokens_file}")
+        else:
+            say(f"enrolled {len(nodes)} nodes into {', '.join(pools)} (no --tokens-file: tokens not kept)")
+        tokens = [(node.name, node.token) for node in nodes]
+    elif options.tokens_file:
+        tokens = read_tokens(options.tokens_file)
+        if options.count:
+            if options.count > len(tokens):
+                raise SimulatorError(f"--count {options.count} but {options.tokens_file} has {len(tokens)} tokens")
+            tokens = tokens[: options.count]
+    else:
+        raise SimulatorError("give --tokens-file (existing agent tokens) or --enroll --api-key KEY --count N")
+
+    configs = build_agent_configs(
+        tokens,
+        daemon_version=options.daemon_version,
+        protocol_version=options.protocol_version,
+        fail_share=options.fail_share,
+        fail_version=options.fail_version,
+        fail_mode=options.fail_mode,
+        offline_share=options.offline_share,
+        seed=options.seed,
+    )
+    fleet = Fleet(
+        options.server,
+        configs,
+        api_key=options.api_key,
+        sequences=options.sequences,
+        heartbeat_seconds=options.heartbeat_seconds,
+        heartbeat_scale=options.heartbeat_scale,
+        jitter=options.jitter,
+        restart_delay=options.restart_delay,
+        restart_jitter=options.restart_jitter,
+        seed=options.seed,
+        max_connections=options.max_connections,
+        spec_min_protocol_version=options.spec_min_protocol_version,
+        leave_on_stop=options.leave_on_exit,
+    )
+    failing = sum(1 for config in configs if config.fail_mode)
+    offline = sum(1 for config in configs if config.offline)
+    failure = f"{failing} fail their upgrades ({options.fail_mode}"
+    failure += f" on {options.fail_version})" if options.fail_version else ")"
+    say(f"simulating {len(configs)} agents against {options.server}: {offline} offline, {failure}")
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signum, fleet.stop)
+
+    async def report() -> None:
+        while await fleet.sleep(options.stats_every):
+            say(fleet.status_line())
+
+    try:
+        running = asyncio.create_task(fleet.run(timeout=options.duration))
+        while fleet._stop_future is None and not running.done():  # let run() set up before report() starts
+            await asyncio.sleep(0)
+        reporter = asyncio.create_task(report())
+        await running
+        await reporter
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(signum)
+    say(fleet.status_line())
+    stats = fleet.stats
+    say(
+        f"done: {stats.heartbeats} heartbeats, {stats.joins} joins, {stats.upgrades} upgrades,"
+        f" {stats.failed_upgrades} failed upgrades, {stats.refusals} refusals,"
+        f" {stats.downloads} downloads ({stats.download_cache_hits} from cache), {stats.errors} errors"
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m simulator", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    options = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return asyncio.run(run_cli(options))
+    except SimulatorError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
