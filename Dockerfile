@@ -10,9 +10,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 
 # Dependencies first, so a code change does not reinstall them. psycopg[binary] and
-# cryptography ship wheels: nothing to compile, no build tools in the image.
-COPY requirements.txt .
-RUN pip install -r requirements.txt
+# cryptography ship wheels: nothing to compile, no build tools in the image. The lock names
+# every package, transitive ones included, and pip checks each downloaded file against its hash.
+COPY requirements.lock .
+RUN pip install --require-hashes -r requirements.lock
 
 # A non-root user. The code stays root-owned (read-only to the app); the app writes
 # only under /data: media (the binaries), the Prometheus multiprocess files, a run dir.

@@ -1,5 +1,6 @@
 # make demo: the whole system on an embedded default (SQLite, filesystem broker).
 # make test: the whole suite against PostgreSQL and Redis (started if stopped).
+# make lock: regenerate requirements.lock / requirements-dev.lock (hashed) from requirements*.txt.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -8,13 +9,26 @@ PG_URL ?= postgres://postgres@127.0.0.1:5432/rollout
 REDIS_URL ?= redis://127.0.0.1:6379/15
 ARGS ?=
 
-.PHONY: demo test lint format bench clean
+.PHONY: demo test lint format bench clean lock
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt
+# Installs exactly what the lock names, every file checked against its hash (pip itself included).
+$(VENV)/.installed: requirements.lock requirements-dev.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q --require-hashes -r requirements-dev.lock
 	touch $@
+
+# The locks are resolved against the public index only (no local index, find-links or constraint
+# from this machine's pip config), so that their hashes are those of the files any machine downloads.
+# pip-compile asks the index for every file of each release: the hashes cover all platforms' wheels.
+# It keeps the locked versions of transitive packages: `make lock LOCK_ARGS=--upgrade` moves them too.
+LOCK_ENV ?= env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL -u PIP_INDEX_URL -u PIP_CONSTRAINT \
+	PIP_CONFIG_FILE=/dev/null CUSTOM_COMPILE_COMMAND="make lock"
+LOCK_FLAGS := --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links \
+	--no-emit-trusted-host
+
+lock: $(VENV)/.installed
+	$(LOCK_ENV) $(VENV)/bin/pip-compile $(LOCK_FLAGS) $(LOCK_ARGS) requirements.txt -o requirements.lock
+	$(LOCK_ENV) $(VENV)/bin/pip-compile $(LOCK_FLAGS) $(LOCK_ARGS) requirements-dev.txt -o requirements-dev.lock
 
 demo: $(VENV)/.installed
 	$(PY) -m demo $(ARGS)

@@ -296,7 +296,8 @@ def test_the_defaults_pass_the_system_checks(monkeypatch):
 def test_the_dockerfile():
     text = (ROOT / "Dockerfile").read_text()
     assert re.search(r"^FROM python:3\.11-slim\s*$", text, re.M)
-    assert "pip install -r requirements.txt" in text
+    assert "COPY requirements.lock ." in text
+    assert "pip install --require-hashes -r requirements.lock" in text
     assert "manage.py collectstatic --noinput" in text
     users = re.findall(r"^USER (\S+)", text, re.M)
     assert users
