@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from core.errors import DomainError
+from core.parsers import scrub_surrogates
 
 
 def _first_message(detail: Any) -> str:
@@ -24,6 +25,14 @@ def _first_message(detail: Any) -> str:
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    response = _error_response(exc, context)
+    if response is not None:
+        # An error may echo input; a lone surrogate in it would make the renderer itself fail (a 500).
+        response.data = scrub_surrogates(response.data)
+    return response
+
+
+def _error_response(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, DomainError):
         return Response(exc.as_dict(), status=exc.status)
     if isinstance(exc, Http404):

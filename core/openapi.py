@@ -22,12 +22,13 @@ from rest_framework import serializers
 CODES: dict[str, str] = {
     # generic (core/exceptions.py)
     "invalid_input": "The body or a query parameter failed validation (see `errors` or `field`).",
-    "invalid_json": "The body is not valid JSON.",
+    "invalid_json": "The body is not valid UTF-8 JSON, nests deeper than 64 levels, or holds a lone surrogate.",
     "not_authenticated": "No `Authorization: Bearer` header.",
     "authentication_failed": "The bearer token is malformed, unknown or revoked.",
     "permission_denied": "The API key has no `compute:fleet:admin` grant on its tenant's fleet scope.",
     "not_found": "No such object in the caller's tenant (another tenant's objects are not found either).",
     "unsupported_media_type": "The body is not `application/json`.",
+    "too_large": "The body is larger than 1 MiB (refused before it is read).",
     "invalid_state": "The object is not in a state that allows this action (`state` says which it is in).",
 }
 
@@ -133,6 +134,7 @@ def error_responses(
     *,
     auth: str | None = "key",
     json_body: bool = False,
+    body: bool | None = None,
     bad_request: Sequence[str] = (),
     not_found: Sequence[str] = (),
     conflict: Sequence[str] = (),
@@ -142,7 +144,8 @@ def error_responses(
 
     ``auth``: ``"key"`` (an API key with the fleet-admin grant: 401, 403),
     ``"agent"`` (an agent token: 401) or None. ``json_body``: the view parses a
-    JSON body (400 ``invalid_json``, 415). ``name`` prefixes the names of the
+    JSON body (400 ``invalid_json``, 415). ``body``: the view reads a body (413 ``too_large``;
+    defaults to ``json_body``). ``name`` prefixes the names of the
     components of sets of several codes (see ``error_serializer``).
     """
     responses: dict[int, OpenApiResponse] = {}
@@ -157,6 +160,8 @@ def error_responses(
         responses[404] = _response(404, f"{name}NotFound", not_found)
     if conflict:
         responses[409] = _response(409, f"{name}Conflict", conflict)
+    if json_body if body is None else body:
+        responses[413] = _response(413, "TooLarge", ("too_large",))
     if json_body:
         responses[415] = _response(415, "UnsupportedMediaType", ("unsupported_media_type",))
     if unavailable:

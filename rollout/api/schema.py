@@ -27,7 +27,7 @@ __all__ = ["error_responses"]
 register_codes(
     {
         # releases
-        "invalid_envelope": "The body is not a well-formed DSSE envelope (or is larger than 1 MiB).",
+        "invalid_envelope": "The body is not a well-formed DSSE envelope.",
         "invalid_manifest": "The payload is not a well-formed release manifest.",
         "wrong_payload_type": f"`payloadType` is not `{PAYLOAD_TYPE}`.",
         "wrong_product": "The manifest's product is not `bcd`.",

@@ -56,7 +56,7 @@ class RolloutCreateSerializer(StrictSerializer):
         )
 
 
-class AbortSerializer(serializers.Serializer):
+class AbortSerializer(StrictSerializer):
     rollback = StrictBooleanField(required=False, default=False)
 
 

@@ -82,6 +82,7 @@ class ReleaseViewSet(viewsets.ViewSet):
             200: OpenApiResponse(ReleaseSerializer, description="The same manifest again: the first registration."),
             **error_responses(
                 "ReleaseRegister",
+                body=True,
                 bad_request=[
                     "invalid_envelope",
                     "invalid_manifest",
@@ -263,7 +264,7 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
     )
     @action(detail=True, methods=["post"])
     def abort(self, request: Request, pk: str | None = None) -> Response:
-        serializer = AbortSerializer(data=request.data if isinstance(request.data, dict) else {})
+        serializer = AbortSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         rollout = rollout_abort(
             rollout_id=self.get_object().id,

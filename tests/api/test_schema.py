@@ -118,7 +118,7 @@ def _error_codes(schema: dict, operation: dict, status: int) -> set[str]:
 
 AUTH = {401: {"not_authenticated", "authentication_failed"}, 403: {"permission_denied"}}
 AGENT = {401: {"not_authenticated", "authentication_failed"}}
-BODY = {415: {"unsupported_media_type"}}
+BODY = {413: {"too_large"}, 415: {"unsupported_media_type"}}
 
 # (method, path): {status: codes that must be documented}, from CONTRACT 4 and 6 and the services.
 CONTRACT_ERRORS: dict[tuple[str, str], dict[int, set[str]]] = {
@@ -150,6 +150,7 @@ CONTRACT_ERRORS: dict[tuple[str, str], dict[int, set[str]]] = {
     ("get", "/api/compute/releases/"): AUTH,
     ("post", "/api/compute/releases/"): {
         **AUTH,
+        413: {"too_large"},
         400: {
             "invalid_envelope",
             "invalid_manifest",

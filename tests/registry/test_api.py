@@ -150,7 +150,7 @@ def test_list_is_newest_sequence_first(api):
             "too_many_signatures",
             id="17-signatures",
         ),
-        pytest.param(lambda: b" " * (1024 * 1024 + 1), 400, "invalid_envelope", id="oversize"),
+        pytest.param(lambda: b" " * (1024 * 1024 + 1), 413, "too_large", id="oversize"),
         pytest.param(lambda: signed(b'{"sequence": NaN}'), 400, "invalid_manifest", id="nan"),
     ],
 )
