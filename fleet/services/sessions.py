@@ -22,6 +22,7 @@ from django.utils import timezone
 from fleet.models import Node, NodeSession
 from fleet.plugins import node_session_reported
 from fleet.services.commands import commands_complete_upgrade, commands_pending
+from fleet.services.liveness import pulse_heard
 from fleet.services.nodes import heartbeat_seconds, node_session
 
 log = structlog.get_logger(__name__)
@@ -53,6 +54,7 @@ def agent_session_report(
     ):
         _session_join(node_id=node.id, daemon_version=daemon_version, protocol_version=protocol_version, now=now)
         heartbeat = False
+    pulse_heard(now=now)
     return SessionReport(
         spec=node.spec,
         commands=commands_pending(node_id=node.id),

@@ -32,7 +32,13 @@ from rollout.services.plan import (
     planned_waves,
     shuffle,
 )
-from rollout.services.transitions import abort_rollout, cancel_pending_upgrades, pause_rollout, resume_rollout
+from rollout.services.transitions import (
+    abort_rollout,
+    cancel_pending_upgrades,
+    pause_rollout,
+    resume_rollout,
+    supersede_upgrades,
+)
 
 log = structlog.get_logger("rollout")
 
@@ -86,10 +92,10 @@ def _snapshot(*, tenant: Tenant, spec: RolloutSpec) -> Snapshot:
 
 
 def _conflicts(snapshot: Snapshot) -> list[str]:
-    """Nodes of the snapshot that another rollout holds (active or paused, or still in flight)."""
-    taken = NodeUpgrade.objects.filter(claims_node=True, node__pool__in=snapshot.pools).values_list(
-        "node_id", flat=True
-    )
+    """Nodes of the snapshot that another active or paused rollout holds (CONTRACT 4.4)."""
+    taken = NodeUpgrade.objects.filter(
+        claims_node=True, node__pool__in=snapshot.pools, rollout__state__in=Rollout.ACTIVE_STATES
+    ).values_list("node_id", flat=True)
     return sorted(str(node_id) for node_id in taken)
 
 
@@ -165,6 +171,8 @@ def rollout_create(*, tenant: Tenant, spec: RolloutSpec, created_by: AbstractBas
             for wave in waves_planned
         )
         wave_of_position = [wave.index for wave in waves_planned for _ in range(wave.total)]
+        # An aborted rollout's nodes still in flight give way to this one (a fix-forward).
+        supersede_upgrades(node_ids=list(pool_of), at=now)
         try:
             with transaction.atomic():
                 NodeUpgrade.objects.bulk_create(
