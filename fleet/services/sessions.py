@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
+from uuid import UUID
 
 import structlog
 from django.db import IntegrityError, transaction
@@ -32,8 +34,8 @@ log = structlog.get_logger(__name__)
 class SessionReport:
     """What the agent gets back: its desired state and pending commands."""
 
-    spec: dict
-    commands: list[dict]
+    spec: dict[str, Any]
+    commands: list[dict[str, Any]]
     heartbeat_seconds: int
     joined: bool
 
@@ -64,7 +66,7 @@ def agent_session_report(
 
 
 @transaction.atomic
-def _session_join(*, node_id, daemon_version: str, protocol_version: int, now: datetime) -> None:
+def _session_join(*, node_id: UUID, daemon_version: str, protocol_version: int, now: datetime) -> None:
     session = NodeSession.objects.select_for_update().filter(node_id=node_id).first()
     if session is None:
         try:
@@ -113,16 +115,22 @@ def _session_join(*, node_id, daemon_version: str, protocol_version: int, now: d
     )
 
 
-def _send_reported(**kwargs) -> None:
+def _send_reported(*, node_id: UUID, daemon_version: str, protocol_version: int, previous_version: str | None) -> None:
     # The session is committed whatever a receiver does: a failing receiver is logged, not the agent's problem
     # (the rollout controller's periodic tick settles what a lost notification would have).
-    for receiver, result in node_session_reported.send_robust(sender=NodeSession, **kwargs):
+    for receiver, result in node_session_reported.send_robust(
+        sender=NodeSession,
+        node_id=node_id,
+        daemon_version=daemon_version,
+        protocol_version=protocol_version,
+        previous_version=previous_version,
+    ):
         if isinstance(result, Exception):
             log.error(
                 "fleet.session.receiver_failed",
                 receiver=getattr(receiver, "__qualname__", repr(receiver)),
                 error=repr(result),
-                node_id=str(kwargs["node_id"]),
+                node_id=str(node_id),
             )
 
 

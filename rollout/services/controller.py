@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any
 from uuid import UUID
 
 import structlog
@@ -79,7 +80,7 @@ class TickResult:
 # --- asking for ticks ----------------------------------------------------------------
 
 
-def rollout_request_tick(*, rollout_id: UUID, countdown: float = 0.0) -> None:
+def rollout_request_tick(*, rollout_id: UUID | str, countdown: float = 0.0) -> None:
     """Ask for a tick of one rollout soon, debounced: at most one is queued at a time.
 
     The flag is cleared when the tick starts; the periodic tick clears it too,
@@ -297,8 +298,8 @@ def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
     offline_is_down = offline_verdicts_trusted(now=now)
 
     to_start: dict[datetime, list[tuple[int, UUID]]] = defaultdict(list)  # start time -> (upgrade, node) ids
-    sections: list[tuple[UUID, dict]] = []
-    old_agents: list[tuple[UUID, dict]] = []
+    sections: list[tuple[UUID, dict[str, Any]]] = []
+    old_agents: list[tuple[UUID, dict[str, Any]]] = []
     skipped: dict[str, list[int]] = defaultdict(list)
     for pool_id in pool_ids:  # sorted: every worker takes pool locks in the same order
         room = pool_budget(pool_id=pool_id, lock=True).available

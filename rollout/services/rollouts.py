@@ -10,11 +10,12 @@ import uuid
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 import structlog
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from core.errors import Conflict, InvalidInput, InvalidState, NotFound, Unavailable
@@ -39,6 +40,10 @@ from rollout.services.transitions import (
     resume_rollout,
     supersede_upgrades,
 )
+
+if TYPE_CHECKING:
+    # django-stubs' placeholder for the AUTH_USER_MODEL (its mypy plugin resolves it).
+    from django.contrib.auth.models import _User
 
 log = structlog.get_logger("rollout")
 
@@ -137,7 +142,7 @@ def rollout_plan(*, tenant: Tenant, spec: RolloutSpec) -> RolloutPlan:
     )
 
 
-def rollout_create(*, tenant: Tenant, spec: RolloutSpec, created_by: AbstractBaseUser | None = None) -> Rollout:
+def rollout_create(*, tenant: Tenant, spec: RolloutSpec, created_by: _User | None = None) -> Rollout:
     """Snapshot the nodes, shuffle them by the rollout id, split them into waves: in one transaction."""
     now = timezone.now()
     with transaction.atomic():
@@ -273,7 +278,7 @@ def rollout_abort(
     return rollout
 
 
-def rollouts_for(*, tenant: Tenant, states: Sequence[str] | None = None):
+def rollouts_for(*, tenant: Tenant, states: Sequence[str] | None = None) -> QuerySet[Rollout]:
     queryset = Rollout.objects.filter(tenant=tenant).select_related("release").prefetch_related("pools")
     if states:
         queryset = queryset.filter(state__in=states)
