@@ -20,6 +20,7 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
@@ -116,9 +117,19 @@ def chain_hash(prev_hash: str, body: Mapping[str, Any]) -> str:
 def _stable(value: Any) -> Any:
     """``value`` as the database will give it back, so the hash made now verifies later.
 
-    Decimals, UUIDs and datetimes become JSON via Django's encoder; floats that jsonb would
-    return differently (-0.0; integral values written in exponent form) are normalised.
+    Decimals become numbers (as the API shows them: integral ones as integers), UUIDs and
+    datetimes strings (Django's encoder); floats that jsonb would return differently (-0.0,
+    integral values written in exponent form) are normalised.
     """
+
+    def numbers(item: Any) -> Any:
+        if isinstance(item, Decimal):
+            return int(item) if item == item.to_integral_value() else float(item)
+        if isinstance(item, Mapping):
+            return {key: numbers(v) for key, v in item.items()}
+        if isinstance(item, list | tuple):
+            return [numbers(v) for v in item]
+        return item
 
     def fix(item: Any) -> Any:
         if isinstance(item, float):
@@ -135,7 +146,7 @@ def _stable(value: Any) -> Any:
             return [fix(v) for v in item]
         return item
 
-    return fix(json.loads(json.dumps(value, cls=DjangoJSONEncoder)))
+    return fix(json.loads(json.dumps(numbers(value), cls=DjangoJSONEncoder)))
 
 
 def changed_fields(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -167,12 +178,7 @@ def audit_record(
     tenant_id = tenant.pk if tenant is not None else None
     with transaction.atomic():
         _lock_chain(tenant_id)
-        last = (
-            AuditEntry.objects.filter(tenant_id=tenant_id)
-            .order_by("-seq")
-            .values("seq", "hash")
-            .first()
-        )
+        last = AuditEntry.objects.filter(tenant_id=tenant_id).order_by("-seq").values("seq", "hash").first()
         entry = AuditEntry(
             tenant_id=tenant_id,
             seq=(last["seq"] + 1) if last else 1,

@@ -72,9 +72,7 @@ def _uuid(value: Any, *, code: str, what: str) -> UUID:
         raise InvalidInput(f"{what} {value!r} is not a valid id.", code=code) from exc
 
 
-def node_create(
-    *, tenant: Tenant, name: str, pool_id: UUID, arch: str, actor: Actor | None = None
-) -> tuple[Node, str]:
+def node_create(*, tenant: Tenant, name: str, pool_id: UUID, arch: str, actor: Actor | None = None) -> tuple[Node, str]:
     """A node of ``tenant`` in one of its pools; returns the node and its plain agent token (shown once).
 
     The node has desired state from creation: when the pool has a default

@@ -19,6 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.errors import InvalidInput, NotFound
+from fleet.interface import Actor
 from rollout.api.filters import NodeUpgradeFilter, RolloutFilter
 from rollout.api.schema import (
     DRY_RUN,
@@ -97,7 +98,12 @@ class ReleaseViewSet(viewsets.ViewSet):
         },
     )
     def create(self, request: Request) -> Response:
-        registration = release_register(envelope=_envelope_bytes(request), registered_by=request.user)
+        registration = release_register(
+            envelope=_envelope_bytes(request),
+            registered_by=request.user,
+            actor=_actor(request),
+            audit_tenant=request.auth.tenant,
+        )
         code = status.HTTP_201_CREATED if registration.created else status.HTTP_200_OK
         return Response(ReleaseSerializer(registration.release).data, status=code)
 
@@ -201,7 +207,7 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         if _is_true(request.query_params.get("dryRun")):
             plan = rollout_plan(tenant=tenant, spec=spec)
             return Response(RolloutPlanSerializer(plan).data, status=status.HTTP_200_OK)
-        rollout = rollout_create(tenant=tenant, spec=spec, created_by=request.user)
+        rollout = rollout_create(tenant=tenant, spec=spec, created_by=request.user, actor=_actor(request))
         return Response(self._fresh(rollout.id), status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -275,5 +281,5 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         return Response(self._fresh(rollout.id))
 
 
-def _actor(request: Request) -> str:
-    return f"api:{request.user.get_username()}"
+def _actor(request: Request) -> Actor:
+    return Actor.api(request.user)

@@ -25,9 +25,7 @@ class Command(BaseCommand):
         if tenant_row is None:
             raise CommandError(f"No tenant {tenant!r}; create it with 'manage.py createtenant {tenant}'.")
         try:
-            api_key, plain = api_key_create(
-                tenant=tenant_row, username=user, grants=grant, actor=Actor.command()
-            )
+            api_key, plain = api_key_create(tenant=tenant_row, username=user, grants=grant, actor=Actor.command())
         except DomainError as exc:
             raise CommandError(exc.detail) from exc
         granted = ", ".join(grant) or "no grants"
