@@ -33,6 +33,8 @@ TICK_TASK = "rollout/tick"
 TICK_ALL_TASK = "rollout/all"
 TIMEOUTS_DUE_TASK = "rollout/timeouts-due"
 NODE_UPGRADE_TIMEOUT_TASK = "rollout/node-upgrade-timeout"
+WEBHOOK_DELIVER_TASK = "rollout/webhook-deliver"
+WEBHOOKS_DUE_TASK = "rollout/webhooks-due"
 
 #: Never schedule closer than this to the visibility timeout (a worker may take the message late).
 VISIBILITY_MARGIN = timedelta(minutes=5)

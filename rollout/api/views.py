@@ -35,8 +35,12 @@ from rollout.api.serializers import (
     RolloutEventSerializer,
     RolloutPlanSerializer,
     RolloutSerializer,
+    WebhookCreatedSerializer,
+    WebhookCreateSerializer,
+    WebhookDeliverySerializer,
+    WebhookSerializer,
 )
-from rollout.models import NodeUpgrade, Rollout
+from rollout.models import NodeUpgrade, Rollout, Webhook
 from rollout.release.dsse import MAX_ENVELOPE_BYTES
 from rollout.selectors import rollout_waves
 from rollout.services.releases import release_binary_get, release_list, release_register
@@ -48,6 +52,7 @@ from rollout.services.rollouts import (
     rollout_resume,
     rollouts_for,
 )
+from rollout.services.webhooks import deliveries_for, webhook_create, webhook_delete
 
 
 def _envelope_bytes(request: Request) -> bytes:
@@ -279,6 +284,70 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
             actor=_actor(request),
         )
         return Response(self._fresh(rollout.id))
+
+
+WEBHOOK_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The webhook's id.")
+
+
+def _webhook_id(pk: str) -> UUID:
+    try:
+        return UUID(pk)
+    except ValueError as exc:
+        raise NotFound("No such webhook.", code="not_found") from exc
+
+
+class WebhookViewSet(viewsets.ViewSet):
+    """The tenant's webhooks (CONTRACT 10.3). Another tenant's webhook is a 404."""
+
+    lookup_value_regex = "[^/]+"
+
+    @extend_schema(responses={200: WebhookSerializer(many=True), **error_responses("WebhookList")})
+    def list(self, request: Request) -> Response:
+        webhooks = Webhook.objects.filter(tenant=request.auth.tenant).order_by("created_at")
+        return Response(WebhookSerializer(webhooks, many=True).data)
+
+    @extend_schema(
+        request=WebhookCreateSerializer,
+        responses={
+            201: WebhookCreatedSerializer,
+            **error_responses(
+                "WebhookCreate",
+                json_body=True,
+                bad_request=["invalid_input", "invalid_url", "invalid_events", "invalid_secret"],
+            ),
+        },
+    )
+    def create(self, request: Request) -> Response:
+        serializer = WebhookCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        webhook = webhook_create(
+            tenant=request.auth.tenant,
+            url=data["url"],
+            events=data["events"],
+            secret=data.get("secret"),
+            actor=_actor(request),
+        )
+        return Response(WebhookCreatedSerializer(webhook).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        parameters=[WEBHOOK_ID], responses={204: None, **error_responses("WebhookDelete", not_found=["not_found"])}
+    )
+    def destroy(self, request: Request, pk: str) -> Response:
+        webhook_delete(tenant=request.auth.tenant, webhook_id=_webhook_id(pk), actor=_actor(request))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        parameters=[WEBHOOK_ID],
+        responses={
+            200: WebhookDeliverySerializer(many=True),
+            **error_responses("WebhookDeliveries", not_found=["not_found"]),
+        },
+    )
+    @action(detail=True, methods=["get"])
+    def deliveries(self, request: Request, pk: str) -> Response:
+        rows = deliveries_for(tenant=request.auth.tenant, webhook_id=_webhook_id(pk))
+        return Response(WebhookDeliverySerializer(rows, many=True).data)
 
 
 def _actor(request: Request) -> Actor:
