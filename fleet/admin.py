@@ -12,16 +12,18 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
 from core.errors import DomainError
 from fleet.admin_base import ReadOnlyMixin, TenantScopedAdmin
-from fleet.models import ApiKey, Command, Grant, Membership, Node, NodeSession, Pool, Tenant, Workflow
+from fleet.models import ApiKey, AuditEntry, Command, Grant, Membership, Node, NodeSession, Pool, Tenant, Workflow
+from fleet.services.audit import Actor, audit_record, changed_fields
 from fleet.services.budget import pool_budgets
 from fleet.services.nodes import node_create, node_is_online, node_session
-from fleet.services.pools import pool_create, pools_set_default_daemon_version
+from fleet.services.pools import pool_audit_fields, pool_create, pools_set_default_daemon_version
 from fleet.services.workflows import workflow_finish
 
 
@@ -71,7 +73,20 @@ class ApiKeyAdmin(ReadOnlyMixin, TenantScopedAdmin):
 
     @admin.action(description="Revoke the selected API keys", permissions=["delete"])
     def revoke(self, request: HttpRequest, queryset: QuerySet) -> None:
-        revoked = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        now = timezone.now()
+        with transaction.atomic():
+            keys = list(queryset.filter(revoked_at__isnull=True).select_for_update().select_related("tenant"))
+            revoked = ApiKey.objects.filter(pk__in=[key.pk for key in keys]).update(revoked_at=now)
+            for key in keys:
+                audit_record(
+                    tenant=key.tenant,
+                    actor=Actor.admin(request.user),
+                    action="apikey.revoke",
+                    object_type="apikey",
+                    object_id=key.pk,
+                    before={"revokedAt": None},
+                    after={"revokedAt": now},
+                )
         self.message_user(request, f"Revoked {revoked} key(s).", messages.SUCCESS)
 
 
@@ -107,13 +122,39 @@ class PoolAdmin(TenantScopedAdmin):
         return f"{budget.disrupted}/{budget.allowed}" if budget else "-"
 
     def save_model(self, request: HttpRequest, obj: Pool, form, change: bool) -> None:
-        if change:
-            super().save_model(request, obj, form, change)
-            return
-        created = pool_create(tenant=obj.tenant, name=obj.name, disruption_budget=obj.disruption_budget)
-        if obj.default_daemon_version:
-            pools_set_default_daemon_version(pool_ids=[created.pk], version=obj.default_daemon_version)
-        obj.pk = created.pk
+        actor = Actor.admin(request.user)
+        with transaction.atomic():
+            if change:
+                # pool.update: the fields that changed, as the API shows them.
+                before = pool_audit_fields(Pool.objects.select_for_update().get(pk=obj.pk))
+                super().save_model(request, obj, form, change)
+                old, new = changed_fields(before, pool_audit_fields(obj))
+                if new:
+                    audit_record(
+                        tenant=obj.tenant,
+                        actor=actor,
+                        action="pool.update",
+                        object_type="pool",
+                        object_id=obj.pk,
+                        before=old,
+                        after=new,
+                    )
+                return
+            created = pool_create(
+                tenant=obj.tenant, name=obj.name, disruption_budget=obj.disruption_budget, actor=actor
+            )
+            if obj.default_daemon_version:
+                pools_set_default_daemon_version(pool_ids=[created.pk], version=obj.default_daemon_version)
+                audit_record(
+                    tenant=obj.tenant,
+                    actor=actor,
+                    action="pool.update",
+                    object_type="pool",
+                    object_id=created.pk,
+                    before={"defaultDaemonVersion": None},
+                    after={"defaultDaemonVersion": obj.default_daemon_version},
+                )
+            obj.pk = created.pk
 
 
 class NodeSessionInline(admin.StackedInline):
@@ -187,7 +228,9 @@ class NodeAdmin(TenantScopedAdmin):
             super().save_model(request, obj, form, change)
             return
         # The form has validated the name, arch and pool (in the user's tenant) already.
-        node, token = node_create(tenant=obj.tenant, name=obj.name, pool_id=obj.pool_id, arch=obj.arch)
+        node, token = node_create(
+            tenant=obj.tenant, name=obj.name, pool_id=obj.pool_id, arch=obj.arch, actor=Actor.admin(request.user)
+        )
         obj.pk = node.pk
         self.message_user(request, f"Agent token for {node.name} (shown once, store it now): {token}", messages.WARNING)
 
@@ -224,7 +267,7 @@ class WorkflowAdmin(ReadOnlyMixin, TenantScopedAdmin):
         finished = 0
         for workflow in queryset.filter(state=Workflow.State.ACTIVE).select_related("tenant"):
             try:
-                workflow_finish(tenant=workflow.tenant, workflow_id=workflow.id)
+                workflow_finish(tenant=workflow.tenant, workflow_id=workflow.id, actor=Actor.admin(request.user))
                 finished += 1
             except DomainError:
                 continue  # finished meanwhile
@@ -238,3 +281,44 @@ class CommandAdmin(ReadOnlyMixin, TenantScopedAdmin):
     list_filter = ["kind", "state", ("node__pool", admin.RelatedOnlyFieldListFilter), "node__tenant"]
     list_select_related = ["node"]
     search_fields = ["node__name", "error"]
+
+
+# --- the audit trail ------------------------------------------------------------------------
+
+AUDIT_FIELDS = (
+    "tenant",
+    "seq",
+    "at",
+    "actor_user",
+    "actor_via",
+    "action",
+    "object_type",
+    "object_id",
+    "before",
+    "after",
+    "prev_hash",
+    "hash",
+)
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(TenantScopedAdmin):
+    """Read only: entries are written by the services, in the transaction of the change they record.
+    No one adds, changes or deletes them here (PostgreSQL refuses UPDATE and DELETE anyway)."""
+
+    list_display = ["at", "action", "object_type", "object_id", "actor_user", "actor_via", "tenant", "seq"]
+    list_filter = ["action", "actor_via", "object_type", "tenant"]
+    list_select_related = ["tenant"]
+    search_fields = ["object_id", "actor_user", "action"]
+    fields = AUDIT_FIELDS
+    readonly_fields = AUDIT_FIELDS
+    ordering = ["-at", "-seq"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False

@@ -14,6 +14,7 @@ from fleet.plugins import (
     register_daemon_resolver,
     register_disruption_source,
 )
+from fleet.services.audit import Actor, audit_record, changed_fields
 from fleet.services.budget import PoolBudget, pool_budget, pool_budgets
 from fleet.services.commands import commands_enqueue
 from fleet.services.iam import Principal
@@ -22,6 +23,7 @@ from fleet.services.nodes import nodes_set_daemon, online_node_q
 from fleet.services.pools import pools_set_default_daemon_version, tenant_slugs
 
 __all__ = [
+    "Actor",
     "Command",
     "Node",
     "NodeSession",
@@ -31,6 +33,8 @@ __all__ = [
     "ReadOnlyMixin",
     "Tenant",
     "TenantScopedAdmin",
+    "audit_record",
+    "changed_fields",
     "commands_enqueue",
     "node_session_reported",
     "nodes_set_daemon",

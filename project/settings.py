@@ -166,12 +166,20 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = "UTC"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Webhook deliveries may go to their own queue (a worker started with --queues=<it>), so that dead
+# receivers never hold the workers that run the controller. By default they share the default queue.
+CELERY_TASK_ROUTES = {
+    "rollout/webhook-deliver": {"queue": env_str("ROLLOUT_WEBHOOKS_QUEUE", CELERY_TASK_DEFAULT_QUEUE)},
+}
 
 # --- The fleet (host) ---------------------------------------------------------
 FLEET_MIN_PROTOCOL_VERSION = env_int_or_raw("FLEET_MIN_PROTOCOL_VERSION", 2)
 FLEET_HEARTBEAT_SECONDS = env_int_or_raw("FLEET_HEARTBEAT_SECONDS", 10)
 
 # --- The rollout module (the seed's rolloutModule(options)) ---------------------
+# Webhooks: http:// and private/loopback receivers only with ROLLOUT_WEBHOOKS_ALLOW_HTTP=1 (tests,
+# demo). Link-local and metadata addresses are refused whatever it says.
+ROLLOUT_WEBHOOKS_ALLOW_HTTP = env_bool("ROLLOUT_WEBHOOKS_ALLOW_HTTP", False)
 ROLLOUT = {
     "release": {
         "pins": env_list("ROLLOUT_RELEASE_PINS"),

@@ -36,13 +36,19 @@ from django.utils.safestring import SafeString
 from django.utils.timezone import localtime
 
 from core.errors import DomainError
-from fleet.interface import Pool, ReadOnlyMixin, Tenant, TenantScopedAdmin, pool_budgets, tenant_id_of
+from fleet.interface import Actor, Pool, ReadOnlyMixin, Tenant, TenantScopedAdmin, pool_budgets, tenant_id_of
 from rollout.forms import RolloutCreateForm
 from rollout.models import NodeUpgrade, Release, ReleaseBinary, Rollout, RolloutEvent, RolloutWave
 from rollout.selectors import WaveStats, rollout_waves
 from rollout.services.plan import RolloutPlan
 from rollout.services.releases import release_register
 from rollout.services.rollouts import rollout_abort, rollout_create, rollout_pause, rollout_plan, rollout_resume
+
+
+def _tenant_of(request: HttpRequest) -> Tenant | None:
+    """The tenant whose audit trail records the admin user's installation-wide changes (None: the system's)."""
+    tenant_id = tenant_id_of(request)
+    return Tenant.objects.filter(pk=tenant_id).first() if tenant_id is not None else None
 
 
 class ReleaseBinaryInline(admin.TabularInline):
@@ -146,7 +152,12 @@ class ReleaseAdmin(admin.ModelAdmin):
         form = RegisterReleaseForm(request.POST or None, request.FILES or None)
         if request.method == "POST" and form.is_valid():
             try:
-                registration = release_register(envelope=form.cleaned_data["envelope"], registered_by=request.user)
+                registration = release_register(
+                    envelope=form.cleaned_data["envelope"],
+                    registered_by=request.user,
+                    actor=Actor.admin(request.user),
+                    audit_tenant=_tenant_of(request),
+                )
             except DomainError as exc:
                 form.add_error(None, format_html("<code>{}</code>: {}", exc.code, exc.detail))
             else:
@@ -494,7 +505,7 @@ class RolloutAdmin(TenantScopedAdmin):
     def perform(self, request: HttpRequest, rollout: Rollout, action: RolloutAction, tenant: Tenant | None) -> bool:
         """Run the action's service; a refusal becomes an error message with its code, never a 500."""
         try:
-            action.run(rollout_id=rollout.pk, tenant=tenant, actor=f"admin:{request.user.get_username()}")
+            action.run(rollout_id=rollout.pk, tenant=tenant, actor=Actor.admin(request.user))
         except DomainError as exc:
             self.message_user(request, f"{rollout_label(rollout)}: {exc.code}: {exc.detail}", messages.ERROR)
             return False
@@ -580,7 +591,9 @@ class RolloutAdmin(TenantScopedAdmin):
             try:
                 tenant, spec = form.chosen_tenant(), form.spec()
                 if "_confirm" in request.POST:
-                    rollout = rollout_create(tenant=tenant, spec=spec, created_by=request.user)
+                    rollout = rollout_create(
+                        tenant=tenant, spec=spec, created_by=request.user, actor=Actor.admin(request.user)
+                    )
                     self.message_user(request, f"Created {rollout_label(rollout)}.", messages.SUCCESS)
                     return HttpResponseRedirect(reverse("admin:rollout_rollout_change", args=[rollout.pk]))
                 plan = rollout_plan(tenant=tenant, spec=spec)

@@ -10,8 +10,9 @@ class RolloutConfig(AppConfig):
     def ready(self) -> None:
         from core.metrics import register_collector
         from rollout import checks, hooks, schedules  # noqa: F401  (checks register themselves)
-        from rollout.metrics import RolloutCollector
+        from rollout.metrics import RolloutCollector, WebhookCollector
 
         hooks.connect()
         register_collector(RolloutCollector())
+        register_collector(WebhookCollector())
         post_migrate.connect(schedules.on_post_migrate, sender=self, dispatch_uid="rollout.periodic_tick")

@@ -33,6 +33,8 @@ TICK_TASK = "rollout/tick"
 TICK_ALL_TASK = "rollout/all"
 TIMEOUTS_DUE_TASK = "rollout/timeouts-due"
 NODE_UPGRADE_TIMEOUT_TASK = "rollout/node-upgrade-timeout"
+WEBHOOK_DELIVER_TASK = "rollout/webhook-deliver"
+WEBHOOKS_DUE_TASK = "rollout/webhooks-due"
 
 
 class _Timing(TypedDict, total=False):

@@ -64,3 +64,34 @@ class RolloutCollector:
             for state in Rollout.ACTIVE_STATES:
                 rollouts.add_metric([slug, state], counts[slug, state])
         yield rollouts
+
+
+class WebhookCollector:
+    """Webhook deliveries by tenant and status (pending, delivered, failed): 1 query per scrape.
+
+    Alert on ``failed`` growing (a receiver gave up on for 24 h) or ``pending`` staying high (a
+    receiver down now); docs/operations.md has example rules.
+    """
+
+    def describe(self) -> list[Metric]:
+        return []  # registering must not query the database
+
+    def collect(self) -> Iterator[Metric]:
+        from django.db.models import Count
+
+        from fleet.interface import tenant_slugs
+        from rollout.models import WebhookDelivery
+
+        deliveries = GaugeMetricFamily(
+            "rollout_webhook_deliveries",
+            "Webhook deliveries by status: pending (being retried or about to be sent), delivered, failed.",
+            labels=["tenant", "status"],
+        )
+        counts: dict[tuple[str, str], int] = defaultdict(int)
+        rows = WebhookDelivery.objects.values_list("webhook__tenant__slug", "status").annotate(n=Count("id")).order_by()
+        for slug, status, n in rows:
+            counts[slug, status] = n
+        for slug in tenant_slugs():
+            for status in WebhookDelivery.Status.values:
+                deliveries.add_metric([slug, status], counts[slug, status])
+        yield deliveries

@@ -7,7 +7,9 @@ from typing import Any
 from django.db import transaction
 
 from rollout import conf
-from rollout.dispatch import TICK_ALL_TASK
+from rollout.dispatch import TICK_ALL_TASK, WEBHOOKS_DUE_TASK
+
+WEBHOOKS_SWEEP_SECONDS = 30
 
 
 def periodic_tick_ensure(*, every: int | None = None, reset: bool = False) -> Any:
@@ -45,5 +47,29 @@ def periodic_tick_ensure(*, every: int | None = None, reset: bool = False) -> An
     return task
 
 
+def periodic_webhooks_ensure() -> Any:
+    """Create the ``rollout/webhooks-due`` PeriodicTask (every 30 s) if missing: it publishes the webhook
+    deliveries whose next attempt is due (retries beyond the broker's visibility timeout, lost messages)."""
+    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+    with transaction.atomic():
+        task = PeriodicTask.objects.filter(name=WEBHOOKS_DUE_TASK).first()
+        if task is None:
+            schedule = (
+                IntervalSchedule.objects.filter(every=WEBHOOKS_SWEEP_SECONDS, period=IntervalSchedule.SECONDS)
+                .order_by("id")
+                .first()
+            ) or IntervalSchedule.objects.create(every=WEBHOOKS_SWEEP_SECONDS, period=IntervalSchedule.SECONDS)
+            task = PeriodicTask.objects.create(
+                name=WEBHOOKS_DUE_TASK,
+                task=WEBHOOKS_DUE_TASK,
+                interval=schedule,
+                expire_seconds=int(WEBHOOKS_SWEEP_SECONDS * 0.9),
+                description="Publish the webhook deliveries whose next attempt is due.",
+            )
+    return task
+
+
 def on_post_migrate(sender: Any, **kwargs: Any) -> None:
     periodic_tick_ensure()
+    periodic_webhooks_ensure()

@@ -7,16 +7,26 @@ moved and does nothing.
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import structlog
 from celery import shared_task
 from django.db import OperationalError
 from django.utils import timezone
 
-from rollout.dispatch import NODE_UPGRADE_TIMEOUT_TASK, TICK_ALL_TASK, TICK_TASK, TIMEOUTS_DUE_TASK
-from rollout.models import NodeUpgrade
-from rollout.services import controller
+from rollout.api.serializers import RolloutSerializer
+from rollout.dispatch import (
+    NODE_UPGRADE_TIMEOUT_TASK,
+    TICK_ALL_TASK,
+    TICK_TASK,
+    TIMEOUTS_DUE_TASK,
+    WEBHOOK_DELIVER_TASK,
+    WEBHOOKS_DUE_TASK,
+)
+from rollout.models import NodeUpgrade, Rollout
+from rollout.selectors import rollout_waves
+from rollout.services import controller, webhooks
+from rollout.webhooks.transport import headers_for, post_event, sign
 
 log = structlog.get_logger("rollout")
 
@@ -69,3 +79,34 @@ def node_upgrade_timeout(node_upgrade_id: int) -> None:
     _, failed = controller.node_upgrades_settle_overdue(now=timezone.now(), ids=[node_upgrade_id])
     if failed:
         controller.rollout_request_tick(rollout_id=upgrade.rollout_id)
+
+
+def _represent(rollout: Rollout) -> dict[str, Any]:
+    """The rollout as the API shows it (CONTRACT 4.5), for a webhook body."""
+    return dict(RolloutSerializer(rollout, context={"waves": rollout_waves([rollout])}).data)
+
+
+@shared_task(name=WEBHOOK_DELIVER_TASK, soft_time_limit=45, time_limit=60, **RETRY)
+def webhook_deliver(delivery_id: str) -> str | None:
+    """One attempt of one webhook delivery (a no-op when it is gone, done, not due or taken).
+
+    The POST runs outside any transaction and is bounded by the transport's 10 s timeout; the
+    next attempt is scheduled by ``delivery_record`` (or picked up by the sweep).
+    """
+    claimed = webhooks.delivery_claim(delivery_id=delivery_id, now=timezone.now(), represent=_represent)
+    if claimed is None:
+        return None
+    result = post_event(
+        claimed.url,
+        claimed.body,
+        headers_for(claimed.event, claimed.id, sign(claimed.secret, claimed.body)),
+        allow_http=webhooks.allow_http(),
+        timeout=10.0,
+    )
+    return webhooks.delivery_record(delivery_id=claimed.id, result=result, now=timezone.now())
+
+
+@shared_task(name=WEBHOOKS_DUE_TASK, **RETRY)
+def webhooks_due() -> int:
+    """The periodic sweep: a task for each delivery whose next attempt is due (long retries, lost messages)."""
+    return len(webhooks.deliveries_due(now=timezone.now()))

@@ -17,6 +17,7 @@ from core.fields import (
 )
 from fleet.models import Workflow
 from fleet.models.fleet import DEFAULT_DISRUPTION_BUDGET
+from fleet.services.audit import entry_representation
 from fleet.services.nodes import node_is_online, node_session
 
 VERSION_REGEX = r"\A[A-Za-z0-9._+-]{1,64}\Z"
@@ -121,3 +122,28 @@ class CommandSerializer(serializers.Serializer):
     kind = serializers.CharField()
     state = serializers.CharField()
     payload = serializers.JSONField()
+
+
+# --- the audit trail ---------------------------------------------------------------------
+class AuditActorSerializer(serializers.Serializer):
+    user = serializers.CharField()
+    via = serializers.ChoiceField(choices=["api", "admin", "command"])
+
+
+class AuditEntrySerializer(serializers.Serializer):
+    """An audit entry (CONTRACT 10.2). Rendered by ``fleet.services.audit.entry_representation``: the
+    very function the hash is computed from, so the API shows exactly what the hash covers."""
+
+    id = serializers.CharField()
+    at = serializers.DateTimeField()
+    actor = AuditActorSerializer()
+    action = serializers.CharField()
+    objectType = serializers.CharField()
+    objectId = serializers.CharField()
+    before = serializers.JSONField(allow_null=True)
+    after = serializers.JSONField(allow_null=True)
+    prevHash = serializers.CharField()
+    hash = serializers.CharField()
+
+    def to_representation(self, instance) -> dict:
+        return entry_representation(instance)

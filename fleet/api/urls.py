@@ -16,6 +16,7 @@ router.register("nodes", views.NodeViewSet, basename="fleet-node")
 router.register("workflows", views.WorkflowViewSet, basename="fleet-workflow")
 
 urlpatterns = [
+    path("audit/", views.AuditListView.as_view(), name="fleet-audit-list"),
     path("agent/session", views.AgentSessionView.as_view(), name="fleet-agent-session"),
     re_path(
         r"^agent/commands/(?P<command_id>[^/]+)/ack$",

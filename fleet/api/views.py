@@ -7,7 +7,7 @@ from uuid import UUID
 
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import status, viewsets
+from rest_framework import generics, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -17,7 +17,8 @@ from core.errors import InvalidInput, NotFound
 from fleet.api import serializers as s
 from fleet.api.agent_auth import AgentTokenAuthentication, IsAgent
 from fleet.api.schema import error_responses
-from fleet.models import Node, Pool, Tenant, Workflow
+from fleet.models import AuditEntry, Node, Pool, Tenant, Workflow
+from fleet.services.audit import Actor
 from fleet.services.commands import command_ack
 from fleet.services.iam import Principal
 from fleet.services.nodes import node_create
@@ -62,6 +63,10 @@ class TenantViewSet(viewsets.ViewSet):
         # The default ApiKeyAuthentication sets ``request.auth`` to the caller's Principal.
         return cast(Principal, self.request.auth).tenant
 
+    @property
+    def actor(self) -> Actor:
+        return Actor.api(self.request.user)
+
 
 class PoolViewSet(TenantViewSet):
     @extend_schema(responses={200: s.PoolSerializer(many=True), **error_responses("PoolList")})
@@ -90,7 +95,7 @@ class PoolViewSet(TenantViewSet):
     def create(self, request: Request) -> Response:
         data = _valid(s.PoolInSerializer, request)
         policy = data.get("policy") or {}
-        pool = pool_create(tenant=self.tenant, name=data["name"], **policy)
+        pool = pool_create(tenant=self.tenant, name=data["name"], actor=self.actor, **policy)
         return Response(s.PoolSerializer(pool).data, status=status.HTTP_201_CREATED)
 
 
@@ -131,7 +136,7 @@ class NodeViewSet(TenantViewSet):
     def create(self, request: Request) -> Response:
         data = _valid(s.NodeInSerializer, request)
         node, agent_token = node_create(
-            tenant=self.tenant, name=data["name"], pool_id=data["poolId"], arch=data["arch"]
+            tenant=self.tenant, name=data["name"], pool_id=data["poolId"], arch=data["arch"], actor=self.actor
         )
         body = s.NodeCreatedSerializer(node, context={"agent_token": agent_token, "now": timezone.now()}).data
         return Response(body, status=status.HTTP_201_CREATED)
@@ -186,7 +191,7 @@ class WorkflowViewSet(TenantViewSet):
     )
     def create(self, request: Request) -> Response:
         data = _valid(s.WorkflowInSerializer, request)
-        workflow = workflow_start(tenant=self.tenant, node_id=data["nodeId"], kind=data["kind"])
+        workflow = workflow_start(tenant=self.tenant, node_id=data["nodeId"], kind=data["kind"], actor=self.actor)
         return Response(s.WorkflowSerializer(workflow).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -198,8 +203,39 @@ class WorkflowViewSet(TenantViewSet):
     )
     @action(detail=True, methods=["post"])
     def finish(self, request: Request, pk: str) -> Response:
-        workflow = workflow_finish(tenant=self.tenant, workflow_id=_path_id(pk, "workflow"))
+        workflow = workflow_finish(tenant=self.tenant, workflow_id=_path_id(pk, "workflow"), actor=self.actor)
         return Response(s.WorkflowSerializer(workflow).data)
+
+
+class AuditListView(generics.ListAPIView):
+    """The tenant's audit trail, newest first; ``?action=`` and ``?objectId=`` filter it.
+
+    A plain ListAPIView, so it is paginated by the project's default pagination class.
+    """
+
+    serializer_class = s.AuditEntrySerializer
+    filter_backends: list = []
+    ordering = ["-seq"]
+
+    def get_queryset(self):
+        entries = AuditEntry.objects.filter(tenant=cast(Principal, self.request.auth).tenant).order_by("-seq")
+        action = self.request.query_params.get("action")
+        if action is not None:
+            entries = entries.filter(action=action)
+        object_id = self.request.query_params.get("objectId")
+        if object_id is not None:
+            entries = entries.filter(object_id=object_id)
+        return entries
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("action", str, description="only entries of this action, e.g. rollout.pause"),
+            OpenApiParameter("objectId", str, description="only entries about this object"),
+        ],
+        responses={200: s.AuditEntrySerializer(many=True), **error_responses("AuditList")},
+    )
+    def get(self, request: Request, *args, **kwargs) -> Response:
+        return super().get(request, *args, **kwargs)
 
 
 # --- the node-agent API: agent tokens only ------------------------------------------------

@@ -1,8 +1,10 @@
+from fleet.models.audit import AuditEntry
 from fleet.models.fleet import Command, FleetPulse, Node, NodeSession, Pool, Workflow
 from fleet.models.iam import ApiKey, Grant, Membership, Permission, Tenant
 
 __all__ = [
     "ApiKey",
+    "AuditEntry",
     "Command",
     "FleetPulse",
     "Grant",

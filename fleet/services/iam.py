@@ -11,6 +11,7 @@ from django.db.models import Exists, OuterRef
 
 from core.errors import Conflict, InvalidInput
 from fleet.models import ApiKey, Grant, Membership, Permission, Tenant
+from fleet.services.audit import Actor, audit_record
 from fleet.tokens import new_token, token_hash
 
 if TYPE_CHECKING:
@@ -57,13 +58,23 @@ def grant_add(*, tenant: Tenant, user: _User, permission: str, scope: str = FLEE
 
 
 @transaction.atomic
-def api_key_create(*, tenant: Tenant, username: str, grants: list[str] | tuple[str, ...] = ()) -> tuple[ApiKey, str]:
+def api_key_create(
+    *, tenant: Tenant, username: str, grants: list[str] | tuple[str, ...] = (), actor: Actor | None = None
+) -> tuple[ApiKey, str]:
     """Create a key for ``username`` in ``tenant``; returns the row and the plain key (shown once)."""
     user = user_in_tenant(tenant=tenant, username=username)
     for permission in grants:
         grant_add(tenant=tenant, user=user, permission=permission)
     plain = new_token("rk")
     api_key = ApiKey.objects.create(tenant=tenant, user=user, prefix=plain[:10], key_hash=token_hash(plain))
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        action="apikey.create",
+        object_type="apikey",
+        object_id=api_key.pk,
+        after={"user": username, "prefix": api_key.prefix, "grants": sorted(set(grants))},
+    )
     return api_key, plain
 
 

@@ -16,6 +16,7 @@ from django.db.models import F, Func, Q
 from core.errors import Conflict, InvalidInput
 from fleet.models import Node, NodeSession, Pool, Tenant
 from fleet.plugins import resolve_daemon_section
+from fleet.services.audit import Actor, audit_record
 from fleet.tokens import new_token, token_hash
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ def _uuid(value: Any, *, code: str, what: str) -> UUID:
         raise InvalidInput(f"{what} {value!r} is not a valid id.", code=code) from exc
 
 
-def node_create(*, tenant: Tenant, name: str, pool_id: UUID, arch: str) -> tuple[Node, str]:
+def node_create(*, tenant: Tenant, name: str, pool_id: UUID, arch: str, actor: Actor | None = None) -> tuple[Node, str]:
     """A node of ``tenant`` in one of its pools; returns the node and its plain agent token (shown once).
 
     The node has desired state from creation: when the pool has a default
@@ -104,6 +105,14 @@ def node_create(*, tenant: Tenant, name: str, pool_id: UUID, arch: str) -> tuple
     try:
         with transaction.atomic():
             node.save(force_insert=True)
+            audit_record(
+                tenant=tenant,
+                actor=actor,
+                action="node.create",
+                object_type="node",
+                object_id=node.pk,
+                after={"name": name, "poolId": str(pool_id), "arch": arch, "spec": node.spec},
+            )
     except IntegrityError as exc:
         if Node.objects.filter(tenant=tenant, name=name).exists():
             raise Conflict(f"Node {name!r} already exists.", code="node_exists") from exc

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
+from typing import Any
 from uuid import UUID
 
 from django.db import IntegrityError, transaction
@@ -11,6 +12,7 @@ from django.db import IntegrityError, transaction
 from core.errors import Conflict, InvalidInput
 from fleet.models import Pool, Tenant
 from fleet.models.fleet import DEFAULT_DISRUPTION_BUDGET
+from fleet.services.audit import Actor, audit_record
 
 POOL_NAME_MAX = 100
 
@@ -28,7 +30,11 @@ def _budget(value: Decimal | float | int | str) -> Decimal:
 
 
 def pool_create(
-    *, tenant: Tenant, name: str, disruption_budget: Decimal | float | str = DEFAULT_DISRUPTION_BUDGET
+    *,
+    tenant: Tenant,
+    name: str,
+    disruption_budget: Decimal | float | str = DEFAULT_DISRUPTION_BUDGET,
+    actor: Actor | None = None,
 ) -> Pool:
     """A new pool of ``tenant``; 409 ``pool_exists`` when the tenant has one of that name."""
     if not isinstance(name, str) or not name.strip() or len(name) > POOL_NAME_MAX:
@@ -36,12 +42,30 @@ def pool_create(
     budget = _budget(disruption_budget)
     try:
         with transaction.atomic():
-            return Pool.objects.create(tenant=tenant, name=name, disruption_budget=budget)
+            pool = Pool.objects.create(tenant=tenant, name=name, disruption_budget=budget)
+            audit_record(
+                tenant=tenant,
+                actor=actor,
+                action="pool.create",
+                object_type="pool",
+                object_id=pool.pk,
+                after=pool_audit_fields(pool),
+            )
+            return pool
     except IntegrityError as exc:
         # The unique constraint decides (two creates at once cannot both pass a pre-check).
         if Pool.objects.filter(tenant=tenant, name=name).exists():
             raise Conflict(f"Pool {name!r} already exists.", code="pool_exists") from exc
         raise
+
+
+def pool_audit_fields(pool: Pool) -> dict[str, Any]:
+    """A pool's fields as the API shows them, for audit ``before``/``after`` (pool.create, pool.update)."""
+    return {
+        "name": pool.name,
+        "policy": {"disruptionBudget": float(pool.disruption_budget)},
+        "defaultDaemonVersion": pool.default_daemon_version,
+    }
 
 
 def pools_set_default_daemon_version(*, pool_ids: Sequence[UUID], version: str | None) -> int:

@@ -13,12 +13,13 @@ from django.utils import timezone
 
 from core.errors import Conflict, InvalidInput, InvalidState, NotFound
 from fleet.models import Node, Tenant, Workflow
+from fleet.services.audit import Actor, audit_record
 from fleet.services.budget import disrupted_node_q, pool_budget
 
 log = structlog.get_logger(__name__)
 
 
-def workflow_start(*, tenant: Tenant, node_id: UUID, kind: str) -> Workflow:
+def workflow_start(*, tenant: Tenant, node_id: UUID, kind: str, actor: Actor | None = None) -> Workflow:
     """Start a workflow on a node of ``tenant`` within its pool's disruption budget.
 
     Under the pool lock (``pool_budget(lock=True)``): a node that is not yet
@@ -58,19 +59,37 @@ def workflow_start(*, tenant: Tenant, node_id: UUID, kind: str) -> Workflow:
             if Workflow.objects.filter(node_id=node["id"], kind=kind, state=Workflow.State.ACTIVE).exists():
                 raise Conflict(f"The node already has an active {kind} workflow.", code="workflow_active") from exc
             raise
+        audit_record(
+            tenant=tenant,
+            actor=actor,
+            action="workflow.start",
+            object_type="workflow",
+            object_id=workflow.pk,
+            after={"nodeId": str(workflow.node_id), "kind": kind, "state": workflow.state},
+        )
     log.info("fleet.workflow.started", workflow_id=str(workflow.id), node_id=str(workflow.node_id), kind=kind)
     return workflow
 
 
-def workflow_finish(*, tenant: Tenant, workflow_id: UUID) -> Workflow:
+def workflow_finish(*, tenant: Tenant, workflow_id: UUID, actor: Actor | None = None) -> Workflow:
     """End an active workflow: its node stops counting as disrupted. 409 ``invalid_state`` when already finished."""
-    updated = Workflow.objects.filter(tenant=tenant, pk=workflow_id, state=Workflow.State.ACTIVE).update(
-        state=Workflow.State.FINISHED, finished_at=timezone.now()
-    )
-    workflow = Workflow.objects.filter(tenant=tenant, pk=workflow_id).first()
-    if workflow is None:
-        raise NotFound(f"No workflow {workflow_id}.", code="not_found")
-    if not updated:
-        raise InvalidState("The workflow is already finished.", code="invalid_state")
+    with transaction.atomic():
+        updated = Workflow.objects.filter(tenant=tenant, pk=workflow_id, state=Workflow.State.ACTIVE).update(
+            state=Workflow.State.FINISHED, finished_at=timezone.now()
+        )
+        workflow = Workflow.objects.filter(tenant=tenant, pk=workflow_id).first()
+        if workflow is None:
+            raise NotFound(f"No workflow {workflow_id}.", code="not_found")
+        if not updated:
+            raise InvalidState("The workflow is already finished.", code="invalid_state")
+        audit_record(
+            tenant=tenant,
+            actor=actor,
+            action="workflow.finish",
+            object_type="workflow",
+            object_id=workflow.pk,
+            before={"state": Workflow.State.ACTIVE},
+            after={"state": workflow.state},
+        )
     log.info("fleet.workflow.finished", workflow_id=str(workflow.id), node_id=str(workflow.node_id))
     return workflow

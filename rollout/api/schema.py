@@ -43,6 +43,11 @@ register_codes(
         "invalid_waves": "`waves` are not 1 to 20 strictly increasing percentages in (0, 100] ending at 100.",
         "conflict": "Some snapshotted nodes are already in an active rollout (`nodeIds` lists them).",
         "no_downloads_url": "No downloads URL is configured: set `ROLLOUT_DOWNLOADS_URL`.",
+        # webhooks
+        "invalid_url": "The webhook URL is not https:// (http:// needs ROLLOUT_WEBHOOKS_ALLOW_HTTP=1) or points "
+        "at an address webhooks may not call (link-local, metadata, private).",
+        "invalid_events": "`events` is not a non-empty list of known rollout events.",
+        "invalid_secret": "`secret` is not 16 to 200 printable characters.",
     },
     {
         "unknown_pool": {"poolIds": serializers.ListField(child=serializers.CharField(), required=False)},

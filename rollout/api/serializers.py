@@ -11,9 +11,9 @@ from typing import Any, cast
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from core.fields import StrictBooleanField, StrictIntegerField, StrictNumberField, StrictSerializer
+from core.fields import StrictBooleanField, StrictCharField, StrictIntegerField, StrictNumberField, StrictSerializer
 from rollout import conf
-from rollout.models import NodeUpgrade, Release, Rollout, RolloutEvent
+from rollout.models import NodeUpgrade, Release, Rollout, RolloutEvent, Webhook, WebhookDelivery
 from rollout.services.plan import RolloutSpec, rollout_spec
 
 
@@ -180,3 +180,47 @@ class RolloutEventSerializer(serializers.ModelSerializer):
     class Meta:
         model = RolloutEvent
         fields = ["kind", "at", "data"]
+
+
+# --- webhooks (CONTRACT 10.3) ------------------------------------------------------------------
+class WebhookCreateSerializer(StrictSerializer):
+    """Types only; the URL, events and secret rules are rollout.services.webhooks.webhook_create's."""
+
+    url = StrictCharField(max_length=2000, trim_whitespace=False)
+    events = serializers.ListField(child=StrictCharField(max_length=64), max_length=len(Webhook.EVENTS) * 2)
+    secret = StrictCharField(required=False, max_length=200, trim_whitespace=False)
+
+
+class WebhookSerializer(serializers.ModelSerializer):
+    """A webhook as listed: never its secret."""
+
+    id = serializers.CharField()
+    events = serializers.ListField(child=serializers.CharField())
+    createdAt = serializers.DateTimeField(source="created_at")
+
+    class Meta:
+        model = Webhook
+        fields = ["id", "url", "events", "createdAt"]
+
+
+class WebhookCreatedSerializer(WebhookSerializer):
+    """The answer of a create: the only time the secret is shown."""
+
+    class Meta(WebhookSerializer.Meta):
+        fields = ["id", "url", "events", "secret", "createdAt"]
+
+
+class WebhookDeliverySerializer(serializers.ModelSerializer):
+    id = serializers.CharField()
+    status = serializers.ChoiceField(choices=WebhookDelivery.Status.values)
+    lastStatusCode = serializers.IntegerField(source="last_status_code", allow_null=True)
+    lastError = serializers.SerializerMethodField()
+    createdAt = serializers.DateTimeField(source="created_at")
+    deliveredAt = serializers.DateTimeField(source="delivered_at", allow_null=True)
+
+    class Meta:
+        model = WebhookDelivery
+        fields = ["id", "event", "status", "attempts", "lastStatusCode", "lastError", "createdAt", "deliveredAt"]
+
+    def get_lastError(self, delivery: WebhookDelivery) -> str | None:
+        return delivery.last_error or None

@@ -6,6 +6,7 @@ from rollout.api import views
 router = SimpleRouter(trailing_slash=True)
 router.register("releases", views.ReleaseViewSet, basename="release")
 router.register("rollouts", views.RolloutViewSet, basename="rollout")
+router.register("webhooks", views.WebhookViewSet, basename="webhook")
 
 urlpatterns = [
     *router.urls,

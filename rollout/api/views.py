@@ -20,7 +20,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.errors import InvalidInput, NotFound
-from fleet.interface import Principal
+from fleet.interface import Actor, Principal
 from rollout.api.filters import NodeUpgradeFilter, RolloutFilter
 from rollout.api.schema import (
     DRY_RUN,
@@ -36,8 +36,12 @@ from rollout.api.serializers import (
     RolloutEventSerializer,
     RolloutPlanSerializer,
     RolloutSerializer,
+    WebhookCreatedSerializer,
+    WebhookCreateSerializer,
+    WebhookDeliverySerializer,
+    WebhookSerializer,
 )
-from rollout.models import NodeUpgrade, Rollout
+from rollout.models import NodeUpgrade, Rollout, Webhook
 from rollout.release.dsse import MAX_ENVELOPE_BYTES
 from rollout.selectors import rollout_waves
 from rollout.services.releases import release_binary_get, release_list, release_register
@@ -49,6 +53,7 @@ from rollout.services.rollouts import (
     rollout_resume,
     rollouts_for,
 )
+from rollout.services.webhooks import deliveries_for, webhook_create, webhook_delete
 
 
 def _principal(request: Request) -> Principal:
@@ -105,7 +110,12 @@ class ReleaseViewSet(viewsets.ViewSet):
         },
     )
     def create(self, request: Request) -> Response:
-        registration = release_register(envelope=_envelope_bytes(request), registered_by=_principal(request).user)
+        registration = release_register(
+            envelope=_envelope_bytes(request),
+            registered_by=_principal(request).user,
+            actor=_actor(request),
+            audit_tenant=_principal(request).tenant,
+        )
         code = status.HTTP_201_CREATED if registration.created else status.HTTP_200_OK
         return Response(ReleaseSerializer(registration.release).data, status=code)
 
@@ -210,7 +220,7 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         if _is_true(request.query_params.get("dryRun")):
             plan = rollout_plan(tenant=tenant, spec=spec)
             return Response(RolloutPlanSerializer(plan).data, status=status.HTTP_200_OK)
-        rollout = rollout_create(tenant=tenant, spec=spec, created_by=_principal(request).user)
+        rollout = rollout_create(tenant=tenant, spec=spec, created_by=_principal(request).user, actor=_actor(request))
         return Response(self._fresh(rollout.id), status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -288,5 +298,69 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         return Response(self._fresh(rollout.id))
 
 
-def _actor(request: Request) -> str:
-    return f"api:{request.user.get_username()}"
+WEBHOOK_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The webhook's id.")
+
+
+def _webhook_id(pk: str) -> UUID:
+    try:
+        return UUID(pk)
+    except ValueError as exc:
+        raise NotFound("No such webhook.", code="not_found") from exc
+
+
+class WebhookViewSet(viewsets.ViewSet):
+    """The tenant's webhooks (CONTRACT 10.3). Another tenant's webhook is a 404."""
+
+    lookup_value_regex = "[^/]+"
+
+    @extend_schema(responses={200: WebhookSerializer(many=True), **error_responses("WebhookList")})
+    def list(self, request: Request) -> Response:
+        webhooks = Webhook.objects.filter(tenant=_principal(request).tenant).order_by("created_at")
+        return Response(WebhookSerializer(webhooks, many=True).data)
+
+    @extend_schema(
+        request=WebhookCreateSerializer,
+        responses={
+            201: WebhookCreatedSerializer,
+            **error_responses(
+                "WebhookCreate",
+                json_body=True,
+                bad_request=["invalid_input", "invalid_url", "invalid_events", "invalid_secret"],
+            ),
+        },
+    )
+    def create(self, request: Request) -> Response:
+        serializer = WebhookCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        webhook = webhook_create(
+            tenant=_principal(request).tenant,
+            url=data["url"],
+            events=data["events"],
+            secret=data.get("secret"),
+            actor=_actor(request),
+        )
+        return Response(WebhookCreatedSerializer(webhook).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        parameters=[WEBHOOK_ID], responses={204: None, **error_responses("WebhookDelete", not_found=["not_found"])}
+    )
+    def destroy(self, request: Request, pk: str) -> Response:
+        webhook_delete(tenant=_principal(request).tenant, webhook_id=_webhook_id(pk), actor=_actor(request))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        parameters=[WEBHOOK_ID],
+        responses={
+            200: WebhookDeliverySerializer(many=True),
+            **error_responses("WebhookDeliveries", not_found=["not_found"]),
+        },
+    )
+    @action(detail=True, methods=["get"])
+    def deliveries(self, request: Request, pk: str) -> Response:
+        rows = deliveries_for(tenant=_principal(request).tenant, webhook_id=_webhook_id(pk))
+        return Response(WebhookDeliverySerializer(rows, many=True).data)
+
+
+def _actor(request: Request) -> Actor:
+    return Actor.api(request.user)

@@ -1,4 +1,4 @@
-"""Rollout events: one row and one structured log line per transition."""
+"""Rollout events: one row and one structured log line per transition, and the webhook deliveries of it."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 import structlog
 
 from rollout.models import Rollout, RolloutEvent
+from rollout.services.webhooks import deliveries_create
 
 log = structlog.get_logger("rollout")
 
@@ -22,4 +23,6 @@ def event_record(*, rollout: Rollout, kind: str, at: datetime, **data: Any) -> R
         state=rollout.state,
         **data,
     )
+    # Rows only (same transaction); the POSTs happen in their own tasks, after the commit.
+    deliveries_create(event=event, rollout=rollout)
     return event

@@ -14,6 +14,7 @@ from django.db.models import Max, QuerySet
 from django.utils import timezone
 
 from core.errors import Conflict, InvalidInput, NotFound, Unavailable
+from fleet.interface import Actor, Tenant, audit_record
 from rollout import conf
 from rollout.locks import RELEASE_REGISTRY_LOCK, advisory_xact_lock
 from rollout.models import Release, ReleaseBinary
@@ -38,7 +39,13 @@ def release_list() -> QuerySet[Release]:
     return Release.objects.prefetch_related("binaries").order_by("-sequence")
 
 
-def release_register(*, envelope: bytes, registered_by: _User | None = None) -> Registration:
+def release_register(
+    *,
+    envelope: bytes,
+    registered_by: _User | None = None,
+    actor: Actor | None = None,
+    audit_tenant: Tenant | None = None,
+) -> Registration:
     """Verify a DSSE envelope against the pinned keys and record the release.
 
     The same manifest again (byte-identical payload) changes nothing and
@@ -46,6 +53,10 @@ def release_register(*, envelope: bytes, registered_by: _User | None = None) -> 
     written when any check fails. Concurrent registrations are serialised by
     a transaction-scoped advisory lock, so two cannot both pass the sequence
     check.
+
+    Releases are installation-wide, but the one who registers acts somewhere: a new release is
+    recorded (``release.register``) in ``audit_tenant``'s audit trail (the API key's tenant, the
+    admin user's tenant), or in the system chain when that is None (a superuser of no tenant).
     """
     options = conf.options()
     if not options.pins:
@@ -110,6 +121,20 @@ def release_register(*, envelope: bytes, registered_by: _User | None = None) -> 
             )
         except IntegrityError as exc:  # a backstop: the lock makes this unreachable on PostgreSQL
             raise Conflict("A release with this version or sequence already exists.", code="version_exists") from exc
+        audit_record(
+            tenant=audit_tenant,
+            actor=actor,
+            action="release.register",
+            object_type="release",
+            object_id=release.version,
+            after={
+                "version": release.version,
+                "sequence": release.sequence,
+                "product": release.product,
+                "protocolVersion": release.protocol_version,
+                "platforms": sorted(manifest.binaries),
+            },
+        )
     log.info(
         "release.registered",
         version=release.version,

@@ -10,7 +10,7 @@ import uuid
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import structlog
@@ -19,7 +19,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from core.errors import Conflict, InvalidInput, InvalidState, NotFound, Unavailable
-from fleet.interface import Node, Pool, Tenant, pool_budgets
+from fleet.interface import Actor, Node, Pool, Tenant, audit_record, pool_budgets
 from rollout import conf
 from rollout.models import NodeUpgrade, Release, Rollout, RolloutEvent, RolloutWave, TickRequest
 from rollout.services.controller import node_upgrades_roll_back, rollout_request_tick, wave_failures
@@ -142,7 +142,13 @@ def rollout_plan(*, tenant: Tenant, spec: RolloutSpec) -> RolloutPlan:
     )
 
 
-def rollout_create(*, tenant: Tenant, spec: RolloutSpec, created_by: _User | None = None) -> Rollout:
+def rollout_create(
+    *,
+    tenant: Tenant,
+    spec: RolloutSpec,
+    created_by: _User | None = None,
+    actor: Actor | None = None,
+) -> Rollout:
     """Snapshot the nodes, shuffle them by the rollout id, split them into waves: in one transaction."""
     now = timezone.now()
     with transaction.atomic():
@@ -210,7 +216,38 @@ def rollout_create(*, tenant: Tenant, spec: RolloutSpec, created_by: _User | Non
             poolIds=[str(pool.id) for pool in snapshot.pools],
         )
         rollout_request_tick(rollout_id=rollout.id)
+        _audit(
+            rollout,
+            actor,
+            "rollout.create",
+            after={
+                "version": snapshot.release.version,
+                "state": rollout.state,
+                "poolIds": [str(pool.id) for pool in snapshot.pools],
+                "waves": list(options.waves),
+                "maxFailureRatio": options.max_failure_ratio,
+                "soakSeconds": options.soak_seconds,
+                "upgradeTimeoutSeconds": options.upgrade_timeout_seconds,
+                "nodes": len(order),
+            },
+        )
     return rollout
+
+
+def _audit(rollout: Rollout, actor: Actor | None, action: str, **changes: dict[str, Any] | None) -> None:
+    """The operator's action in the tenant's audit trail, in the transaction that made it."""
+    audit_record(
+        tenant=rollout.tenant, actor=actor, action=action, object_type="rollout", object_id=rollout.pk, **changes
+    )
+
+
+def _event_actor(actor: Actor | None) -> str:
+    """Who the rollout event names: "api:alice", "admin:root", or "operator" for direct calls."""
+    return str(actor) if actor is not None else "operator"
+
+
+def _state(rollout: Rollout) -> dict[str, Any]:
+    return {"state": rollout.state, "pausedReason": rollout.paused_reason}
 
 
 def _locked(*, tenant: Tenant | None, rollout_id: UUID | str) -> Rollout:
@@ -224,30 +261,38 @@ def _locked(*, tenant: Tenant | None, rollout_id: UUID | str) -> Rollout:
         raise NotFound("No such rollout.", code="not_found") from exc
 
 
-def rollout_pause(*, rollout_id: UUID | str, tenant: Tenant | None = None, actor: str = "operator") -> Rollout:
+def rollout_pause(*, rollout_id: UUID | str, tenant: Tenant | None = None, actor: Actor | None = None) -> Rollout:
     """active -> paused. In-flight nodes still settle; nothing new starts."""
     with transaction.atomic():
         rollout = _locked(tenant=tenant, rollout_id=rollout_id)
-        pause_rollout(rollout=rollout, reason=Rollout.PausedReason.OPERATOR, at=timezone.now(), actor=actor)
+        before = _state(rollout)
+        pause_rollout(
+            rollout=rollout, reason=Rollout.PausedReason.OPERATOR, at=timezone.now(), actor=_event_actor(actor)
+        )
+        _audit(rollout, actor, "rollout.pause", before=before, after=_state(rollout))
     return rollout
 
 
-def rollout_resume(*, rollout_id: UUID | str, tenant: Tenant | None = None, actor: str = "operator") -> Rollout:
+def rollout_resume(*, rollout_id: UUID | str, tenant: Tenant | None = None, actor: Actor | None = None) -> Rollout:
     """paused -> active. Failures seen so far in the current wave are accepted; only new ones re-pause."""
     with transaction.atomic():
         rollout = _locked(tenant=tenant, rollout_id=rollout_id)
         acknowledged = rollout.acknowledged_failures
+        before = _state(rollout)
         if rollout.state == Rollout.State.PAUSED and rollout.paused_reason == Rollout.PausedReason.FAILURE_RATIO:
             # The operator saw these failures and chose to go on; failures that came while
             # an operator's pause was on were seen by no one, and are judged as usual.
             acknowledged = wave_failures(rollout)
-        resume_rollout(rollout=rollout, at=timezone.now(), acknowledged_failures=acknowledged, actor=actor)
+        resume_rollout(
+            rollout=rollout, at=timezone.now(), acknowledged_failures=acknowledged, actor=_event_actor(actor)
+        )
         rollout_request_tick(rollout_id=rollout.id)
+        _audit(rollout, actor, "rollout.resume", before=before, after=_state(rollout))
     return rollout
 
 
 def rollout_abort(
-    *, rollout_id: UUID | str, tenant: Tenant | None = None, rollback: bool = False, actor: str = "operator"
+    *, rollout_id: UUID | str, tenant: Tenant | None = None, rollback: bool = False, actor: Actor | None = None
 ) -> Rollout:
     """active|paused -> aborted. Pending nodes are cancelled.
 
@@ -264,17 +309,19 @@ def rollout_abort(
         if rollout.state in Rollout.TERMINAL_STATES:
             raise InvalidState(f"A {rollout.state} rollout cannot be aborted.", state=rollout.state)
         now = timezone.now()
+        before = _state(rollout)
         cancelled = cancel_pending_upgrades(rollout=rollout, at=now)
         rolled_back, kept = node_upgrades_roll_back(rollout=rollout, now=now) if rollback else (0, 0)
         abort_rollout(
             rollout=rollout,
             at=now,
-            actor=actor,
+            actor=_event_actor(actor),
             rollback=rollback,
             cancelled=cancelled,
             rolledBack=rolled_back,
             notRolledBack=kept,
         )
+        _audit(rollout, actor, "rollout.abort", before=before, after={**_state(rollout), "rollback": rollback})
     return rollout
 
 

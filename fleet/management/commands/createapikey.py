@@ -2,6 +2,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from core.errors import DomainError
 from fleet.models import Permission, Tenant
+from fleet.services.audit import Actor
 from fleet.services.iam import api_key_create
 
 
@@ -24,7 +25,7 @@ class Command(BaseCommand):
         if tenant_row is None:
             raise CommandError(f"No tenant {tenant!r}; create it with 'manage.py createtenant {tenant}'.")
         try:
-            api_key, plain = api_key_create(tenant=tenant_row, username=user, grants=grant)
+            api_key, plain = api_key_create(tenant=tenant_row, username=user, grants=grant, actor=Actor.command())
         except DomainError as exc:
             raise CommandError(exc.detail) from exc
         granted = ", ".join(grant) or "no grants"

@@ -1,10 +1,13 @@
 from django.core.management.base import BaseCommand
 
-from rollout.schedules import periodic_tick_ensure
+from rollout.schedules import periodic_tick_ensure, periodic_webhooks_ensure
 
 
 class Command(BaseCommand):
-    help = "Create the rollout/all periodic task (runs after every migrate too); --reset applies ROLLOUT['every']."
+    help = (
+        "Create the rollout/all and rollout/webhooks-due periodic tasks (runs after every migrate too); "
+        "--reset applies ROLLOUT['every']."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--reset", action="store_true", help="overwrite an interval edited in the admin")
@@ -12,3 +15,5 @@ class Command(BaseCommand):
     def handle(self, *args, reset: bool, **options):
         task = periodic_tick_ensure(reset=reset)
         self.stdout.write(f"{task.name}: every {task.interval.every} {task.interval.period}")
+        sweep = periodic_webhooks_ensure()
+        self.stdout.write(f"{sweep.name}: every {sweep.interval.every} {sweep.interval.period}")

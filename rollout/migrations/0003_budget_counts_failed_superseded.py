@@ -6,8 +6,8 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('fleet', '0002_fleet_pulse'),
-        ('rollout', '0001_rollouts'),
+        ('fleet', '0003_fleet_pulse'),
+        ('rollout', '0002_webhooks'),
     ]
 
     operations = [

@@ -1,0 +1,1 @@
+from tests.rollout.conftest import module_settings, releases  # noqa: F401  (shared fixtures)
