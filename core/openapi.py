@@ -167,19 +167,3 @@ def error_responses(
     if unavailable:
         responses[503] = _response(503, f"{name}Unavailable", unavailable)
     return responses
-
-
-def refine_schema(auto_schema, serializer, direction, properties: dict[str, Any] | None = None) -> dict:
-    """The schema drf-spectacular makes of a response serializer, with ``properties`` replaced.
-
-    Every field of these serializers is always rendered, so all are required
-    (a ModelSerializer field whose model field has a default would be optional).
-    """
-    schema = auto_schema._map_serializer(serializer, direction, bypass_extensions=True)
-    for name, value in (properties or {}).items():
-        if isinstance(value, type) and issubclass(value, serializers.Serializer):
-            value = auto_schema.resolve_serializer(value, direction).ref
-        description = schema["properties"].get(name, {}).get("description")
-        schema["properties"][name] = {**value, **({"description": description} if description else {})}
-    schema["required"] = sorted(schema["properties"])
-    return schema
