@@ -11,3 +11,10 @@ limit_request_line = 4094
 # At most this many header fields, each at most this many bytes: more answers 431.
 limit_request_fields = 100
 limit_request_field_size = 8190
+
+
+def child_exit(server, worker) -> None:
+    """prometheus-client's multiprocess mode: forget a dead worker's live gauges (docs/operations.md, Metrics)."""
+    from core.metrics import mark_process_dead
+
+    mark_process_dead(worker.pid)

@@ -24,37 +24,21 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-import psycopg
-
+from benchmarks.database import DEFAULT_DATABASE_URL, database_urls, recreate_database
+from demo.processes import free_port
 from rollout.services.plan import rollout_spec
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 BENCH_DB = "rollout_bench_efficiency"
 
 
-def _database(url: str) -> str:
-    """Recreate the benchmark's own database on the server of ``url``; return its URL."""
-    base = url.rsplit("/", 1)[0]
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {BENCH_DB}")
-    return f"{base}/{BENCH_DB}"
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def run(*, agents: int, pools: int, budget: float, restart_delay: float, heartbeat: float, timeout: float) -> dict:
-    database_url = _database(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/rollout"))
+    database_url, admin_url = database_urls(os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL, BENCH_DB)
+    recreate_database(admin_url, BENCH_DB)
     broker = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/15")
     if not broker.startswith("redis://"):
         raise SystemExit("the efficiency benchmark runs on Redis: set CELERY_BROKER_URL=redis://…")
-    port = _free_port()
+    port = free_port()
     run_dir = BASE_DIR / ".run" / "bench-efficiency"
     run_dir.mkdir(parents=True, exist_ok=True)
     from rollout.release.keys import generate_private_key, spki_pin

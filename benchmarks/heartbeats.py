@@ -30,180 +30,33 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections import Counter
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: make `project` importable
     sys.path.insert(0, str(ROOT))
 
-SESSION_PATH = "/api/compute/agent/session"
-QUERY_DIR_ENV = "BENCH_QUERY_DIR"
-
-
-# --- the server side: a WSGI wrapper counting SQL per heartbeat (imported by gunicorn) -------------
-
-
-def counting_application():
-    """``project.wsgi.application``, counting the SQL statements of each POST agent/session.
-
-    Each worker process keeps {statements per request: requests} and rewrites
-    ``$BENCH_QUERY_DIR/<pid>.json`` at most every 0.5 s (and at exit).
-    """
-    import atexit
-
-    from django.db import connection
-
-    from project.wsgi import application
-
-    out = Path(os.environ[QUERY_DIR_ENV]) / f"{os.getpid()}.json"
-    histogram: Counter = Counter()
-    lock = threading.Lock()
-    last_flush = [0.0]
-
-    def flush() -> None:
-        with lock:
-            data = json.dumps({str(k): v for k, v in histogram.items()})
-        tmp = out.with_suffix(".tmp")
-        tmp.write_text(data)
-        tmp.replace(out)
-
-    atexit.register(flush)
-
-    def app(environ, start_response):
-        if environ.get("PATH_INFO") != SESSION_PATH or environ.get("REQUEST_METHOD") != "POST":
-            return application(environ, start_response)
-        statements = [0]
-
-        def count(execute, sql, params, many, context):
-            statements[0] += 1
-            return execute(sql, params, many, context)
-
-        with connection.execute_wrapper(count):
-            response = application(environ, start_response)
-        now = time.monotonic()
-        with lock:
-            histogram[statements[0]] += 1
-            due = now - last_flush[0] >= 0.5
-            if due:
-                last_flush[0] = now
-        if due:
-            flush()
-        return response
-
-    return app
-
-
-def read_query_counts(directory: Path) -> Counter:
-    total: Counter = Counter()
-    for path in directory.glob("*.json"):
-        try:
-            total.update({int(k): v for k, v in json.loads(path.read_text()).items()})
-        except (ValueError, OSError):
-            continue  # being replaced right now: the next read has it
-    return total
-
+from benchmarks.database import DEFAULT_DATABASE_URL, database_urls, recreate_database  # noqa: E402
+from benchmarks.heartbeat_probes import (  # noqa: E402
+    QUERY_DIR_ENV,
+    CpuSampler,
+    children,
+    percentile,
+    pg_snapshot,
+    read_query_counts,
+)
+from demo.processes import free_port  # noqa: E402
 
 # --- the harness -------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def database_urls(base_url: str, name: str) -> tuple[str, str]:
-    """(the bench database URL, the maintenance ``postgres`` database URL) on DATABASE_URL's server."""
-    parts = urlsplit(base_url)
-    if not parts.scheme.startswith("postgres"):
-        raise SystemExit("the benchmark needs PostgreSQL: set DATABASE_URL=postgres://...")
-    if parts.hostname not in {"127.0.0.1", "localhost", "::1"}:
-        raise SystemExit("the benchmark runs on loopback only")
-    return urlunsplit(parts._replace(path=f"/{name}")), urlunsplit(parts._replace(path="/postgres"))
-
-
-def recreate_database(admin_url: str, name: str) -> None:
-    import psycopg
-
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-
-
-def pg_snapshot(url: str, name: str) -> tuple[int, list[int]]:
-    """(xact_commit of the database, pids of the server's backends connected to it)."""
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        commits = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (name,)).fetchone()
-        pids = conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", (name,)
-        ).fetchall()
-    return int(commits[0]), [int(pid) for (pid,) in pids]
-
-
-def children(pid: int) -> list[int]:
-    try:
-        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
-def cpu_ticks(pid: int) -> int | None:
-    """utime + stime of a process in clock ticks (fields 14 and 15 of /proc/<pid>/stat), None when gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return int(fields[11]) + int(fields[12])
-
-
-class CpuSampler:
-    """CPU used during a window by a changing set of processes, sampled every ``every`` seconds.
-
-    Database backends come and go (CONN_MAX_AGE recycles them), so the set is
-    re-read at each sample: a process seen at the first sample counts from
-    there, one born later counts from zero, one that exits counts up to its
-    last sample (it loses at most ``every`` seconds of CPU).
-    """
-
-    def __init__(self, list_pids, every: float = 0.5):
-        self._list_pids = list_pids
-        self._every = every
-        self._first: dict[int, int] = {}
-        self._last: dict[int, int] = {}
-        self._started = False
-
-    def sample(self) -> None:
-        for pid in self._list_pids():
-            ticks = cpu_ticks(pid)
-            if ticks is None:
-                continue
-            self._first.setdefault(pid, ticks if not self._started else 0)
-            self._last[pid] = ticks
-        self._started = True
-
-    async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            await asyncio.to_thread(self.sample)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self._every)
-
-    def seconds(self) -> float:
-        return sum(self._last[pid] - self._first[pid] for pid in self._last) / os.sysconf("SC_CLK_TCK")
 
 
 def manage(env: dict, *args: str, timeout: float = 300) -> str:
@@ -245,11 +98,6 @@ def stop_process(process: subprocess.Popen, timeout: float = 20) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(5)
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] if ordered else float("nan")
 
 
 async def measure_phase(
@@ -411,8 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="also print the result as JSON")
     options = parser.parse_args(argv)
 
-    base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/rollout")
+    base = os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL
     db_url, admin_url = database_urls(base, options.database)
+    if urlsplit(db_url).hostname not in {"127.0.0.1", "localhost", "::1"}:
+        raise SystemExit("the benchmark runs on loopback only")
     work = Path(tempfile.mkdtemp(prefix="bench-heartbeats-"))
     query_dir = work / "queries"
     query_dir.mkdir()
@@ -437,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     log = work / "gunicorn.log"
     command = [
         str(ROOT / ".venv/bin/gunicorn"),
-        "benchmarks.heartbeats:counting_application()",
+        "benchmarks.heartbeat_probes:counting_application()",
         "-w",
         str(options.workers),
         "-k",

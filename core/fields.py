@@ -58,6 +58,11 @@ class StrictUUIDField(serializers.UUIDField):
         return super().to_internal_value(data)
 
 
+@extend_schema_field(OpenApiTypes.OBJECT)
+class JSONObjectField(serializers.JSONField):
+    """A JSON object rendered as stored, described as an object (JSONField's schema is "any")."""
+
+
 @extend_schema_field(OpenApiTypes.NUMBER)
 class StrictNumberField(serializers.Field[int | float, object, int | float, Any]):
     """A JSON number (integer or float), passed through as is: no "5" and no true."""
@@ -106,3 +111,14 @@ class StrictSerializer(serializers.Serializer[Any]):
             if unknown:
                 raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
         return super().to_internal_value(data)
+
+
+# A response body: every field is always rendered, so the schema marks every field required (DRF makes
+# a model field with a default, blank or null optional, right for input only). A comment, not a
+# docstring: drf-spectacular would show a docstring as the description of every subclass's component.
+class ResponseModelSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # generic over any model
+    def get_extra_kwargs(self) -> dict[str, Any]:
+        extra_kwargs = super().get_extra_kwargs()
+        for name in self.Meta.fields:
+            extra_kwargs.setdefault(name, {}).setdefault("required", True)
+        return extra_kwargs

@@ -11,9 +11,10 @@ Two kinds of metric:
 - **The controller's tick duration**, ``rollout_tick_seconds``, a histogram
   (rollout/metrics.py) observed by ``rollout.services.controller.rollout_tick`` where ticks run:
   Celery worker processes, not the web process. With ``PROMETHEUS_MULTIPROC_DIR``
-  set (docker-compose.yml shares one volume between ``web`` and ``worker``),
-  every process writes its samples to files in that directory and ``/metrics``
-  sums them (prometheus-client's multiprocess mode). Without it, each process
+  set in the environment before the process starts (docker-compose.yml shares one
+  volume between ``web`` and ``worker``, and one pid namespace: files are named
+  after pids), every process writes its samples to files in that directory and
+  ``/metrics`` sums them (prometheus-client's multiprocess mode). Without it, each process
   keeps its own samples and ``/metrics`` shows those of the web process only
   (ticks run in-process in tests and with CELERY_TASK_ALWAYS_EAGER).
 
@@ -25,11 +26,14 @@ from __future__ import annotations
 
 import hmac
 import os
-import socket
 from collections.abc import Iterator
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_safe
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, multiprocess
+from prometheus_client.core import Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
 
 from core.env import env_str
 
@@ -37,27 +41,12 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 TOKEN_ENV = "METRICS_TOKEN"  # noqa: S105 (the name of the variable, not a secret)
 
 
-def _process_identifier() -> str:
-    """Unique across the containers sharing the multiprocess directory.
+def mark_process_dead(pid: int) -> None:
+    """A process writing to the multiprocess directory exited (gunicorn's ``child_exit``, Celery's
+    ``worker_process_shutdown``): prometheus-client drops its live-gauge files. No-op without the directory."""
+    if os.environ.get(MULTIPROC_ENV):
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]  # prometheus-client is untyped here
 
-    prometheus-client names each process's file after its pid, but every
-    container has its own pid namespace: the web's pid 7 and a worker's pid 7
-    would write one file. The hostname (the container id under compose) tells
-    them apart. No ``_`` in it: prometheus-client splits file names on ``_``.
-    """
-    return f"{socket.gethostname().replace('_', '-')}-{os.getpid()}"
-
-
-if os.environ.get(MULTIPROC_ENV):
-    # Must be chosen before the first metric is created (prometheus-client decides at import).
-    from prometheus_client import values
-
-    values.ValueClass = values.MultiProcessValue(process_identifier=_process_identifier)
-
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry  # noqa: E402
-from prometheus_client.core import Metric  # noqa: E402
-from prometheus_client.exposition import choose_encoder  # noqa: E402
-from prometheus_client.registry import Collector  # noqa: E402
 
 #: Collectors the apps register (in their AppConfig.ready) to compute state gauges at scrape time.
 _collectors: list[Collector] = []
@@ -79,7 +68,7 @@ class _Forward:
         return []
 
     def collect(self) -> Iterator[Metric]:
-        return self.registry.collect()
+        return iter(self.registry.collect())
 
 
 def scrape_registry() -> CollectorRegistry:
@@ -87,9 +76,7 @@ def scrape_registry() -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     directory = os.environ.get(MULTIPROC_ENV)
     if directory:
-        from prometheus_client.multiprocess import MultiProcessCollector
-
-        MultiProcessCollector(registry, path=directory)
+        multiprocess.MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
     else:
         registry.register(_Forward(REGISTRY))
     for collector in _collectors:

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse
 from rest_framework import serializers
@@ -32,8 +32,11 @@ CODES: dict[str, str] = {
     "invalid_state": "The object is not in a state that allows this action (`state` says which it is in).",
 }
 
+AnyField: TypeAlias = "serializers.Field[Any, Any, Any, Any]"
+AnySerializer: TypeAlias = "serializers.Serializer[Any]"
+
 #: Fields some codes add to the body, beside ``code`` and ``detail`` (registered with the codes).
-_EXTRA_FIELDS: dict[str, dict[str, serializers.Field]] = {
+_EXTRA_FIELDS: dict[str, dict[str, AnyField]] = {
     "invalid_input": {
         "field": serializers.CharField(required=False, help_text="The request field at fault."),
         "errors": serializers.DictField(
@@ -44,9 +47,7 @@ _EXTRA_FIELDS: dict[str, dict[str, serializers.Field]] = {
 }
 
 
-def register_codes(
-    codes: Mapping[str, str], extra_fields: Mapping[str, dict[str, serializers.Field]] | None = None
-) -> None:
+def register_codes(codes: Mapping[str, str], extra_fields: Mapping[str, dict[str, AnyField]] | None = None) -> None:
     """Add an app's error codes (and the extra body fields some carry) to the catalog.
 
     A code two apps answer with keeps its first meaning: the catalog is one enum per code.
@@ -60,18 +61,18 @@ def register_codes(
 AUTH_CODES = ("not_authenticated", "authentication_failed")
 
 
-def _extra_fields(code: str) -> dict[str, serializers.Field]:
+def _extra_fields(code: str) -> dict[str, AnyField]:
     return dict(_EXTRA_FIELDS.get(code, {}))
 
 
-class ErrorSerializer(serializers.Serializer):
+class ErrorSerializer(serializers.Serializer):  # type: ignore[type-arg]  # describes a plain dict
     """Every error: ``{"code": "<snake_case>", "detail": "<human sentence>"}`` plus fields where useful."""
 
     code = serializers.CharField(help_text="A stable snake_case code.")
     detail = serializers.CharField(help_text="A human sentence.")
 
 
-_error_classes: dict[frozenset[str], type[serializers.Serializer]] = {}
+_error_classes: dict[frozenset[str], type[AnySerializer]] = {}
 
 #: Names of the code sets several operations share.
 _SHARED_NAMES = {frozenset({"invalid_input", "invalid_json"}): "InvalidBodyError"}
@@ -81,7 +82,7 @@ def _camel(code: str) -> str:
     return "".join(part.capitalize() for part in code.split("_"))
 
 
-def error_serializer(name: str, codes: Iterable[str]) -> type[serializers.Serializer]:
+def error_serializer(name: str, codes: Iterable[str]) -> type[AnySerializer]:
     """The error body component whose ``code`` is one of ``codes``.
 
     One component per set of codes, so each enum belongs to one component
@@ -167,19 +168,3 @@ def error_responses(
     if unavailable:
         responses[503] = _response(503, f"{name}Unavailable", unavailable)
     return responses
-
-
-def refine_schema(auto_schema, serializer, direction, properties: dict[str, Any] | None = None) -> dict:
-    """The schema drf-spectacular makes of a response serializer, with ``properties`` replaced.
-
-    Every field of these serializers is always rendered, so all are required
-    (a ModelSerializer field whose model field has a default would be optional).
-    """
-    schema = auto_schema._map_serializer(serializer, direction, bypass_extensions=True)
-    for name, value in (properties or {}).items():
-        if isinstance(value, type) and issubclass(value, serializers.Serializer):
-            value = auto_schema.resolve_serializer(value, direction).ref
-        description = schema["properties"].get(name, {}).get("description")
-        schema["properties"][name] = {**value, **({"description": description} if description else {})}
-    schema["required"] = sorted(schema["properties"])
-    return schema

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from demo.processes import free_port
+
 if TYPE_CHECKING:  # Django is set up in main(), after the environment is chosen
     from rollout.selectors import WaveStats
 
@@ -48,7 +50,7 @@ def _environment(run_dir: Path) -> dict[str, str]:
     key = generate_private_key()
     (run_dir / "release-key.pem").write_bytes(private_key_pem(key))
     (run_dir / "release-key.pem").chmod(0o600)
-    port = _free_port()
+    port = free_port()
     env = {
         "DATABASE_URL": f"sqlite:///{run_dir / 'db.sqlite3'}",
         "ROLLOUT_RUN_DIR": str(run_dir),  # the filesystem broker and the media live here
@@ -72,14 +74,6 @@ def _answers(url: str) -> bool:
         return httpx.get(f"{url}/api/compute/releases/", timeout=2).status_code == 401
     except httpx.HTTPError:
         return False
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Demo:

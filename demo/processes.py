@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -105,10 +106,19 @@ def stop(*processes: subprocess.Popen | None, timeout: float = 15.0) -> None:
             process.wait(timeout=5)
 
 
-def wait_until(predicate: Callable[[], bool], *, timeout: float, poll: float = 0.1, what: str = "condition") -> None:
+def wait_until(
+    predicate: Callable[[], object], *, timeout: float = 20.0, poll: float = 0.1, what: str = "condition"
+) -> None:
     """Poll ``predicate`` until it holds; TimeoutError naming ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() >= deadline:
             raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(poll)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the kernel's pick)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

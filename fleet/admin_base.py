@@ -6,9 +6,14 @@ of their tenant (``TenantScopedAdmin``), also in foreign-key choices.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import _User
 
 from fleet.models import Membership, Node, Pool, Tenant
 
@@ -66,3 +71,8 @@ class ReadOnlyMixin:
 
     def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
         return False
+
+
+def staff_user(request: HttpRequest) -> _User:
+    """The logged-in staff user of an admin view (the admin site lets no anonymous user in)."""
+    return cast("_User", request.user)

@@ -7,7 +7,7 @@ admin on the host's tenant-scoped admin classes. It never writes fleet rows any
 other way.
 """
 
-from fleet.admin_base import ReadOnlyMixin, TenantScopedAdmin, tenant_id_of
+from fleet.admin_base import ReadOnlyMixin, TenantScopedAdmin, staff_user, tenant_id_of
 from fleet.models import Command, Node, NodeSession, Pool, Tenant
 from fleet.plugins import (
     node_session_reported,
@@ -45,6 +45,7 @@ __all__ = [
     "pools_set_default_daemon_version",
     "register_daemon_resolver",
     "register_disruption_source",
+    "staff_user",
     "tenant_id_of",
     "tenant_slugs",
 ]

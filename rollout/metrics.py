@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from prometheus_client import Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -22,48 +22,42 @@ class RolloutCollector:
         return []  # registering must not query the database
 
     def collect(self) -> Iterator[Metric]:
-        from django.db.models import Count
-
         from fleet.interface import tenant_slugs
         from rollout.models import NodeUpgrade, Rollout
 
         tenants = tenant_slugs()
-
-        upgrades = GaugeMetricFamily(
+        yield _by_tenant_and_state(
             "rollout_node_upgrades",
             "Nodes held by a rollout (active or paused, or still in flight), by upgrade state.",
-            labels=["tenant", "state"],
+            NodeUpgrade.objects.filter(claims_node=True),
+            "rollout__tenant__slug",
+            tenants,
+            NodeUpgrade.State.values,
         )
-        counts: dict[tuple[str, str], int] = defaultdict(int)
-        rows = (
-            NodeUpgrade.objects.filter(claims_node=True)
-            .values_list("rollout__tenant__slug", "state")
-            .annotate(n=Count("id"))
-            .order_by()
+        yield _by_tenant_and_state(
+            "rollout_active_rollouts",
+            "Rollouts that are active or paused.",
+            Rollout.objects.filter(state__in=Rollout.ACTIVE_STATES),
+            "tenant__slug",
+            tenants,
+            Rollout.ACTIVE_STATES,
         )
-        for slug, state, n in rows:
-            counts[slug, state] = n
-        for slug in tenants:
-            for state in NodeUpgrade.State.values:
-                upgrades.add_metric([slug, state], counts[slug, state])
-        yield upgrades
 
-        rollouts = GaugeMetricFamily(
-            "rollout_active_rollouts", "Rollouts that are active or paused.", labels=["tenant", "state"]
-        )
-        counts = defaultdict(int)
-        rollout_rows = (
-            Rollout.objects.filter(state__in=Rollout.ACTIVE_STATES)
-            .values_list("tenant__slug", "state")
-            .annotate(n=Count("id"))
-            .order_by()
-        )
-        for slug, state, n in rollout_rows:
-            counts[slug, state] = n
-        for slug in tenants:
-            for state in Rollout.ACTIVE_STATES:
-                rollouts.add_metric([slug, state], counts[slug, state])
-        yield rollouts
+
+def _by_tenant_and_state(
+    name: str, documentation: str, queryset, tenant_slug: str, tenants: Iterable[str], states: Iterable[str]
+) -> GaugeMetricFamily:
+    """Rows of ``queryset`` counted per tenant and state in one query; every (tenant, state) has a sample."""
+    from django.db.models import Count
+
+    family = GaugeMetricFamily(name, documentation, labels=["tenant", "state"])
+    counts: dict[tuple[str, str], int] = defaultdict(int)
+    for slug, state, n in queryset.values_list(tenant_slug, "state").annotate(n=Count("id")).order_by():
+        counts[slug, state] = n
+    for slug in tenants:
+        for state in states:
+            family.add_metric([slug, state], counts[slug, state])
+    return family
 
 
 class WebhookCollector:

@@ -6,32 +6,23 @@ a token reaches only its own node, and an API key is not an agent token.
 
 from __future__ import annotations
 
-from rest_framework import authentication, exceptions, permissions
+from rest_framework import permissions
 from rest_framework.request import Request
 
+from fleet.api.authentication import BearerAuthentication
 from fleet.models import Node
-from fleet.tokens import bearer_token, token_hash
+from fleet.tokens import token_hash
 
 
-class AgentTokenAuthentication(authentication.BaseAuthentication):
+class AgentTokenAuthentication(BearerAuthentication):
     """``request.auth`` is the Node, loaded with its session in one query."""
 
-    keyword = "Bearer"
+    credential = "agentToken"
+    unknown_message = "Unknown agent token."
 
-    def authenticate(self, request: Request) -> tuple[None, Node] | None:
-        header = request.META.get("HTTP_AUTHORIZATION")
-        if not header:
-            return None
-        token = bearer_token(header)
-        if token is None:
-            raise exceptions.AuthenticationFailed("Use 'Authorization: Bearer <agentToken>'.")
+    def lookup(self, token: str) -> tuple[None, Node] | None:
         node = Node.objects.select_related("session").filter(agent_token_hash=token_hash(token)).first()
-        if node is None:
-            raise exceptions.AuthenticationFailed("Unknown agent token.")
-        return None, node
-
-    def authenticate_header(self, request: Request) -> str:
-        return self.keyword
+        return None if node is None else (None, node)
 
 
 class IsAgent(permissions.BasePermission):

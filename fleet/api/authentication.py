@@ -1,4 +1,4 @@
-"""``Authorization: Bearer <key>`` for operators and automation."""
+"""``Authorization: Bearer <token>``: API keys for operators and automation (agent tokens: agent_auth.py)."""
 
 from __future__ import annotations
 
@@ -9,20 +9,39 @@ from fleet.services.iam import Principal, principal_for_key
 from fleet.tokens import bearer_token
 
 
-class ApiKeyAuthentication(authentication.BaseAuthentication):
-    keyword = "Bearer"
+class BearerAuthentication(authentication.BaseAuthentication):
+    """A bearer token; subclasses say what it is (``credential``) and look it up (``lookup``)."""
 
-    def authenticate(self, request: Request) -> tuple[object, Principal] | None:
+    keyword = "Bearer"
+    credential = "token"
+    unknown_message = "Unknown token."
+
+    def lookup(self, token: str) -> tuple[object, object] | None:
+        """``(request.user, request.auth)`` for this token, or None when it is unknown."""
+        raise NotImplementedError
+
+    def authenticate(self, request: Request) -> tuple[object, object] | None:
         header = request.META.get("HTTP_AUTHORIZATION")
         if not header:
             return None
         token = bearer_token(header)
         if token is None:
-            raise exceptions.AuthenticationFailed("Use 'Authorization: Bearer <key>'.")
-        principal = principal_for_key(token)
-        if principal is None:
-            raise exceptions.AuthenticationFailed("Unknown or revoked API key.")
-        return principal.user, principal
+            raise exceptions.AuthenticationFailed(f"Use 'Authorization: Bearer <{self.credential}>'.")
+        found = self.lookup(token)
+        if found is None:
+            raise exceptions.AuthenticationFailed(self.unknown_message)
+        return found
 
     def authenticate_header(self, request: Request) -> str:
         return self.keyword
+
+
+class ApiKeyAuthentication(BearerAuthentication):
+    """``request.auth`` is the key's Principal."""
+
+    credential = "key"
+    unknown_message = "Unknown or revoked API key."
+
+    def lookup(self, token: str) -> tuple[object, Principal] | None:
+        principal = principal_for_key(token)
+        return None if principal is None else (principal.user, principal)

@@ -1,15 +1,14 @@
-"""The fleet's part of the OpenAPI description: its error codes, bearer schemes and refinements.
+"""The fleet's part of the OpenAPI description: its error codes, bearer schemes and body shapes.
 
 Imported by fleet/api/views.py, so drf-spectacular sees the extensions before it builds the schema.
 """
 
 from __future__ import annotations
 
-from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiSerializerExtension
-from drf_spectacular.plumbing import build_array_type
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import serializers
 
-from core.openapi import error_responses, refine_schema, register_codes
+from core.openapi import error_responses, register_codes
 
 __all__ = ["error_responses"]
 
@@ -30,7 +29,7 @@ class AgentTokenScheme(OpenApiAuthenticationExtension):
         return {"type": "http", "scheme": "bearer", "description": "A node's agentToken (shown once at creation)."}
 
 
-# --- the fleet's error codes and refinements ---------------------------------------------------
+# --- the fleet's error codes and the shapes of hand-built bodies ---------------------------------------------------
 
 register_codes(
     {
@@ -69,30 +68,3 @@ class AgentCommandSerializer(serializers.Serializer):
     id = serializers.UUIDField()
     kind = serializers.CharField(help_text="For example `daemon.upgrade`.")
     payload = serializers.DictField()
-
-
-class PoolRefinement(OpenApiSerializerExtension):
-    target_class = "fleet.api.serializers.PoolSerializer"
-
-    def map_serializer(self, auto_schema, direction):
-        from fleet.api.serializers import PolicySerializer
-
-        return refine_schema(auto_schema, self.target, direction, {"policy": PolicySerializer})
-
-
-class NodeRefinement(OpenApiSerializerExtension):
-    target_class = "fleet.api.serializers.NodeSerializer"
-    match_subclasses = True
-
-    def map_serializer(self, auto_schema, direction):
-        return refine_schema(auto_schema, self.target, direction, {"spec": NodeSpecSerializer})
-
-
-class AgentSessionRefinement(OpenApiSerializerExtension):
-    target_class = "fleet.api.serializers.AgentSessionSerializer"
-
-    def map_serializer(self, auto_schema, direction):
-        command = auto_schema.resolve_serializer(AgentCommandSerializer, direction).ref
-        return refine_schema(
-            auto_schema, self.target, direction, {"spec": NodeSpecSerializer, "commands": build_array_type(command)}
-        )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from core.fields import (
@@ -15,12 +16,23 @@ from core.fields import (
     StrictSerializer,
     StrictUUIDField,
 )
+from fleet.api.schema import AgentCommandSerializer, NodeSpecSerializer
 from fleet.models import Workflow
 from fleet.models.fleet import DEFAULT_DISRUPTION_BUDGET
 from fleet.services.audit import entry_representation
 from fleet.services.nodes import node_is_online, node_session
 
 VERSION_REGEX = r"\A[A-Za-z0-9._+-]{1,64}\Z"
+
+
+@extend_schema_field(NodeSpecSerializer)
+class NodeSpecField(serializers.JSONField):
+    """A node's spec, rendered as stored; described as its shape (fleet/api/schema.py)."""
+
+
+@extend_schema_field(AgentCommandSerializer(many=True))
+class AgentCommandsField(serializers.ListField):
+    """The commands an agent must run, rendered as queued; described as their shape."""
 
 
 # --- pools -----------------------------------------------------------------------------
@@ -39,6 +51,7 @@ class PoolSerializer(serializers.Serializer):
     policy = serializers.SerializerMethodField()
     defaultDaemonVersion = serializers.CharField(source="default_daemon_version", allow_null=True)
 
+    @extend_schema_field(PolicySerializer)
     def get_policy(self, pool) -> dict:
         return {"disruptionBudget": float(pool.disruption_budget)}
 
@@ -55,7 +68,7 @@ class NodeSerializer(serializers.Serializer):
     name = serializers.CharField()
     poolId = serializers.CharField(source="pool_id")
     arch = serializers.CharField()
-    spec = serializers.JSONField()
+    spec = NodeSpecField()
     online = serializers.SerializerMethodField()
     daemonVersion = serializers.SerializerMethodField()
     protocolVersion = serializers.SerializerMethodField()
@@ -107,8 +120,8 @@ class AgentSessionInSerializer(StrictSerializer):
 
 
 class AgentSessionSerializer(serializers.Serializer):
-    spec = serializers.JSONField()
-    commands = serializers.ListField(child=serializers.DictField())
+    spec = NodeSpecField()
+    commands = AgentCommandsField(child=serializers.DictField())
     heartbeatSeconds = serializers.IntegerField(source="heartbeat_seconds")
 
 

@@ -3,8 +3,8 @@
 - Its error codes (registered in the shared catalog, core/openapi.py).
 - Serializers that exist only to describe bodies the views build by hand:
   the DSSE envelope a release is registered with, the dry-run plan.
-- Extensions that refine what drf-spectacular cannot infer from the real
-  serializers (method fields), without copying those serializers.
+  (The real serializers, rollout/api/serializers.py, describe their method
+  fields with ``@extend_schema_field``.)
 - ``postprocess_schema``: a postprocessing hook that adds the one endpoint that
   is a plain Django view (the binary downloads); SPECTACULAR_SETTINGS in
   project/settings.py lists it, so /api/schema/ and ``manage.py spectacular`` agree.
@@ -14,12 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.extensions import OpenApiSerializerExtension, OpenApiViewExtension
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter
 from rest_framework import serializers
 
-from core.openapi import error_responses, refine_schema, register_codes
+from core.openapi import error_responses, register_codes
 from rollout.release.dsse import MAX_SIGNATURES, PAYLOAD_TYPE
 
 __all__ = ["error_responses"]
@@ -109,61 +108,6 @@ DRY_RUN = OpenApiParameter(
     OpenApiTypes.BOOL,
     description="`true`: check everything a create would and answer 200 with the plan; write nothing.",
 )
-
-
-class RolloutRefinement(OpenApiSerializerExtension):
-    target_class = "rollout.api.serializers.RolloutSerializer"
-
-    def map_serializer(self, auto_schema, direction):
-        return refine_schema(
-            auto_schema,
-            self.target,
-            direction,
-            {},
-        )
-
-
-class ReleaseRefinement(OpenApiSerializerExtension):
-    target_class = "rollout.api.serializers.ReleaseSerializer"
-
-    def map_serializer(self, auto_schema, direction):
-        binary = auto_schema.resolve_serializer(ReleaseBinarySerializer, direction).ref
-        return refine_schema(
-            auto_schema,
-            self.target,
-            direction,
-            {"binaries": {"type": "object", "additionalProperties": binary, "description": "Per `linux-<arch>`."}},
-        )
-
-
-class NodeUpgradeRefinement(OpenApiSerializerExtension):
-    target_class = "rollout.api.serializers.NodeUpgradeSerializer"
-
-    def map_serializer(self, auto_schema, direction):
-        return refine_schema(auto_schema, self.target, direction)
-
-
-class RolloutEventRefinement(OpenApiSerializerExtension):
-    target_class = "rollout.api.serializers.RolloutEventSerializer"
-
-    def map_serializer(self, auto_schema, direction):
-        return refine_schema(
-            auto_schema, self.target, direction, {"data": {"type": "object", "additionalProperties": {}}}
-        )
-
-
-class RolloutViewSetSchema(OpenApiViewExtension):
-    """RolloutViewSet's queryset needs the caller's tenant; the schema only needs the model."""
-
-    target_class = "rollout.api.views.RolloutViewSet"
-
-    def view_replacement(self):
-        from rollout.models import Rollout
-
-        class Fixed(self.target_class):
-            queryset = Rollout.objects.none()
-
-        return Fixed
 
 
 # --- the downloads endpoint (a plain Django view) -----------------------------------------------

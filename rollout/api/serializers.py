@@ -11,21 +11,31 @@ from typing import Any, cast
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from core.fields import StrictBooleanField, StrictCharField, StrictIntegerField, StrictNumberField, StrictSerializer
+from core.fields import (
+    JSONObjectField,
+    ResponseModelSerializer,
+    StrictBooleanField,
+    StrictCharField,
+    StrictIntegerField,
+    StrictNumberField,
+    StrictSerializer,
+)
 from rollout import conf
+from rollout.api.schema import ReleaseBinarySerializer
 from rollout.models import NodeUpgrade, Release, Rollout, RolloutEvent, Webhook, WebhookDelivery
 from rollout.services.plan import RolloutSpec, rollout_spec
 
 
-class ReleaseSerializer(serializers.ModelSerializer):
+class ReleaseSerializer(ResponseModelSerializer):
     protocolVersion = serializers.IntegerField(source="protocol_version", allow_null=True)
     registeredAt = serializers.DateTimeField(source="registered_at")
-    binaries = serializers.SerializerMethodField()
+    binaries = serializers.SerializerMethodField(help_text="Per `linux-<arch>`.")
 
     class Meta:
         model = Release
         fields = ["version", "sequence", "product", "protocolVersion", "binaries", "registeredAt"]
 
+    @extend_schema_field(serializers.DictField(child=ReleaseBinarySerializer()))
     def get_binaries(self, release: Release) -> dict[str, dict]:
         return {
             binary.platform: {
@@ -79,7 +89,7 @@ class RolloutWaveSerializer(serializers.Serializer):
     settledAt = serializers.DateTimeField(allow_null=True, source="settled_at")
 
 
-class RolloutSerializer(serializers.ModelSerializer):
+class RolloutSerializer(ResponseModelSerializer):
     """CONTRACT 4.5. ``waves`` come from the view's context (rollout.selectors.rollout_waves)."""
 
     id = serializers.CharField()
@@ -153,7 +163,7 @@ class RolloutPlanSerializer(serializers.Serializer):
     )
 
 
-class NodeUpgradeSerializer(serializers.ModelSerializer):
+class NodeUpgradeSerializer(ResponseModelSerializer):
     nodeId = serializers.CharField(source="node_id")
     poolId = serializers.CharField(source="pool_id")
     previousVersion = serializers.CharField(source="previous_version", allow_null=True)
@@ -176,7 +186,9 @@ class NodeUpgradeSerializer(serializers.ModelSerializer):
         ]
 
 
-class RolloutEventSerializer(serializers.ModelSerializer):
+class RolloutEventSerializer(ResponseModelSerializer):
+    data = JSONObjectField()  # type: ignore[assignment]  # the event's field is named "data" (CONTRACT 4.4)
+
     class Meta:
         model = RolloutEvent
         fields = ["kind", "at", "data"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+from typing import Any
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
@@ -90,17 +91,18 @@ def parse_pin(pin: str) -> bytes:
 
 
 def _check_private(key: object) -> PrivateKey:
-    if isinstance(key, ed25519.Ed25519PrivateKey):
-        return key
-    if isinstance(key, ec.EllipticCurvePrivateKey) and isinstance(key.curve, ec.SECP256R1):
-        return key
-    raise ValueError(f"unsupported key type {type(key).__name__}: release keys are {SUPPORTED}")
+    return _check_key(key, ed25519.Ed25519PrivateKey, ec.EllipticCurvePrivateKey)
 
 
 def _check_public(key: object) -> PublicKey:
-    if isinstance(key, ed25519.Ed25519PublicKey):
+    return _check_key(key, ed25519.Ed25519PublicKey, ec.EllipticCurvePublicKey)
+
+
+def _check_key(key: Any, ed25519_type: type, ec_type: type) -> Any:
+    """``key`` when it is an Ed25519 or a P-256 key of these (private or public) types."""
+    if isinstance(key, ed25519_type):
         return key
-    if isinstance(key, ec.EllipticCurvePublicKey) and isinstance(key.curve, ec.SECP256R1):
+    if isinstance(key, ec_type) and isinstance(getattr(key, "curve", None), ec.SECP256R1):
         return key
     raise ValueError(f"unsupported key type {type(key).__name__}: release keys are {SUPPORTED}")
 

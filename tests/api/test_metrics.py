@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import runpy
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from celery.signals import worker_process_shutdown
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from prometheus_client.parser import text_string_to_metric_families
@@ -128,7 +131,7 @@ def test_ticks_observed_in_other_processes_are_summed_in_multiprocess_mode(clien
         subprocess.run([sys.executable, "-c", code, *observations], cwd=ROOT, env=env, check=True, timeout=60)
     files = sorted(path.name for path in tmp_path.iterdir())
     assert len(files) == 2
-    assert all(name.startswith("histogram_") and name.count("_") == 1 for name in files)  # host-pid, no "_"
+    assert all(name.startswith("histogram_") and name.count("_") == 1 for name in files)  # histogram_<pid>.db
 
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
     samples = scrape(client)
@@ -136,3 +139,17 @@ def test_ticks_observed_in_other_processes_are_summed_in_multiprocess_mode(clien
     assert samples["rollout_tick_seconds_sum"][()] == pytest.approx(7.32)
     assert samples["rollout_tick_seconds_bucket"][(("le", "0.5"),)] == 2
     assert value(samples, "rollout_active_rollouts", tenant="acme", state="active") == 0  # the gauges too
+
+
+@pytest.mark.parametrize("hook", ["gunicorn child_exit", "celery worker_process_shutdown"])
+def test_a_dead_process_is_marked_dead_in_multiprocess_mode(hook, tmp_path, monkeypatch):
+    """gunicorn.conf.py and project/celery.py call prometheus-client's mark_process_dead (its live gauges go)."""
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    dead, alive = 4242, 4343
+    for pid in (dead, alive):
+        (tmp_path / f"gauge_livesum_{pid}.db").write_bytes(b"")
+    if hook == "gunicorn child_exit":
+        runpy.run_path(str(ROOT / "gunicorn.conf.py"))["child_exit"](None, SimpleNamespace(pid=dead))
+    else:
+        worker_process_shutdown.send(sender=None, pid=dead, exitcode=0)
+    assert sorted(path.name for path in tmp_path.iterdir()) == [f"gauge_livesum_{alive}.db"]

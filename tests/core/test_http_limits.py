@@ -17,19 +17,13 @@ from django.conf import settings as django_settings
 from django.db import connection
 
 from core.middleware import MAX_BODY_BYTES
-from demo.processes import stop, wait_until, web_server
+from demo.processes import free_port, stop, wait_until, web_server
 from tests.fleet.conftest import make_node, make_pool
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SESSION = "/api/compute/agent/session"
 HEARTBEAT = {"daemonVersion": "1.4.0", "protocolVersion": 3}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +39,7 @@ def server(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[tup
         "LOG_LEVEL": "WARNING",
     }
     log = tmp_path_factory.mktemp("logs") / "web.log"
-    port = _free_port()
+    port = free_port()
     process = web_server(env, port=port, workers=1, threads=4, log_path=log)
     url = f"http://127.0.0.1:{port}"
 

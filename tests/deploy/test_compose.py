@@ -204,6 +204,9 @@ def test_media_and_metrics_directories_are_volumes():
     assert mounts[environment["ROLLOUT_MEDIA_ROOT"]] in COMPOSE["volumes"]
     assert mounts[environment["PROMETHEUS_MULTIPROC_DIR"]] in COMPOSE["volumes"]
     assert SERVICES["worker"]["volumes"] == SERVICES["web"]["volumes"]  # the worker's tick samples reach web
+    # Metrics files are named after pids: every process writing them shares web's pid namespace.
+    assert SERVICES["worker"]["pid"] == SERVICES["beat"]["pid"] == "service:web"
+    assert argv(SERVICES["migrate"]["command"])[:3] == ["env", "-u", "PROMETHEUS_MULTIPROC_DIR"]
     assert "/var/lib/postgresql/data" in SERVICES["db"]["volumes"][0]
 
 

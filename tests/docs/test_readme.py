@@ -1,11 +1,12 @@
 """The README's walk-throughs work when pasted into a shell."""
 
 import re
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from demo.processes import free_port
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -18,12 +19,6 @@ def shell_block(heading: str) -> str:
     match = re.search(r"```sh\n(.*?)```", section, re.DOTALL)
     assert match, f"no sh block under {heading!r}"
     return match.group(1)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_the_walk_throughs_sign_register_simulate_and_operate(tmp_path):

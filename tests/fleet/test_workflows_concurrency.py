@@ -1,15 +1,15 @@
 """Many writers at once never exceed a pool's budget: the Pool row lock serialises count-then-write."""
 
-import threading
 from decimal import Decimal
 
 import pytest
-from django.db import connection, connections
+from django.db import connection
 
 from core.errors import Conflict
 from fleet.models import Workflow
 from fleet.services.budget import pool_budget
 from fleet.services.workflows import workflow_start
+from tests.concurrency import run_together
 from tests.fleet.conftest import make_nodes, make_pool
 
 THREADS = 8
@@ -17,27 +17,17 @@ ATTEMPTS = 4
 
 
 def _race(target, args_per_thread):
-    barrier = threading.Barrier(len(args_per_thread))
-    results, errors = [], []
+    """One thread per list of arguments, released together; each result, or the Conflict's code."""
+    results = []
 
     def run(args):
-        try:
-            barrier.wait(timeout=10)
-            for arg in args:
-                try:
-                    results.append(target(arg))
-                except Conflict as exc:
-                    results.append(exc.code)
-        except Exception as exc:  # reported by the assertion below
-            errors.append(exc)
-        finally:
-            connections.close_all()
+        for arg in args:
+            try:
+                results.append(target(arg))
+            except Conflict as exc:
+                results.append(exc.code)
 
-    threads = [threading.Thread(target=run, args=(args,)) for args in args_per_thread]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
+    errors = run_together(*(lambda args=args: run(args) for args in args_per_thread))
     assert not errors, errors
     return results
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import threading
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -19,15 +18,6 @@ from fleet.services.pools import pool_create
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def wait_until(predicate: Callable[[], object], *, timeout: float = 20.0, what: str = "condition") -> None:
-    """Poll ``predicate`` until it is truthy; fail the test at the deadline (never a fixed sleep)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 class BinaryServer:

@@ -12,12 +12,13 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from demo.processes import wait_until
 from fleet.models import Command, NodeSession
 from fleet.services.commands import command_enqueue
 from fleet.services.nodes import nodes_set_daemon
 from rollout.models import Release
 from simulator import NEVER_REJOIN, REJOIN_OLD, AgentConfig, AgentState, Fleet
-from tests.simulator.conftest import make_nodes, sha256, wait_until
+from tests.simulator.conftest import make_nodes, sha256
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,0 +1,150 @@
+"""What the heartbeat benchmark counts: SQL statements per heartbeat in the server (a WSGI wrapper
+gunicorn loads), the database's commits and backends, the CPU of a changing set of processes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+QUERY_DIR_ENV = "BENCH_QUERY_DIR"
+SESSION_PATH = "/api/compute/agent/session"
+
+
+# --- the server side: a WSGI wrapper counting SQL per heartbeat (imported by gunicorn) -------------
+
+
+def counting_application():
+    """``project.wsgi.application``, counting the SQL statements of each POST agent/session.
+
+    Each worker process keeps {statements per request: requests} and rewrites
+    ``$BENCH_QUERY_DIR/<pid>.json`` at most every 0.5 s (and at exit).
+    """
+    import atexit
+
+    from django.db import connection
+
+    from project.wsgi import application
+
+    out = Path(os.environ[QUERY_DIR_ENV]) / f"{os.getpid()}.json"
+    histogram: Counter = Counter()
+    lock = threading.Lock()
+    last_flush = [0.0]
+
+    def flush() -> None:
+        with lock:
+            data = json.dumps({str(k): v for k, v in histogram.items()})
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(data)
+        tmp.replace(out)
+
+    atexit.register(flush)
+
+    def app(environ, start_response):
+        if environ.get("PATH_INFO") != SESSION_PATH or environ.get("REQUEST_METHOD") != "POST":
+            return application(environ, start_response)
+        statements = [0]
+
+        def count(execute, sql, params, many, context):
+            statements[0] += 1
+            return execute(sql, params, many, context)
+
+        with connection.execute_wrapper(count):
+            response = application(environ, start_response)
+        now = time.monotonic()
+        with lock:
+            histogram[statements[0]] += 1
+            due = now - last_flush[0] >= 0.5
+            if due:
+                last_flush[0] = now
+        if due:
+            flush()
+        return response
+
+    return app
+
+
+def read_query_counts(directory: Path) -> Counter:
+    total: Counter = Counter()
+    for path in directory.glob("*.json"):
+        try:
+            total.update({int(k): v for k, v in json.loads(path.read_text()).items()})
+        except (ValueError, OSError):
+            continue  # being replaced right now: the next read has it
+    return total
+
+
+# --- the machine side: CPU and database counters ------------------------------------------------
+
+
+def pg_snapshot(url: str, name: str) -> tuple[int, list[int]]:
+    """(xact_commit of the database, pids of the server's backends connected to it)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        commits = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (name,)).fetchone()
+        pids = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", (name,)
+        ).fetchall()
+    return int(commits[0]), [int(pid) for (pid,) in pids]
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def cpu_ticks(pid: int) -> int | None:
+    """utime + stime of a process in clock ticks (fields 14 and 15 of /proc/<pid>/stat), None when gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[11]) + int(fields[12])
+
+
+class CpuSampler:
+    """CPU used during a window by a changing set of processes, sampled every ``every`` seconds.
+
+    Database backends come and go (CONN_MAX_AGE recycles them), so the set is
+    re-read at each sample: a process seen at the first sample counts from
+    there, one born later counts from zero, one that exits counts up to its
+    last sample (it loses at most ``every`` seconds of CPU).
+    """
+
+    def __init__(self, list_pids, every: float = 0.5):
+        self._list_pids = list_pids
+        self._every = every
+        self._first: dict[int, int] = {}
+        self._last: dict[int, int] = {}
+        self._started = False
+
+    def sample(self) -> None:
+        for pid in self._list_pids():
+            ticks = cpu_ticks(pid)
+            if ticks is None:
+                continue
+            self._first.setdefault(pid, ticks if not self._started else 0)
+            self._last[pid] = ticks
+        self._started = True
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await asyncio.to_thread(self.sample)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self._every)
+
+    def seconds(self) -> float:
+        return sum(self._last[pid] - self._first[pid] for pid in self._last) / os.sysconf("SC_CLK_TCK")
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] if ordered else float("nan")

@@ -1,0 +1,198 @@
+"""Node upgrades and events: read-only, filtered by rollout, wave and pool."""
+
+from __future__ import annotations
+
+import json
+from uuid import UUID
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from fleet.interface import Pool, ReadOnlyMixin, TenantScopedAdmin, tenant_id_of
+from rollout.admin.display import (
+    rollout_label,
+    rollout_link,
+    uuid_or_none,
+)
+from rollout.models import NodeUpgrade, Rollout, RolloutEvent, RolloutWave
+
+
+# --- node upgrades and events: read-only ---------------------------------------------------------
+class RolloutFilter(admin.SimpleListFilter):
+    """By rollout: the most recent ones of the user's scope (and the chosen one, however old)."""
+
+    title = "rollout"
+    parameter_name = "rollout"
+    limit = 30
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin):
+        rollouts = Rollout.objects.select_related("release").order_by("-created_at")
+        if not request.user.is_superuser:
+            rollouts = rollouts.filter(tenant_id=tenant_id_of(request) or 0)
+        shown = list(rollouts[: self.limit])
+        chosen = uuid_or_none(self.value())
+        if chosen is not None and all(rollout.id != chosen for rollout in shown):
+            shown += list(rollouts.filter(pk=chosen))
+        return [(str(rollout.id), f"{rollout_label(rollout)} ({rollout.state})") for rollout in shown]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() is None:
+            return queryset
+        chosen = uuid_or_none(self.value())
+        return queryset.filter(rollout_id=chosen) if chosen is not None else queryset.none()
+
+
+def _chosen_rollout(request: HttpRequest) -> UUID | None:
+    return uuid_or_none(request.GET["rollout"]) if request.GET.get("rollout") else None
+
+
+class WaveFilter(admin.SimpleListFilter):
+    """By wave (numbered from 1 as in the pages; the query parameter is the index, from 0)."""
+
+    title = "wave"
+    parameter_name = "wave"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin):
+        waves = RolloutWave.objects.all()
+        chosen = _chosen_rollout(request)
+        if chosen is not None:
+            waves = waves.filter(rollout_id=chosen)
+        if not request.user.is_superuser:
+            waves = waves.filter(rollout__tenant_id=tenant_id_of(request) or 0)
+        indexes = waves.order_by("index").values_list("index", flat=True).distinct()
+        return [(str(index), str(index + 1)) for index in indexes]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        value = self.value()
+        if value is None:
+            return queryset
+        return queryset.filter(wave=int(value)) if value.isdigit() else queryset.none()
+
+
+class PoolFilter(admin.SimpleListFilter):
+    """By pool: the chosen rollout's pools, or the pools of the user's scope."""
+
+    title = "pool"
+    parameter_name = "pool"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin):
+        pools = Pool.objects.select_related("tenant").order_by("tenant__slug", "name")
+        chosen = _chosen_rollout(request)
+        if chosen is not None:
+            pools = pools.filter(rollouts=chosen)
+        if not request.user.is_superuser:
+            pools = pools.filter(tenant_id=tenant_id_of(request) or 0)
+        label = (lambda p: f"{p.tenant.slug} / {p.name}") if request.user.is_superuser else (lambda p: p.name)
+        return [(str(pool.id), label(pool)) for pool in pools]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() is None:
+            return queryset
+        chosen = uuid_or_none(self.value())
+        return queryset.filter(pool_id=chosen) if chosen is not None else queryset.none()
+
+
+_NODE_UPGRADE_ADMIN_FIELDS = (
+    "rollout_link",
+    "node",
+    "pool",
+    "wave_ordinal",
+    "position",
+    "state",
+    "reason",
+    "claims_node",
+    "target_version",
+    "previous_version",
+    "previous_daemon",
+    "started_at",
+    "deadline",
+    "settled_at",
+)
+
+
+@admin.register(NodeUpgrade)
+class NodeUpgradeAdmin(ReadOnlyMixin, TenantScopedAdmin):
+    """One row per snapshotted node of a rollout; written only by the controller."""
+
+    tenant_path = "rollout__tenant_id"
+    list_display = [
+        "node_name",
+        "pool_name",
+        "rollout_link",
+        "wave_ordinal",
+        "position",
+        "state_badge",
+        "reason",
+        "previous_version",
+        "started_at",
+        "deadline",
+        "settled_at",
+    ]
+    list_filter = [RolloutFilter, "state", WaveFilter, PoolFilter]
+    list_select_related = ["node", "pool", "rollout__release"]
+    search_fields = ["node__name"]
+    show_full_result_count = False  # no second COUNT over every upgrade of every rollout
+    fields = _NODE_UPGRADE_ADMIN_FIELDS
+    readonly_fields = _NODE_UPGRADE_ADMIN_FIELDS
+
+    class Media:
+        css = {"all": ["rollout/admin.css"]}
+
+    def has_delete_permission(self, request: HttpRequest, obj: NodeUpgrade | None = None) -> bool:
+        return False
+
+    @admin.display(description="node", ordering="node__name")
+    def node_name(self, upgrade: NodeUpgrade) -> str:
+        return upgrade.node.name
+
+    @admin.display(description="pool", ordering="pool__name")
+    def pool_name(self, upgrade: NodeUpgrade) -> str:
+        return upgrade.pool.name
+
+    @admin.display(description="rollout")
+    def rollout_link(self, upgrade: NodeUpgrade) -> SafeString:
+        return rollout_link(upgrade.rollout)
+
+    @admin.display(description="wave", ordering="wave")
+    def wave_ordinal(self, upgrade: NodeUpgrade) -> int:
+        return upgrade.wave + 1
+
+    @admin.display(description="state", ordering="state")
+    def state_badge(self, upgrade: NodeUpgrade) -> SafeString:
+        return format_html(
+            '<span class="upgrade-state upgrade-state-{}">{}</span>', upgrade.state, upgrade.get_state_display()
+        )
+
+
+_ROLLOUT_EVENT_ADMIN_FIELDS = (
+    "rollout_link",
+    "kind",
+    "at",
+    "data_text",
+)
+
+
+@admin.register(RolloutEvent)
+class RolloutEventAdmin(ReadOnlyMixin, TenantScopedAdmin):
+    """The audit trail of every rollout (also on each rollout's page)."""
+
+    tenant_path = "rollout__tenant_id"
+    list_display = ["kind", "rollout_link", "at", "data_text"]
+    list_filter = ["kind", RolloutFilter]
+    list_select_related = ["rollout__release"]
+    fields = _ROLLOUT_EVENT_ADMIN_FIELDS
+    readonly_fields = _ROLLOUT_EVENT_ADMIN_FIELDS
+
+    def has_delete_permission(self, request: HttpRequest, obj: RolloutEvent | None = None) -> bool:
+        return False
+
+    @admin.display(description="rollout")
+    def rollout_link(self, event: RolloutEvent) -> SafeString:
+        return rollout_link(event.rollout)
+
+    @admin.display(description="data")
+    def data_text(self, event: RolloutEvent) -> SafeString:
+        return format_html("<code>{}</code>", json.dumps(event.data, sort_keys=True, default=str))

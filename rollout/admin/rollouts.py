@@ -1,0 +1,369 @@
+"""The rollouts' admin: planned (a dry run, then a confirmation) and operated through rollout/services."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import re_path, reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from core.errors import DomainError
+from fleet.interface import Actor, Pool, Tenant, TenantScopedAdmin, pool_budgets, staff_user, tenant_id_of
+from rollout.admin.actions import ACTIONS, RolloutAction
+from rollout.admin.display import (
+    counts_total,
+    duration_text,
+    progress_bar,
+    rollout_label,
+    short_id,
+    when,
+)
+from rollout.forms import RolloutCreateForm
+from rollout.models import NodeUpgrade, Rollout
+from rollout.selectors import rollout_waves
+from rollout.services.plan import RolloutPlan
+from rollout.services.rollouts import rollout_create, rollout_plan
+
+
+# --- rollouts --------------------------------------------------------------------------------
+@admin.register(Rollout)
+class RolloutAdmin(TenantScopedAdmin):
+    """Rollouts are planned and operated here through the services; never edited by hand.
+
+    - list: progress of every rollout on the page from one ``rollout_waves`` call (constant queries);
+    - add: a form, then a preview from ``rollout_plan`` (writes nothing), then ``rollout_create``;
+    - detail (the read-only change view): waves, budget in use per pool, events, action buttons;
+    - actions: on the list (selected rollouts) and as buttons, each confirmed on an intermediate page.
+
+    The model permission ``change_rollout`` is what allows operating (pause, resume, abort);
+    ``add_rollout`` allows creating.
+    """
+
+    list_display = [
+        "short_id",
+        "version",
+        "tenant",
+        "state_badge",
+        "wave_position",
+        "progress",
+        "created_at",
+        "finished",
+    ]
+    list_filter = ["state", "tenant"]
+    list_select_related = ["release", "tenant"]
+    search_fields = ["release__version"]
+    ordering = ["-created_at"]
+    actions = [action.admin_action for action in ACTIONS.values()]
+    fieldsets = [
+        (None, {"fields": ["id", "version", "tenant", "pool_names", "state_badge", "paused_reason"]}),
+        ("Plan", {"fields": ["waves_requested", "max_failure_ratio", "soak_seconds", "upgrade_timeout_seconds"]}),
+        ("History", {"fields": ["created_by", "created_at", "next_wave_at", "completed_at", "aborted_at"]}),
+    ]
+    readonly_fields = [str(field) for _, options in fieldsets for field in options["fields"]]
+    change_list_template = "admin/rollout/rollout/change_list.html"
+    change_form_template = "admin/rollout/rollout/change_form.html"
+
+    class Media:
+        css = {"all": ["rollout/admin.css"]}
+
+    # permissions: rows change only through the services
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return super().has_add_permission(request) and (request.user.is_superuser or tenant_id_of(request) is not None)
+
+    def has_change_permission(self, request: HttpRequest, obj: Rollout | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Rollout | None = None) -> bool:
+        return False
+
+    def has_operate_permission(self, request: HttpRequest, obj: Rollout | None = None) -> bool:
+        user = request.user
+        return user.has_perm("rollout.change_rollout") and (user.is_superuser or tenant_id_of(request) is not None)
+
+    def acting_tenant(self, request: HttpRequest) -> Tenant | None:
+        """The ``tenant`` argument of the services: None (all tenants) only for superusers."""
+        if request.user.is_superuser:
+            return None
+        tenant_id = tenant_id_of(request)
+        if tenant_id is None:
+            raise PermissionDenied
+        return Tenant.objects.get(pk=tenant_id)
+
+    # the list: one rollout_waves call for the page
+    def get_changelist_instance(self, request: HttpRequest):
+        changelist = super().get_changelist_instance(request)
+        rollouts = list(changelist.result_list)
+        waves = rollout_waves(rollouts)
+        for rollout in rollouts:
+            rollout.wave_stats = waves.get(rollout.id, [])
+        return changelist
+
+    @admin.display(description="rollout", ordering="created_at")
+    def short_id(self, rollout: Rollout) -> str:
+        return short_id(rollout)
+
+    @admin.display(description="version", ordering="release__sequence")
+    def version(self, rollout: Rollout) -> str:
+        return rollout.release.version
+
+    @admin.display(description="state", ordering="state")
+    def state_badge(self, rollout: Rollout) -> SafeString:
+        reason = rollout.get_paused_reason_display() if rollout.paused_reason else ""
+        return format_html(
+            '<span class="rollout-state rollout-state-{}" title="{}">{}</span>{}',
+            rollout.state,
+            reason,
+            rollout.get_state_display(),
+            format_html(" <small>({})</small>", reason) if reason else "",
+        )
+
+    @admin.display(description="wave")
+    def wave_position(self, rollout: Rollout) -> str:
+        waves = getattr(rollout, "wave_stats", None) or []
+        if not waves:
+            return "-"
+        current = len(waves) if rollout.state == Rollout.State.COMPLETED else min(rollout.current_wave + 1, len(waves))
+        return f"{current} / {len(waves)}"
+
+    @admin.display(description="progress")
+    def progress(self, rollout: Rollout) -> SafeString | str:
+        waves = getattr(rollout, "wave_stats", None)
+        if waves is None:
+            return "-"
+        totals = counts_total(waves)
+        return format_html(
+            '<div class="rollout-progress-cell">{}<small>{}/{}</small></div>',
+            progress_bar(totals),
+            totals["succeeded"],
+            sum(totals.values()),
+        )
+
+    @admin.display(description="completed / aborted", ordering="completed_at")
+    def finished(self, rollout: Rollout) -> str:
+        if rollout.completed_at:
+            return when(rollout.completed_at)
+        if rollout.aborted_at:
+            return f"aborted {when(rollout.aborted_at)}"
+        return "-"
+
+    @admin.display(description="pools")
+    def pool_names(self, rollout: Rollout) -> str:
+        return ", ".join(pool.name for pool in rollout.pools.order_by("name"))
+
+    @admin.display(description="waves (cumulative %)")
+    def waves_requested(self, rollout: Rollout) -> str:
+        return ", ".join(str(percent) for percent in rollout.waves)
+
+    # the detail page
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context=None):
+        rollout = self.get_object(request, unquote(object_id))
+        if rollout is not None:
+            extra_context = {**(extra_context or {}), **self.detail_context(request, rollout)}
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    def detail_context(self, request: HttpRequest, rollout: Rollout) -> dict[str, Any]:
+        waves = rollout_waves([rollout]).get(rollout.id, [])
+        upgrades_url = reverse("admin:rollout_nodeupgrade_changelist")
+
+        def filtered(extra: dict[str, Any]) -> str:
+            return f"{upgrades_url}?{urlencode({'rollout': rollout.pk, **extra})}"
+
+        running = rollout.state in Rollout.ACTIVE_STATES
+        wave_rows = [
+            {
+                "stats": wave,
+                "ordinal": wave.index + 1,
+                "bar": progress_bar(wave.counts),
+                "current": running and wave.index == rollout.current_wave,
+                "url": filtered({"wave": wave.index}),
+                "failed_url": filtered({"wave": wave.index, "state__exact": NodeUpgrade.State.FAILED}),
+            }
+            for wave in waves
+        ]
+        totals = counts_total(waves)
+        pools = list(rollout.pools.order_by("name"))
+        budgets = pool_budgets(pool_ids=[pool.id for pool in pools])
+        actions = []
+        if self.has_operate_permission(request, rollout):
+            actions = [
+                (action, reverse("admin:rollout_rollout_action", kwargs={"object_id": rollout.pk, "slug": slug}))
+                for slug, action in ACTIONS.items()
+                if rollout.state in action.states
+            ]
+        return {
+            "rollout_waves": wave_rows,
+            "wave_count": len(wave_rows),
+            "total_bar": progress_bar(totals),
+            "totals": totals,
+            "total_nodes": sum(totals.values()),
+            "budget_rows": [{"pool": pool, "budget": budgets.get(pool.id)} for pool in pools],
+            "events": [
+                {"kind": event.kind, "at": event.at, "data": json.dumps(event.data, sort_keys=True, default=str)}
+                for event in rollout.events.all()
+            ],
+            "upgrades_url": filtered({}),
+            "rollout_actions": actions,
+        }
+
+    # actions
+    def get_urls(self):
+        slugs = "|".join(re.escape(slug) for slug in ACTIONS)
+        return [
+            re_path(
+                rf"^(?P<object_id>[0-9a-fA-F-]{{32,36}})/(?P<slug>{slugs})/$",
+                self.admin_site.admin_view(self.action_view),
+                name="rollout_rollout_action",
+            ),
+            *super().get_urls(),
+        ]
+
+    def perform(self, request: HttpRequest, rollout: Rollout, action: RolloutAction, tenant: Tenant | None) -> bool:
+        """Run the action's service; a refusal becomes an error message with its code, never a 500."""
+        try:
+            action.run(rollout_id=rollout.pk, tenant=tenant, actor=Actor.admin(request.user))
+        except DomainError as exc:
+            self.message_user(request, f"{rollout_label(rollout)}: {exc.code}: {exc.detail}", messages.ERROR)
+            return False
+        return True
+
+    def confirmation(
+        self, request: HttpRequest, action: RolloutAction, rollouts: list[Rollout], *, bulk: bool
+    ) -> TemplateResponse:
+        opts = self.model._meta
+        rows = [
+            {
+                "rollout": rollout,
+                "label": rollout_label(rollout),
+                "url": reverse("admin:rollout_rollout_change", args=[rollout.pk]),
+                "applies": rollout.state in action.states,
+            }
+            for rollout in rollouts
+        ]
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"{action.title}: are you sure?",
+            "subtitle": None,
+            "opts": opts,
+            "media": self.media,
+            "action": action,
+            "rows": rows,
+            "refused": [row for row in rows if not row["applies"]],
+            "bulk": bulk,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            # Back to the list as it was filtered, or to the rollout's page.
+            "cancel_url": request.get_full_path() if bulk else rows[0]["url"],
+        }
+        return TemplateResponse(request, "admin/rollout/rollout/action_confirmation.html", context)
+
+    def action_view(self, request: HttpRequest, object_id: str, slug: str) -> HttpResponse:
+        """GET: the confirmation page; POST: the service call, then back to the detail page."""
+        action = ACTIONS[slug]
+        if not self.has_operate_permission(request):
+            raise PermissionDenied
+        rollout = self.get_object(request, unquote(object_id))
+        if rollout is None:
+            raise Http404("No such rollout.")
+        if request.method != "POST":
+            return self.confirmation(request, action, [rollout], bulk=False)
+        if self.perform(request, rollout, action, self.acting_tenant(request)):
+            self.message_user(request, f"{action.done} {rollout_label(rollout)}.", messages.SUCCESS)
+        return HttpResponseRedirect(reverse("admin:rollout_rollout_change", args=[rollout.pk]))
+
+    def run_bulk(self, request: HttpRequest, queryset: QuerySet[Rollout], slug: str) -> TemplateResponse | None:
+        action = ACTIONS[slug]
+        rollouts = list(queryset.select_related("release", "tenant").order_by("-created_at"))
+        if request.POST.get("post") != "yes":
+            return self.confirmation(request, action, rollouts, bulk=True)
+        tenant = self.acting_tenant(request)
+        done = sum(self.perform(request, rollout, action, tenant) for rollout in rollouts)
+        if done:
+            self.message_user(request, f"{action.done} {done} rollout(s).", messages.SUCCESS)
+        return None
+
+    @admin.action(description="Pause the selected rollouts", permissions=["operate"])
+    def pause_selected(self, request: HttpRequest, queryset: QuerySet[Rollout]):
+        return self.run_bulk(request, queryset, "pause")
+
+    @admin.action(description="Resume the selected rollouts", permissions=["operate"])
+    def resume_selected(self, request: HttpRequest, queryset: QuerySet[Rollout]):
+        return self.run_bulk(request, queryset, "resume")
+
+    @admin.action(description="Abort the selected rollouts", permissions=["operate"])
+    def abort_selected(self, request: HttpRequest, queryset: QuerySet[Rollout]):
+        return self.run_bulk(request, queryset, "abort")
+
+    @admin.action(description="Abort the selected rollouts and roll back nodes in flight", permissions=["operate"])
+    def abort_rollback_selected(self, request: HttpRequest, queryset: QuerySet[Rollout]):
+        return self.run_bulk(request, queryset, "abort-rollback")
+
+    # creating: form -> preview (rollout_plan, writes nothing) -> confirm (rollout_create)
+    def add_view(self, request: HttpRequest, form_url: str = "", extra_context=None) -> HttpResponse:
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        form = RolloutCreateForm(request.POST or None, tenant=self.acting_tenant(request))
+        plan = None
+        if request.method == "POST" and "_edit" not in request.POST and form.is_valid():
+            try:
+                tenant, spec = form.chosen_tenant(), form.spec()
+                if tenant is None:  # the form requires a tenant from a superuser; others act in theirs
+                    raise PermissionDenied
+                if "_confirm" in request.POST:
+                    rollout = rollout_create(
+                        tenant=tenant, spec=spec, created_by=staff_user(request), actor=Actor.admin(request.user)
+                    )
+                    self.message_user(request, f"Created {rollout_label(rollout)}.", messages.SUCCESS)
+                    return HttpResponseRedirect(reverse("admin:rollout_rollout_change", args=[rollout.pk]))
+                plan = rollout_plan(tenant=tenant, spec=spec)
+            except DomainError as exc:
+                form.add_error(None, format_html("<code>{}</code>: {}", exc.code, exc.detail))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "media": self.media + form.media,
+            "form": form,
+            "has_view_permission": self.has_view_permission(request),
+        }
+        if plan is not None:
+            context.update(self.preview_context(form, plan))
+            return TemplateResponse(request, "admin/rollout/rollout/preview.html", context)
+        context["title"] = "Plan a rollout"
+        return TemplateResponse(request, "admin/rollout/rollout/create.html", context)
+
+    def preview_context(self, form: RolloutCreateForm, plan: RolloutPlan) -> dict[str, Any]:
+        pools = list(Pool.objects.filter(id__in=plan.pool_ids).order_by("name"))
+        ids = [str(pool.id) for pool in pools]
+        return {
+            "title": f"Preview: roll out {plan.version}",
+            "plan": plan,
+            "tenant": form.chosen_tenant(),
+            "plan_pools": pools,
+            "plan_waves": [
+                {
+                    "ordinal": wave.index + 1,
+                    "percent": wave.percent,
+                    "total": wave.total,
+                    "per_pool": [wave.pools.get(pool_id, 0) for pool_id in ids],
+                }
+                for wave in plan.waves
+            ],
+            "plan_budgets": [
+                {
+                    "pool": pool,
+                    "nodes": sum(wave.pools.get(str(pool.id), 0) for wave in plan.waves),
+                    "budget": plan.budgets[str(pool.id)],
+                }
+                for pool in pools
+            ],
+            "estimate": duration_text(plan.estimated_seconds),
+        }
