@@ -1,0 +1,84 @@
+"""Fault 2: the broker (a private redis-server, no persistence) is killed during a rollout and restarted
+seconds later, empty. Operators and agents keep being answered; the rollout resumes on its own."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.faults.conftest import (
+    Monitor,
+    agents_fleet,
+    assert_rollout_proof,
+    errors_seen,
+    hold,
+    pool_id,
+    report,
+    server_errors,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_broker_outage_answers_create_resume_and_heartbeats_and_the_rollouts_complete(fault_stack):
+    stack = fault_stack
+    pools = {"broker-a": (10, 0.5), "broker-b": (10, 0.5)}
+    fleet = agents_fleet(stack, pools, seed=12)
+    options = {"waves": [10, 100], "soakSeconds": 1, "upgradeTimeoutSeconds": 60, "maxFailureRatio": 0.1}
+    with Monitor(stack.db_url, pools=pools) as monitor, fleet.start_thread(timeout=240) as running:
+        assert running.wait_for(lambda f: f.online_count() == 20, timeout=30)
+        first = stack.create(version="1.0.0", poolIds=[pool_id(stack, "broker-a")], **options)
+        monitor.wait(
+            lambda poll: poll.counts.get(first, {}).get("succeeded", 0) >= 2,
+            timeout=90,
+            what="the first rollout's last wave to be under way",
+        )
+
+        stack.redis.kill()
+        down_at = time.monotonic()
+        beats = running.fleet.stats.heartbeats
+        started = monitor.last.started
+        # Operators are answered: the rows are written, publishing after the commit is best-effort.
+        t = time.monotonic()
+        second = stack.create(version="1.0.0", poolIds=[pool_id(stack, "broker-b")], **options)
+        create_s = time.monotonic() - t
+        paused = stack.client.post(f"/api/compute/rollouts/{first}/pause/")
+        assert paused.status_code == 200, paused.text
+        t = time.monotonic()
+        resumed = stack.client.post(f"/api/compute/rollouts/{first}/resume/")
+        resume_s = time.monotonic() - t
+        assert resumed.status_code == 200, resumed.text
+        assert resumed.json()["state"] == "active"
+        # Agents are answered: 20 agents at 0.5 s keep heartbeating through the outage.
+        hold(3, observed=lambda: running.fleet.stats.heartbeats >= beats + 100, what="heartbeats during the outage")
+        started_while_down = monitor.last.started - started
+        heartbeats_while_down = running.fleet.stats.heartbeats - beats
+
+        stack.redis.start()  # same port, empty: every queued message is gone
+        up_at = time.monotonic()
+        progressed = monitor.wait(
+            lambda poll: poll.started > started + started_while_down,
+            timeout=90,
+            what="a node start after the broker came back",
+        )
+        monitor.wait(
+            lambda poll: {poll.rollouts[first], poll.rollouts[second]} == {"completed"},
+            timeout=120,
+            what="both rollouts to complete",
+        )
+        report(
+            "broker outage",
+            outage_s=up_at - down_at,
+            create_s=create_s,
+            resume_s=resume_s,
+            heartbeats_while_down=heartbeats_while_down,
+            starts_while_down=started_while_down,
+            next_start_after_restart_s=progressed - up_at,
+            completed_after_restart_s=time.monotonic() - up_at,
+            agent_errors=dict(errors_seen(running)),
+        )
+        # Nobody restarted anything: web, worker and beat reconnected on their own.
+        assert all(stack.processes[name].poll() is None for name in ("web", "worker", "beat"))
+        assert_rollout_proof(stack, monitor, running, [first, second])
+        assert server_errors(errors_seen(running)) == {}

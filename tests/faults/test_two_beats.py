@@ -1,0 +1,52 @@
+"""Fault 4: two beats at once (a second `celery beat` started by mistake) send every periodic tick twice."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.faults.conftest import (
+    Monitor,
+    agents_fleet,
+    assert_rollout_proof,
+    errors_seen,
+    pool_id,
+    report,
+    server_errors,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def test_two_beats_double_the_ticks_and_no_node_starts_twice_nor_beyond_the_budget(fault_stack):
+    stack = fault_stack
+    log = stack.logs / "worker.log"
+    stack.start_beat("beat-2")
+    pools = {"beats-a": (10, 0.5), "beats-b": (10, 0.5)}
+    fleet = agents_fleet(stack, pools, seed=14)
+    with Monitor(stack.db_url, pools=pools) as monitor, fleet.start_thread(timeout=240) as running:
+        assert running.wait_for(lambda f: f.online_count() == 20, timeout=30)
+        began, offset = time.monotonic(), log.stat().st_size
+        rollout = stack.create(
+            version="1.0.0",
+            poolIds=[pool_id(stack, name) for name in pools],
+            waves=[10, 100],
+            soakSeconds=1,
+            upgradeTimeoutSeconds=60,
+            maxFailureRatio=0.1,
+        )
+        monitor.wait(lambda poll: poll.rollouts.get(rollout) == "completed", timeout=120, what="the rollout")
+        elapsed = time.monotonic() - began
+        ticks = log.read_bytes()[offset:].count(b"Task rollout/all[")
+        report(
+            "two beats",
+            rollout_total_s=elapsed,
+            periodic_ticks_received=ticks,
+            ticks_per_s=ticks / elapsed,
+            peaks=monitor.peak,
+        )
+        # Both beats were sending (one beat sends one per second): the duplicate ticks really ran.
+        assert ticks > 1.3 * elapsed, (ticks, elapsed)
+        assert_rollout_proof(stack, monitor, running, [rollout])
+        assert server_errors(errors_seen(running)) == {}
