@@ -19,6 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.errors import InvalidInput, NotFound
+from core.pagination import PaginatedViewMixin
 from rollout.api.filters import NodeUpgradeFilter, RolloutFilter
 from rollout.api.schema import (
     DRY_RUN,
@@ -64,15 +65,17 @@ def _envelope_bytes(request: Request) -> bytes:
         raise too_big from exc
 
 
-class ReleaseViewSet(viewsets.ViewSet):
+class ReleaseViewSet(PaginatedViewMixin, viewsets.ViewSet):
     """Signed bcd releases. Installation-wide: the signatures are their authority."""
 
     # The body is the DSSE envelope, read raw: the signed bytes must not be re-serialised.
     parser_classes: list = []
 
-    @extend_schema(responses={200: ReleaseSerializer(many=True), **error_responses("ReleaseList")})
+    @extend_schema(
+        responses={200: ReleaseSerializer(many=True), **error_responses("ReleaseList", bad_request=["invalid_input"])}
+    )
     def list(self, request: Request) -> Response:
-        return Response(ReleaseSerializer(release_list(), many=True).data)
+        return self.paginated_response(release_list(), lambda page: ReleaseSerializer(page, many=True).data)
 
     @extend_schema(
         request={"application/json": DsseEnvelopeSerializer},
@@ -165,8 +168,9 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         responses={200: RolloutSerializer(many=True), **error_responses("RolloutList", bad_request=["invalid_input"])}
     )
     def list(self, request: Request) -> Response:
-        rollouts = list(self.filter_queryset(self.get_queryset()))
-        return Response(self._represent(rollouts))
+        # Waves are built for the page's rollouts only: a constant number of queries per page.
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        return self.get_paginated_response(self._represent(page))
 
     @extend_schema(
         parameters=[ROLLOUT_ID],
@@ -224,17 +228,22 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         )
         if not upgrades.is_valid():
             raise ValidationError(upgrades.errors)
-        return Response(NodeUpgradeSerializer(upgrades.qs, many=True).data)
+        page = self.paginate_queryset(upgrades.qs)
+        return self.get_paginated_response(NodeUpgradeSerializer(page, many=True).data)
 
     @extend_schema(
         filters=False,
         parameters=[ROLLOUT_ID],
-        responses={200: RolloutEventSerializer(many=True), **error_responses("RolloutEvents", not_found=["not_found"])},
+        responses={
+            200: RolloutEventSerializer(many=True),
+            **error_responses("RolloutEvents", bad_request=["invalid_input"], not_found=["not_found"]),
+        },
     )
     @action(detail=True, methods=["get"])
     def events(self, request: Request, pk: str | None = None) -> Response:
         rollout = self.get_object()
-        return Response(RolloutEventSerializer(rollout.events.order_by("at", "id"), many=True).data)
+        page = self.paginate_queryset(rollout.events.order_by("at", "id"))
+        return self.get_paginated_response(RolloutEventSerializer(page, many=True).data)
 
     @extend_schema(request=None, parameters=[ROLLOUT_ID], responses=ROLLOUT_ACTION_RESPONSES)
     @action(detail=True, methods=["post"])
