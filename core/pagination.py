@@ -172,8 +172,8 @@ class CursorPagination(BasePagination):
         page, more = rows[:limit], len(rows) > limit
         self.next_url = None
         if more:
-            url = request.build_absolute_uri()
-            self.next_url = replace_query_param(url, self.cursor_query_param, self.encode_cursor(request, fields, page[-1]))
+            cursor = self.encode_cursor(request, fields, page[-1])
+            self.next_url = replace_query_param(request.build_absolute_uri(), self.cursor_query_param, cursor)
         return page
 
     def get_paginated_response(self, data: Any) -> Response:

@@ -109,9 +109,7 @@ class NodeViewSet(TenantViewSet):
         if pool_id is not None:
             nodes = nodes.filter(pool_id=pool_id)
         now = timezone.now()
-        return self.paginated_response(
-            nodes, lambda page: s.NodeSerializer(page, many=True, context={"now": now}).data
-        )
+        return self.paginated_response(nodes, lambda page: s.NodeSerializer(page, many=True, context={"now": now}).data)
 
     @extend_schema(responses={200: s.NodeSerializer, **error_responses("NodeRetrieve", not_found=["not_found"])})
     def retrieve(self, request: Request, pk: str) -> Response:
