@@ -161,7 +161,8 @@ class CursorPagination(BasePagination):
         return bound & condition
 
     # --- DRF's pagination interface --------------------------------------------------------
-    def paginate_queryset(self, queryset: QuerySet, request: Request, view: Any = None) -> list:
+    # Only a queryset can be keyset-paginated (DRF's signature also allows a plain sequence).
+    def paginate_queryset(self, queryset: QuerySet, request: Request, view: Any = None) -> list:  # type: ignore[override]
         limit = self.get_limit(request)
         fields = self.ordering(queryset)
         start = self.decode_cursor(request, fields)
