@@ -1,5 +1,6 @@
 # make demo: the whole system on an embedded default (SQLite, filesystem broker).
 # make test: the whole suite against PostgreSQL and Redis (started if stopped).
+# make lint: ruff (check and format), mypy and import-linter; any finding fails.
 # make lock: regenerate requirements.lock / requirements-dev.lock (hashed) from requirements*.txt.
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -38,9 +39,12 @@ test: $(VENV)/.installed
 	bash scripts/services.sh
 	DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) $(PY) -m pytest $(ARGS)
 
+# Style, types (mypy: pyproject.toml [tool.mypy]) and the import contracts (a forbidden import fails).
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 format: $(VENV)/.installed
 	$(VENV)/bin/ruff check --fix .

@@ -7,8 +7,13 @@ so that the system checks (rollout/checks.py) can report it with a clear message
 from __future__ import annotations
 
 import os
+from typing import overload
 
 
+@overload
+def env_str(name: str, default: str) -> str: ...
+@overload
+def env_str(name: str, default: None = None) -> str | None: ...
 def env_str(name: str, default: str | None = None) -> str | None:
     value = os.environ.get(name)
     if value is None or value.strip() == "":

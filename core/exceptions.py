@@ -56,7 +56,8 @@ def _error_response(exc: Exception, context: dict[str, Any]) -> Response | None:
         response.data = {"code": code, "detail": str(exc.detail)}
         return response
     if isinstance(exc, exceptions.APIException):
-        code = exc.get_codes() if isinstance(exc.get_codes(), str) else exc.default_code
+        codes = exc.get_codes()
+        code = codes if isinstance(codes, str) else exc.default_code
         if isinstance(exc, exceptions.PermissionDenied):
             code = "permission_denied"
         elif isinstance(exc, exceptions.ParseError):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
+from uuid import UUID
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
@@ -14,7 +16,7 @@ PG_INT_MAX = 2**31 - 1
 class StrictIntegerField(serializers.IntegerField):
     default_error_messages = {"invalid": "A JSON integer is required."}
 
-    def to_internal_value(self, data):
+    def to_internal_value(self, data: object) -> int:
         if isinstance(data, bool) or not isinstance(data, int):
             self.fail("invalid")
         return super().to_internal_value(data)
@@ -23,7 +25,7 @@ class StrictIntegerField(serializers.IntegerField):
 class StrictBooleanField(serializers.BooleanField):
     default_error_messages = {"invalid": "A JSON boolean (true or false) is required."}
 
-    def to_internal_value(self, data):
+    def to_internal_value(self, data: object) -> bool:
         if not isinstance(data, bool):
             self.fail("invalid")
         return data
@@ -32,7 +34,7 @@ class StrictBooleanField(serializers.BooleanField):
 class StrictCharField(serializers.CharField):
     default_error_messages = {"invalid": "A JSON string is required."}
 
-    def to_internal_value(self, data):
+    def to_internal_value(self, data: object) -> str:
         if not isinstance(data, str):
             self.fail("invalid")
         return super().to_internal_value(data)
@@ -41,7 +43,7 @@ class StrictCharField(serializers.CharField):
 class StrictRegexField(serializers.RegexField):
     default_error_messages = {"invalid": "A JSON string is required."}
 
-    def to_internal_value(self, data):
+    def to_internal_value(self, data: object) -> str:
         if not isinstance(data, str):
             self.fail("invalid")
         return super().to_internal_value(data)
@@ -50,24 +52,24 @@ class StrictRegexField(serializers.RegexField):
 class StrictUUIDField(serializers.UUIDField):
     default_error_messages = {"invalid": "A UUID string is required."}
 
-    def to_internal_value(self, data):
+    def to_internal_value(self, data: object) -> UUID:
         if not isinstance(data, str):
             self.fail("invalid")
         return super().to_internal_value(data)
 
 
 @extend_schema_field(OpenApiTypes.NUMBER)
-class StrictNumberField(serializers.Field):
+class StrictNumberField(serializers.Field[int | float, object, int | float, Any]):
     """A JSON number (integer or float), passed through as is: no "5" and no true."""
 
     default_error_messages = {"invalid": "A JSON number is required."}
 
-    def to_internal_value(self, data):
+    def to_internal_value(self, data: object) -> int | float:
         if isinstance(data, bool) or not isinstance(data, int | float):
             self.fail("invalid")
         return data
 
-    def to_representation(self, value):
+    def to_representation(self, value: int | float) -> int | float:
         return value
 
 
@@ -78,26 +80,27 @@ class FractionField(serializers.DecimalField):
 
     default_error_messages = {"invalid": "A JSON number is required."}
 
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("max_digits", 6)
         kwargs.setdefault("decimal_places", 5)
         kwargs.setdefault("min_value", Decimal(0))
         kwargs.setdefault("max_value", Decimal(1))
         super().__init__(**kwargs)
 
-    def to_internal_value(self, data):
+    def to_internal_value(self, data: object) -> Decimal:
         if isinstance(data, bool) or not isinstance(data, int | float):
             self.fail("invalid")
         return super().to_internal_value(data)
 
-    def to_representation(self, value):
+    # A JSON number where DRF's DecimalField renders a string: the override widens the declared type.
+    def to_representation(self, value: Decimal) -> float:  # type: ignore[override]
         return float(value)
 
 
-class StrictSerializer(serializers.Serializer):
+class StrictSerializer(serializers.Serializer[Any]):
     """Refuses fields it does not know (a typo such as ``disruptionbudget`` is an error, not a default)."""
 
-    def to_internal_value(self, data):
+    def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, dict):
             unknown = sorted(set(data) - {name for name, field in self.fields.items() if not field.read_only})
             if unknown:

@@ -101,7 +101,9 @@ def loads_strict(raw: bytes) -> Any:
 class StrictJSONParser(parsers.BaseParser):
     media_type = "application/json"
 
-    def parse(self, stream: Readable, media_type: str | None = None, parser_context: Mapping | None = None) -> dict:
+    def parse(
+        self, stream: Readable, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
         raw = read_capped(stream, MAX_BODY_BYTES)  # the middleware refuses first; this bounds any other path
         if len(raw) > MAX_BODY_BYTES:
             raise TooLarge()

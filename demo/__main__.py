@@ -266,8 +266,8 @@ def summary(rollout_ids: list[str]) -> None:
     for rollout_id in rollout_ids:
         rollout = Rollout.objects.select_related("release").get(pk=rollout_id)
         counts = {s: NodeUpgrade.objects.filter(rollout=rollout, state=s).count() for s in NodeUpgrade.State.values}
-        took = ((rollout.completed_at or rollout.aborted_at) - rollout.created_at).total_seconds() if (
-            rollout.completed_at or rollout.aborted_at) else 0  # fmt: skip
+        ended = rollout.completed_at or rollout.aborted_at
+        took = (ended - rollout.created_at).total_seconds() if ended else 0
         print(
             f"  {rollout.id}  {rollout.release.version:<8} {rollout.state:<10} {counts['succeeded']:>9} "
             f"{counts['failed']:>6} {counts['skipped']:>7} {counts['rolled_back']:>11} {counts['cancelled']:>9}"

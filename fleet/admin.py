@@ -8,6 +8,8 @@ workflows); secrets (API key and agent token hashes) are never shown.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
@@ -64,8 +66,7 @@ class ApiKeyAdmin(ReadOnlyMixin, TenantScopedAdmin):
     list_filter = [("revoked_at", admin.EmptyFieldListFilter), "tenant"]
     list_select_related = ["user", "tenant"]
     search_fields = ["prefix", "user__username", "tenant__slug"]
-    fields = ["prefix", "user", "tenant", "created_at", "revoked_at"]
-    readonly_fields = fields
+    fields = readonly_fields = ("prefix", "user", "tenant", "created_at", "revoked_at")
     actions = ["revoke"]
 
     @admin.action(description="Revoke the selected API keys", permissions=["delete"])
@@ -117,8 +118,7 @@ class PoolAdmin(TenantScopedAdmin):
 
 class NodeSessionInline(admin.StackedInline):
     model = NodeSession
-    fields = ["daemon_version", "protocol_version", "joined_at", "last_seen_at", "left_at"]
-    readonly_fields = fields
+    fields = readonly_fields = ("daemon_version", "protocol_version", "joined_at", "last_seen_at", "left_at")
     can_delete = False
     extra = 0
 
@@ -131,8 +131,9 @@ class NodeAddForm(forms.ModelForm):
         model = Node
         fields = ["tenant", "pool", "name", "arch"]
 
-    def clean(self) -> dict:
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data  # what ModelForm.clean returns
         tenant, pool = data.get("tenant"), data.get("pool")
         if tenant is not None and pool is not None and pool.tenant_id != tenant.id:
             self.add_error("pool", "This pool belongs to another tenant.")

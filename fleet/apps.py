@@ -8,6 +8,7 @@ class FleetConfig(AppConfig):
 
     def ready(self) -> None:
         from core.metrics import register_collector
-        from fleet.metrics import PoolCollector
+        from fleet.metrics import PoolCollector, PulseCollector
 
         register_collector(PoolCollector())
+        register_collector(PulseCollector())

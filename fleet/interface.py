@@ -16,6 +16,8 @@ from fleet.plugins import (
 )
 from fleet.services.budget import PoolBudget, pool_budget, pool_budgets
 from fleet.services.commands import commands_enqueue
+from fleet.services.iam import Principal
+from fleet.services.liveness import offline_verdicts_trusted
 from fleet.services.nodes import nodes_set_daemon, online_node_q
 from fleet.services.pools import pools_set_default_daemon_version, tenant_slugs
 
@@ -25,12 +27,14 @@ __all__ = [
     "NodeSession",
     "Pool",
     "PoolBudget",
+    "Principal",
     "ReadOnlyMixin",
     "Tenant",
     "TenantScopedAdmin",
     "commands_enqueue",
     "node_session_reported",
     "nodes_set_daemon",
+    "offline_verdicts_trusted",
     "online_node_q",
     "pool_budget",
     "pool_budgets",

@@ -25,7 +25,8 @@ class PoolCollector:
         )
         disrupted = GaugeMetricFamily(
             "fleet_pool_disrupted",
-            "Nodes of the pool disrupted now (an active workflow or an upgrade in flight).",
+            "Nodes of the pool disrupted now (an active workflow, an upgrade in flight, or a failed upgrade whose"
+            " node has not been online since).",
             labels=labels,
         )
         nodes = GaugeMetricFamily("fleet_pool_nodes", "Nodes in the pool.", labels=labels)
@@ -42,3 +43,34 @@ class PoolCollector:
         yield allowed
         yield disrupted
         yield nodes
+
+
+class PulseCollector:
+    """How long ago the server last heard its fleet, and for how long it has heard it without a gap (1 query).
+
+    ``fleet_heard_seconds_ago`` growing past a few heartbeat intervals while
+    agents run means the web tier is not reaching the database: the controller
+    cannot tell that silence from every agent being down (fleet/services/liveness.py).
+    """
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        from django.utils import timezone
+
+        from fleet.models import FleetPulse
+
+        pulse = FleetPulse.objects.filter(pk=1).values_list("last_heard_at", "listening_since").first()
+        if pulse is None:
+            return
+        now = timezone.now()
+        heard = GaugeMetricFamily("fleet_heard_seconds_ago", "Seconds since the last agent heartbeat was heard.")
+        heard.add_metric([], (now - pulse[0]).total_seconds())
+        yield heard
+        listening = GaugeMetricFamily(
+            "fleet_listening_seconds",
+            "Seconds the fleet has been heard without a gap (liveness verdicts need 3 intervals).",
+        )
+        listening.add_metric([], (now - pulse[1]).total_seconds())
+        yield listening

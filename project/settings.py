@@ -183,7 +183,7 @@ ROLLOUT = {
 
 # --- Logging: one JSON object per line ---------------------------------------------
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
-_shared_processors = [
+_shared_processors: list[structlog.typing.Processor] = [
     structlog.contextvars.merge_contextvars,
     structlog.stdlib.add_log_level,
     structlog.stdlib.add_logger_name,

@@ -19,7 +19,7 @@ Two rules hold for every message published here:
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 import structlog
 from celery import current_app
@@ -33,6 +33,14 @@ TICK_TASK = "rollout/tick"
 TICK_ALL_TASK = "rollout/all"
 TIMEOUTS_DUE_TASK = "rollout/timeouts-due"
 NODE_UPGRADE_TIMEOUT_TASK = "rollout/node-upgrade-timeout"
+
+
+class _Timing(TypedDict, total=False):
+    """When a message is due; a key left out is Celery's default (now)."""
+
+    eta: datetime
+    countdown: float
+
 
 #: Never schedule closer than this to the visibility timeout (a worker may take the message late).
 VISIBILITY_MARGIN = timedelta(minutes=5)
@@ -50,8 +58,13 @@ def publish(name: str, *, args: list[Any], eta: datetime | None = None, countdow
     if eta is not None and eta - timezone.now() > max_delay():
         log.debug("task.not_scheduled", task=name, eta=eta.isoformat(), why="beyond the visibility timeout")
         return False
+    timing: _Timing = {}
+    if eta is not None:
+        timing["eta"] = eta
+    if countdown is not None:
+        timing["countdown"] = countdown
     try:
-        current_app.tasks[name].apply_async(args=args, eta=eta, countdown=countdown)
+        current_app.tasks[name].apply_async(args=tuple(args), **timing)
     except Exception as exc:  # any broker failure: the periodic tick makes up for the message
         log.warning("task.publish_failed", task=name, error=f"{type(exc).__name__}: {exc}"[:300])
         return False

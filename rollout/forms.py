@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.db.models import Count
@@ -96,7 +96,7 @@ class RolloutCreateForm(forms.Form):
         pools = (
             Pool.objects.select_related("tenant").annotate(node_count=Count("nodes")).order_by("tenant__slug", "name")
         )
-        pool_field = self.fields["pools"]
+        pool_field = cast(PoolChoiceField, self.fields["pools"])  # the declared field, copied per form
         if tenant is None:
             self.fields["tenant"].required = True
             pool_field.show_tenant = True
@@ -109,12 +109,13 @@ class RolloutCreateForm(forms.Form):
         return parse_waves(self.cleaned_data["waves"])
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data  # what Form.clean returns
         tenant = self.chosen_tenant(data)
         strangers = [
             pool.name for pool in data.get("pools") or [] if tenant is not None and pool.tenant_id != tenant.id
         ]
-        if strangers:
+        if strangers and tenant is not None:
             self.add_error("pools", f"Not pools of {tenant.slug}: {', '.join(strangers)}.")
         return data
 

@@ -52,13 +52,13 @@ class RolloutCollector:
             "rollout_active_rollouts", "Rollouts that are active or paused.", labels=["tenant", "state"]
         )
         counts = defaultdict(int)
-        rows = (
+        rollout_rows = (
             Rollout.objects.filter(state__in=Rollout.ACTIVE_STATES)
             .values_list("tenant__slug", "state")
             .annotate(n=Count("id"))
             .order_by()
         )
-        for slug, state, n in rows:
+        for slug, state, n in rollout_rows:
             counts[slug, state] = n
         for slug in tenants:
             for state in Rollout.ACTIVE_STATES:

@@ -178,6 +178,7 @@ class NodeUpgrade(models.Model):
         ABORTED = "aborted", "the rollout was aborted"
         ROLLED_BACK = "rolled_back", "returned to its previous release"
         PREVIOUS_NOT_REGISTERED = "previous_not_registered", "no registered previous release to roll back to"
+        SUPERSEDED = "superseded", "a newer rollout took the node after this one was aborted"
 
     id = models.BigAutoField(primary_key=True)
     rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="node_upgrades")
@@ -215,6 +216,8 @@ class NodeUpgrade(models.Model):
         indexes = [
             models.Index(fields=["rollout", "wave", "state", "position"], name="nu_wave_state_idx"),
             models.Index(fields=["pool"], condition=Q(state="in_flight"), name="nu_in_flight_pool_idx"),
+            # Failed upgrades still count against the budget until their node is back (CONTRACT 5).
+            models.Index(fields=["pool"], condition=Q(state="failed"), name="nu_failed_pool_idx"),
             models.Index(fields=["deadline"], condition=Q(state="in_flight"), name="nu_in_flight_deadline_idx"),
         ]
 

@@ -7,6 +7,8 @@ moved and does nothing.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import structlog
 from celery import shared_task
 from django.db import OperationalError
@@ -18,7 +20,17 @@ from rollout.services import controller
 
 log = structlog.get_logger("rollout")
 
-RETRY = {
+
+class _RetryOptions(TypedDict):
+    acks_late: bool
+    autoretry_for: tuple[type[BaseException], ...]
+    retry_backoff: int
+    retry_backoff_max: int
+    retry_jitter: bool
+    max_retries: int
+
+
+RETRY: _RetryOptions = {
     "acks_late": True,
     "autoretry_for": (OperationalError,),
     "retry_backoff": 2,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import json
 import logging
 import os
@@ -101,7 +102,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--leave-on-exit", action="store_true", help="agents leave their sessions when stopping")
 
 
-async def run_cli(options: argparse.Namespace, out: IO[str] | None = None) -> int:
+async def run_cli(options: argparse.Namespace, out: IO[str] | io.TextIOBase | None = None) -> int:
     """Enroll (optionally) and run the agents as the command line asks; returns the exit status."""
     out = out or sys.stdout
 

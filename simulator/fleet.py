@@ -241,12 +241,16 @@ class Fleet:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
-        if running is loop:
+
+        def finish() -> None:
             if not stop.done():
                 stop.set_result(None)
+
+        if running is loop:
+            finish()
         else:
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(lambda: stop.done() or stop.set_result(None))
+                loop.call_soon_threadsafe(finish)
 
     def _make_client(self) -> httpx.AsyncClient:
         limits = httpx.Limits(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import cast
 from uuid import UUID
 
 from django.utils import timezone
@@ -17,8 +18,9 @@ from core.pagination import PaginatedViewMixin
 from fleet.api import serializers as s
 from fleet.api.agent_auth import AgentTokenAuthentication, IsAgent
 from fleet.api.schema import error_responses
-from fleet.models import Node, Pool, Workflow
+from fleet.models import Node, Pool, Tenant, Workflow
 from fleet.services.commands import command_ack
+from fleet.services.iam import Principal
 from fleet.services.nodes import node_create
 from fleet.services.pools import pool_create
 from fleet.services.sessions import agent_session_leave, agent_session_report
@@ -57,8 +59,9 @@ class TenantViewSet(PaginatedViewMixin, viewsets.ViewSet):
     lookup_value_regex = ANY_SEGMENT
 
     @property
-    def tenant(self):
-        return self.request.auth.tenant
+    def tenant(self) -> Tenant:
+        # The default ApiKeyAuthentication sets ``request.auth`` to the caller's Principal.
+        return cast(Principal, self.request.auth).tenant
 
 
 class PoolViewSet(TenantViewSet):
@@ -210,6 +213,11 @@ class AgentView(APIView):
     permission_classes = [IsAgent]
 
 
+def _agent_node(request: Request) -> Node:
+    # IsAgent admits only a request whose ``request.auth`` is the agent token's Node.
+    return cast(Node, request.auth)
+
+
 class AgentSessionView(AgentView):
     @extend_schema(
         request=s.AgentSessionInSerializer,
@@ -221,7 +229,7 @@ class AgentSessionView(AgentView):
     def post(self, request: Request) -> Response:
         data = _valid(s.AgentSessionInSerializer, request)
         report = agent_session_report(
-            node=request.auth, daemon_version=data["daemonVersion"], protocol_version=data["protocolVersion"]
+            node=_agent_node(request), daemon_version=data["daemonVersion"], protocol_version=data["protocolVersion"]
         )
         return Response(
             {"spec": report.spec, "commands": report.commands, "heartbeatSeconds": report.heartbeat_seconds}
@@ -229,7 +237,7 @@ class AgentSessionView(AgentView):
 
     @extend_schema(request=None, responses={204: None, **error_responses("AgentLeave", auth="agent")})
     def delete(self, request: Request) -> Response:
-        agent_session_leave(node=request.auth)
+        agent_session_leave(node=_agent_node(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -247,6 +255,6 @@ class AgentCommandAckView(AgentView):
         command_uuid = _path_id(command_id, "command")
         data = _valid(s.CommandAckInSerializer, request)
         command = command_ack(
-            node_id=request.auth.id, command_id=command_uuid, ok=data["ok"], error=data.get("error", "")
+            node_id=_agent_node(request).id, command_id=command_uuid, ok=data["ok"], error=data.get("error", "")
         )
         return Response(s.CommandSerializer(command).data)

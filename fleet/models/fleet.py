@@ -159,3 +159,24 @@ class Command(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} for {self.node} ({self.state})"
+
+
+class FleetPulse(models.Model):
+    """Whether the server has been hearing its fleet (one row): liveness is judged against it.
+
+    Agents heartbeat through the web tier into the database; while either is
+    down nothing is heard, and every node's ``last_seen_at`` ages although its
+    agent keeps running. ``listening_since`` is when the current unbroken run of
+    heard heartbeats began: a node can be called offline only once the server
+    has listened for a whole online window (fleet.services.liveness).
+    """
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    last_heard_at = models.DateTimeField()
+    listening_since = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=models.Q(id=1), name="fleet_pulse_singleton")]
+
+    def __str__(self) -> str:
+        return f"fleet heard since {self.listening_since:%Y-%m-%d %H:%M:%S}"

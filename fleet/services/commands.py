@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from django.db import transaction
@@ -26,12 +27,12 @@ SUPERSEDING_KINDS = frozenset({Command.Kind.DAEMON_UPGRADE})
 ERROR_MAX = 4000
 
 
-def command_enqueue(*, node_id: UUID, kind: str, payload: dict) -> Command:
+def command_enqueue(*, node_id: UUID, kind: str, payload: dict[str, Any]) -> Command:
     """One command for one node (supersedes the node's open command of the same superseding kind)."""
     return _enqueue([(node_id, payload)], kind)[0]
 
 
-def commands_enqueue(*, node_ids_payloads: Sequence[tuple[UUID, dict]], kind: str) -> int:
+def commands_enqueue(*, node_ids_payloads: Sequence[tuple[UUID, dict[str, Any]]], kind: str) -> int:
     """Commands of ``kind`` for many nodes: one bulk INSERT (plus, for a superseding kind such as
     daemon.upgrade, one UPDATE that cancels those nodes' older open commands). Returns how many were created.
     """
@@ -39,7 +40,7 @@ def commands_enqueue(*, node_ids_payloads: Sequence[tuple[UUID, dict]], kind: st
 
 
 @transaction.atomic
-def _enqueue(rows: list[tuple[UUID, dict]], kind: str) -> list[Command]:
+def _enqueue(rows: list[tuple[UUID, dict[str, Any]]], kind: str) -> list[Command]:
     if kind not in Command.Kind.values:
         raise InvalidInput(f"Unknown command kind {kind!r}.", code="invalid_kind")
     if not rows:
@@ -77,7 +78,7 @@ def commands_complete_upgrade(*, node_id: UUID, version: str, now: datetime) -> 
     ).update(state=Command.State.DONE, completed_at=now)
 
 
-def commands_pending(*, node_id: UUID) -> list[dict]:
+def commands_pending(*, node_id: UUID) -> list[dict[str, Any]]:
     """What a heartbeat delivers: the node's pending commands, oldest first (one query)."""
     return [
         {"id": str(row["id"]), "kind": row["kind"], "payload": row["payload"]}

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
 from core.errors import Conflict, InvalidInput
 from fleet.models import ApiKey, Grant, Membership, Permission, Tenant
 from fleet.tokens import new_token, token_hash
+
+if TYPE_CHECKING:
+    # django-stubs' placeholder for the AUTH_USER_MODEL (its mypy plugin resolves it).
+    from django.contrib.auth.models import _User
 
 FLEET_SCOPE = "fleet"
 
@@ -21,7 +25,7 @@ class Principal:
     """Who calls the API: a user acting in one tenant through one key."""
 
     tenant: Tenant
-    user: AbstractBaseUser
+    user: _User
     api_key: ApiKey
     is_fleet_admin: bool
 
@@ -36,7 +40,7 @@ def tenant_create(*, slug: str, name: str = "") -> Tenant:
 
 
 @transaction.atomic
-def user_in_tenant(*, tenant: Tenant, username: str) -> AbstractBaseUser:
+def user_in_tenant(*, tenant: Tenant, username: str) -> _User:
     """The user named ``username`` in ``tenant``, created when needed."""
     user, _ = get_user_model().objects.get_or_create(username=username)
     membership, _ = Membership.objects.get_or_create(user=user, defaults={"tenant": tenant})
@@ -45,7 +49,7 @@ def user_in_tenant(*, tenant: Tenant, username: str) -> AbstractBaseUser:
     return user
 
 
-def grant_add(*, tenant: Tenant, user: AbstractBaseUser, permission: str, scope: str = FLEET_SCOPE) -> Grant:
+def grant_add(*, tenant: Tenant, user: _User, permission: str, scope: str = FLEET_SCOPE) -> Grant:
     if permission not in Permission.values:
         raise InvalidInput(f"Unknown permission {permission!r}.", code="unknown_permission")
     grant, _ = Grant.objects.get_or_create(tenant=tenant, user=user, permission=permission, scope=scope)

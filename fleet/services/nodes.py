@@ -6,7 +6,7 @@ import json
 import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from django.conf import settings
@@ -17,6 +17,10 @@ from core.errors import Conflict, InvalidInput
 from fleet.models import Node, NodeSession, Pool, Tenant
 from fleet.plugins import resolve_daemon_section
 from fleet.tokens import new_token, token_hash
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.db.models.sql.compiler import SQLCompiler
 
 DEFAULT_HEARTBEAT_SECONDS = 10
 # A node is online while its agent has heartbeated within this many heartbeat periods.
@@ -112,11 +116,13 @@ class _SpecWithDaemon(Func):
 
     output_field = models.JSONField()
 
-    def __init__(self, daemon: dict | None) -> None:
+    def __init__(self, daemon: dict[str, Any] | None) -> None:
         super().__init__(F("spec"))
         self.daemon_json = json.dumps(daemon)
 
-    def as_postgresql(self, compiler, connection, **extra_context):
+    def as_postgresql(
+        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra_context: Any
+    ) -> tuple[str, tuple[Any, ...]]:
         spec, params = compiler.compile(self.source_expressions[0])
         sql = (
             f"jsonb_set(CASE WHEN jsonb_typeof({spec}) = 'object' THEN {spec} ELSE '{{}}'::jsonb END,"
@@ -124,16 +130,26 @@ class _SpecWithDaemon(Func):
         )
         return sql, (*params, *params, self.daemon_json)
 
-    def as_sqlite(self, compiler, connection, **extra_context):
+    def as_sqlite(
+        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra_context: Any
+    ) -> tuple[str, tuple[Any, ...]]:
         spec, params = compiler.compile(self.source_expressions[0])
         sql = f"json_set(CASE WHEN json_type({spec}) = 'object' THEN {spec} ELSE '{{}}' END, '$.daemon', json(%s))"
         return sql, (*params, *params, self.daemon_json)
 
-    def as_sql(self, compiler, connection, **extra_context):
+    def as_sql(
+        self,
+        compiler: SQLCompiler,
+        connection: BaseDatabaseWrapper,
+        function: str | None = None,
+        template: str | None = None,
+        arg_joiner: str | None = None,
+        **extra_context: Any,
+    ) -> tuple[str, tuple[Any, ...]]:
         raise NotSupportedError(f"nodes_set_daemon supports PostgreSQL and SQLite, not {connection.vendor}.")
 
 
-def nodes_set_daemon(*, node_ids: Sequence[UUID], daemon: dict | None) -> int:
+def nodes_set_daemon(*, node_ids: Sequence[UUID], daemon: dict[str, Any] | None) -> int:
     """Set ``spec["daemon"]`` of all these nodes in ONE UPDATE, keeping the other spec keys. Returns rows updated."""
     ids = list(node_ids)
     if not ids:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
+from uuid import UUID
 
 import structlog
 from django.db import IntegrityError, transaction
@@ -22,6 +24,7 @@ from django.utils import timezone
 from fleet.models import Node, NodeSession
 from fleet.plugins import node_session_reported
 from fleet.services.commands import commands_complete_upgrade, commands_pending
+from fleet.services.liveness import pulse_heard
 from fleet.services.nodes import heartbeat_seconds, node_session
 
 log = structlog.get_logger(__name__)
@@ -31,8 +34,8 @@ log = structlog.get_logger(__name__)
 class SessionReport:
     """What the agent gets back: its desired state and pending commands."""
 
-    spec: dict
-    commands: list[dict]
+    spec: dict[str, Any]
+    commands: list[dict[str, Any]]
     heartbeat_seconds: int
     joined: bool
 
@@ -53,6 +56,7 @@ def agent_session_report(
     ):
         _session_join(node_id=node.id, daemon_version=daemon_version, protocol_version=protocol_version, now=now)
         heartbeat = False
+    pulse_heard(now=now)
     return SessionReport(
         spec=node.spec,
         commands=commands_pending(node_id=node.id),
@@ -62,7 +66,7 @@ def agent_session_report(
 
 
 @transaction.atomic
-def _session_join(*, node_id, daemon_version: str, protocol_version: int, now: datetime) -> None:
+def _session_join(*, node_id: UUID, daemon_version: str, protocol_version: int, now: datetime) -> None:
     session = NodeSession.objects.select_for_update().filter(node_id=node_id).first()
     if session is None:
         try:
@@ -111,16 +115,22 @@ def _session_join(*, node_id, daemon_version: str, protocol_version: int, now: d
     )
 
 
-def _send_reported(**kwargs) -> None:
+def _send_reported(*, node_id: UUID, daemon_version: str, protocol_version: int, previous_version: str | None) -> None:
     # The session is committed whatever a receiver does: a failing receiver is logged, not the agent's problem
     # (the rollout controller's periodic tick settles what a lost notification would have).
-    for receiver, result in node_session_reported.send_robust(sender=NodeSession, **kwargs):
+    for receiver, result in node_session_reported.send_robust(
+        sender=NodeSession,
+        node_id=node_id,
+        daemon_version=daemon_version,
+        protocol_version=protocol_version,
+        previous_version=previous_version,
+    ):
         if isinstance(result, Exception):
             log.error(
                 "fleet.session.receiver_failed",
                 receiver=getattr(receiver, "__qualname__", repr(receiver)),
                 error=repr(result),
-                node_id=str(kwargs["node_id"]),
+                node_id=str(node_id),
             )
 
 

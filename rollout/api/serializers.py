@@ -6,6 +6,8 @@ checked once, in rollout/services/plan.py, for the API and the admin alike.
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -114,8 +116,11 @@ class RolloutSerializer(serializers.ModelSerializer):
         return sorted(str(pool.id) for pool in rollout.pools.all())
 
     @extend_schema_field(RolloutWaveSerializer(many=True))
-    def get_waves(self, rollout: Rollout) -> list[dict]:
-        return RolloutWaveSerializer(self.context["waves"].get(rollout.id, []), many=True).data
+    def get_waves(self, rollout: Rollout) -> list[dict[str, Any]]:
+        # many=True builds a ListSerializer, whose data is a list (the stubs type the call as one Serializer).
+        return cast(
+            list[dict[str, Any]], RolloutWaveSerializer(self.context["waves"].get(rollout.id, []), many=True).data
+        )
 
 
 class PlannedWaveSerializer(serializers.Serializer):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
 from uuid import UUID
 
 from django.core.exceptions import RequestDataTooBig
@@ -20,6 +21,7 @@ from rest_framework.response import Response
 
 from core.errors import InvalidInput, NotFound
 from core.pagination import PaginatedViewMixin
+from fleet.interface import Principal
 from rollout.api.filters import NodeUpgradeFilter, RolloutFilter
 from rollout.api.schema import (
     DRY_RUN,
@@ -48,6 +50,12 @@ from rollout.services.rollouts import (
     rollout_resume,
     rollouts_for,
 )
+
+
+def _principal(request: Request) -> Principal:
+    # Every view here runs behind ApiKeyAuthentication and FleetAdmin: ``request.auth`` is the caller's
+    # Principal and ``request.user`` its user.
+    return cast(Principal, request.auth)
 
 
 def _envelope_bytes(request: Request) -> bytes:
@@ -100,7 +108,7 @@ class ReleaseViewSet(PaginatedViewMixin, viewsets.ViewSet):
         },
     )
     def create(self, request: Request) -> Response:
-        registration = release_register(envelope=_envelope_bytes(request), registered_by=request.user)
+        registration = release_register(envelope=_envelope_bytes(request), registered_by=_principal(request).user)
         code = status.HTTP_201_CREATED if registration.created else status.HTTP_200_OK
         return Response(ReleaseSerializer(registration.release).data, status=code)
 
@@ -148,7 +156,7 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
     lookup_value_regex = "[0-9a-fA-F-]{32,36}"
 
     def get_queryset(self) -> QuerySet[Rollout]:
-        return rollouts_for(tenant=self.request.auth.tenant)
+        return rollouts_for(tenant=_principal(self.request).tenant)
 
     def get_object(self) -> Rollout:
         try:
@@ -160,9 +168,10 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
     def get_serializer_context(self) -> dict:
         return {**super().get_serializer_context(), "waves": {}}
 
-    def _represent(self, rollouts: list[Rollout]) -> list[dict]:
+    def _represent(self, rollouts: list[Rollout]) -> list[dict[str, Any]]:
         context = {**self.get_serializer_context(), "waves": rollout_waves(rollouts)}
-        return RolloutSerializer(rollouts, many=True, context=context).data
+        # many=True builds a ListSerializer, whose data is a list (the stubs type the call as one Serializer).
+        return cast(list[dict[str, Any]], RolloutSerializer(rollouts, many=True, context=context).data)
 
     @extend_schema(
         responses={200: RolloutSerializer(many=True), **error_responses("RolloutList", bad_request=["invalid_input"])}
@@ -179,7 +188,7 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
     def retrieve(self, request: Request, pk: str | None = None) -> Response:
         return Response(self._represent([self.get_object()])[0])
 
-    def _fresh(self, rollout_id: UUID) -> dict:
+    def _fresh(self, rollout_id: UUID) -> dict[str, Any]:
         return self._represent([self.get_queryset().get(pk=rollout_id)])[0]
 
     @extend_schema(
@@ -200,12 +209,12 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
     def create(self, request: Request) -> Response:
         serializer = RolloutCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        tenant = request.auth.tenant
+        tenant = _principal(request).tenant
         spec = serializer.spec()
         if _is_true(request.query_params.get("dryRun")):
             plan = rollout_plan(tenant=tenant, spec=spec)
             return Response(RolloutPlanSerializer(plan).data, status=status.HTTP_200_OK)
-        rollout = rollout_create(tenant=tenant, spec=spec, created_by=request.user)
+        rollout = rollout_create(tenant=tenant, spec=spec, created_by=_principal(request).user)
         return Response(self._fresh(rollout.id), status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -248,13 +257,17 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
     @extend_schema(request=None, parameters=[ROLLOUT_ID], responses=ROLLOUT_ACTION_RESPONSES)
     @action(detail=True, methods=["post"])
     def pause(self, request: Request, pk: str | None = None) -> Response:
-        rollout = rollout_pause(rollout_id=self.get_object().id, tenant=request.auth.tenant, actor=_actor(request))
+        rollout = rollout_pause(
+            rollout_id=self.get_object().id, tenant=_principal(request).tenant, actor=_actor(request)
+        )
         return Response(self._fresh(rollout.id))
 
     @extend_schema(request=None, parameters=[ROLLOUT_ID], responses=ROLLOUT_ACTION_RESPONSES)
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str | None = None) -> Response:
-        rollout = rollout_resume(rollout_id=self.get_object().id, tenant=request.auth.tenant, actor=_actor(request))
+        rollout = rollout_resume(
+            rollout_id=self.get_object().id, tenant=_principal(request).tenant, actor=_actor(request)
+        )
         return Response(self._fresh(rollout.id))
 
     @extend_schema(
@@ -277,7 +290,7 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         serializer.is_valid(raise_exception=True)
         rollout = rollout_abort(
             rollout_id=self.get_object().id,
-            tenant=request.auth.tenant,
+            tenant=_principal(request).tenant,
             rollback=serializer.validated_data["rollback"],
             actor=_actor(request),
         )

@@ -159,9 +159,10 @@ def load_public_key_der(der: bytes) -> PublicKey:
 
 def sign(private_key: PrivateKey, data: bytes) -> bytes:
     """A signature over ``data``: Ed25519, or ECDSA P-256 with SHA-256 (DER)."""
-    if isinstance(private_key, ed25519.Ed25519PrivateKey):
-        return private_key.sign(data)
-    return _check_private(private_key).sign(data, ec.ECDSA(hashes.SHA256()))
+    key = _check_private(private_key)
+    if isinstance(key, ed25519.Ed25519PrivateKey):
+        return key.sign(data)
+    return key.sign(data, ec.ECDSA(hashes.SHA256()))
 
 
 def verify_signature(public_key: PublicKey, signature: bytes, data: bytes) -> bool:

@@ -17,11 +17,14 @@ UPDATE, one-writer flag, event, log line) are rollout/services/transitions.py.
 
 from __future__ import annotations
 
+import random
+import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any
 from uuid import UUID
 
 import structlog
@@ -29,7 +32,16 @@ from django.db import transaction
 from django.db.models import Count, Exists, F, Max, OuterRef
 from django.utils import timezone
 
-from fleet.interface import Command, Node, NodeSession, commands_enqueue, online_node_q, pool_budget
+from fleet.interface import (
+    Command,
+    Node,
+    NodeSession,
+    commands_enqueue,
+    offline_verdicts_trusted,
+    online_node_q,
+    pool_budget,
+)
+from rollout import conf
 from rollout.dispatch import TICK_TASK, TIMEOUTS_DUE_TASK, publish_on_commit
 from rollout.metrics import TICK_SECONDS
 from rollout.models import NodeUpgrade, ReleaseBinary, Rollout, RolloutWave, TickRequest
@@ -68,7 +80,7 @@ class TickResult:
 # --- asking for ticks ----------------------------------------------------------------
 
 
-def rollout_request_tick(*, rollout_id: UUID, countdown: float = 0.0) -> None:
+def rollout_request_tick(*, rollout_id: UUID | str, countdown: float = 0.0) -> None:
     """Ask for a tick of one rollout soon, debounced: at most one is queued at a time.
 
     The flag is cleared when the tick starts; the periodic tick clears it too,
@@ -218,8 +230,9 @@ def node_upgrades_settle_overdue(
 
     One that the agent already runs succeeds (only its join notice was lost or is
     late: never fail it and send it back); the others time out: they fail and go
-    back to what they ran before (``fail_and_send_back``). Rows another worker is
-    settling right now are skipped (``skip_locked``).
+    back to what they ran before (``fail_and_send_back``), once the server has
+    been hearing its fleet for a whole online window (fleet liveness). Rows
+    another worker is settling right now are skipped (``skip_locked``).
     """
     queryset = NodeUpgrade.objects.filter(state=State.IN_FLIGHT, deadline__lte=now)
     if rollout is not None:
@@ -235,6 +248,10 @@ def node_upgrades_settle_overdue(
         succeeded += succeed_upgrades(
             ids=[pk for pk, state in arrived if state == rollout_state], rollout_state=rollout_state, at=now
         )
+    if not offline_verdicts_trusted(now=now):
+        # The server was not hearing its fleet a moment ago: an agent may have rejoined on the
+        # target meanwhile and not been heard yet. Decide once a whole online window was heard.
+        return succeeded, 0
     overdue = send_back_rows(locked.exclude(id__in=[pk for pk, _ in arrived]))
     failed = fail_and_send_back(rows=overdue, reason=NodeUpgrade.Reason.TIMEOUT, at=now)
     return succeeded, failed
@@ -276,10 +293,13 @@ def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
     online = Exists(Node.objects.filter(online_node_q(now=now), pk=OuterRef("node_id")))
     timeout = timedelta(seconds=rollout.upgrade_timeout_seconds)
     minimum_protocol = min_protocol_version()
+    # Right after the server could not hear its fleet (its database or web tier was down), a
+    # node that looks offline may well be running: wait for it instead of skipping it.
+    offline_is_down = offline_verdicts_trusted(now=now)
 
     to_start: dict[datetime, list[tuple[int, UUID]]] = defaultdict(list)  # start time -> (upgrade, node) ids
-    sections: list[tuple[UUID, dict]] = []
-    old_agents: list[tuple[UUID, dict]] = []
+    sections: list[tuple[UUID, dict[str, Any]]] = []
+    old_agents: list[tuple[UUID, dict[str, Any]]] = []
     skipped: dict[str, list[int]] = defaultdict(list)
     for pool_id in pool_ids:  # sorted: every worker takes pool locks in the same order
         room = pool_budget(pool_id=pool_id, lock=True).available
@@ -293,7 +313,15 @@ def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
                 pending.filter(pool_id=pool_id, position__gt=cursor)
                 .annotate(online=online)
                 .order_by("position")
-                .values("id", "node_id", "position", "online", "node__arch", "node__session__protocol_version")[:limit]
+                .values(
+                    "id",
+                    "node_id",
+                    "position",
+                    "online",
+                    "node__arch",
+                    "node__session__protocol_version",
+                    "node__session__joined_at",
+                )[:limit]
             )
             for row in chunk:
                 if room == 0:
@@ -301,7 +329,8 @@ def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
                 cursor = row["position"]
                 arch = row["node__arch"]
                 if not row["online"]:
-                    skipped[NodeUpgrade.Reason.OFFLINE].append(row["id"])
+                    if offline_is_down or row["node__session__joined_at"] is None:  # never joined: never ran
+                        skipped[NodeUpgrade.Reason.OFFLINE].append(row["id"])
                     continue
                 if arch not in sha256_of_arch:
                     skipped[NodeUpgrade.Reason.NO_BINARY].append(row["id"])
@@ -369,13 +398,30 @@ def rollout_tick(*, rollout_id: UUID | str) -> TickResult | None:
 
 
 def rollouts_tick_all() -> int:
-    """``rollout/all``: settle overdue nodes everywhere, then tick each active rollout. Returns rollouts ticked."""
+    """``rollout/all``: settle overdue nodes everywhere, then tick each active or paused rollout.
+
+    Each rollout's tick is isolated: one that raises is logged and the others go
+    on. The order is shuffled every period so no rollout always comes last, and
+    when the period's time is spent the rest are handed to ``rollout/tick``
+    tasks (other workers) instead of starving. Returns the rollouts ticked here.
+    """
+    started = time.monotonic()
+    budget = conf.options().every / 2
     now = timezone.now()
     with transaction.atomic():
         node_upgrades_settle_overdue(now=now)
         release_settled_claims()
+    rollout_ids = list(Rollout.objects.filter(state__in=Rollout.ACTIVE_STATES).values_list("id", flat=True))
+    random.shuffle(rollout_ids)  # fairness, not security
     ticked = 0
-    for rollout_id in Rollout.objects.filter(state__in=Rollout.ACTIVE_STATES).values_list("id", flat=True):
-        if rollout_tick(rollout_id=rollout_id) is not None:
-            ticked += 1
+    for index, rollout_id in enumerate(rollout_ids):
+        if time.monotonic() - started > budget:
+            for rest in rollout_ids[index:]:
+                rollout_request_tick(rollout_id=rest)
+            break
+        try:
+            if rollout_tick(rollout_id=rollout_id) is not None:
+                ticked += 1
+        except Exception:  # isolate: one broken rollout must not stop the others' ticks
+            log.exception("rollout.tick_failed", rollout=str(rollout_id))
     return ticked

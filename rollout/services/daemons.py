@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from fleet.interface import Command, commands_enqueue, nodes_set_daemon
 from rollout import conf
-from rollout.models import ReleaseBinary
+from rollout.models import NodeUpgrade, ReleaseBinary
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ _FIELDS = {
 }
 
 
-def send_back_rows(queryset: QuerySet) -> list[SendBack]:
+def send_back_rows(queryset: QuerySet[NodeUpgrade]) -> list[SendBack]:
     """The rows of ``queryset`` (node upgrades, already locked by the caller), each with its registered section."""
     rows = [
         SendBack(**{name: row[path] for name, path in _FIELDS.items()}) for row in queryset.values(*_FIELDS.values())
@@ -92,9 +92,10 @@ def _with_registered_previous(rows: list[SendBack]) -> list[SendBack]:
             known = (row.previous_daemon.get("version"), row.arch) in binaries
             section = row.previous_daemon if known else None
         else:
-            sha256 = binaries.get((row.previous_version, row.arch))
-            url = conf.binary_url(row.previous_version, f"linux-{row.arch}") if row.previous_version else None
-            section = {"version": row.previous_version, "url": url, "sha256": sha256} if sha256 and url else None
+            version = row.previous_version
+            sha256 = binaries.get((version, row.arch)) if version else None
+            url = conf.binary_url(version, f"linux-{row.arch}") if version else None
+            section = {"version": version, "url": url, "sha256": sha256} if sha256 and url else None
         result.append(dataclasses.replace(row, section=section))
     return result
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
 
 import structlog
-from django.contrib.auth.models import AbstractBaseUser
 from django.core.files.base import File
 from django.core.files.storage import default_storage
 from django.db import IntegrityError, transaction
@@ -20,6 +19,10 @@ from rollout.locks import RELEASE_REGISTRY_LOCK, advisory_xact_lock
 from rollout.models import Release, ReleaseBinary
 from rollout.release.dsse import verify_envelope
 from rollout.release.errors import ReleaseError
+
+if TYPE_CHECKING:
+    # django-stubs' placeholder for the AUTH_USER_MODEL (its mypy plugin resolves it).
+    from django.contrib.auth.models import _User
 
 log = structlog.get_logger(__name__)
 
@@ -35,7 +38,7 @@ def release_list() -> QuerySet[Release]:
     return Release.objects.prefetch_related("binaries").order_by("-sequence")
 
 
-def release_register(*, envelope: bytes, registered_by: AbstractBaseUser | None = None) -> Registration:
+def release_register(*, envelope: bytes, registered_by: _User | None = None) -> Registration:
     """Verify a DSSE envelope against the pinned keys and record the release.
 
     The same manifest again (byte-identical payload) changes nothing and
@@ -157,7 +160,7 @@ def release_binary_store(*, version: str, platform: str, source: IO[bytes]) -> R
     return binary
 
 
-def daemon_section(*, version: str, arch: str) -> dict | None:
+def daemon_section(*, version: str, arch: str) -> dict[str, Any] | None:
     """``{"version", "url", "sha256"}`` for a registered version and arch, else None."""
     platform = f"linux-{arch}"
     binary = ReleaseBinary.objects.filter(release__version=version, platform=platform).only("sha256").first()

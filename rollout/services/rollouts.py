@@ -10,11 +10,12 @@ import uuid
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 import structlog
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from core.errors import Conflict, InvalidInput, InvalidState, NotFound, Unavailable
@@ -32,7 +33,17 @@ from rollout.services.plan import (
     planned_waves,
     shuffle,
 )
-from rollout.services.transitions import abort_rollout, cancel_pending_upgrades, pause_rollout, resume_rollout
+from rollout.services.transitions import (
+    abort_rollout,
+    cancel_pending_upgrades,
+    pause_rollout,
+    resume_rollout,
+    supersede_upgrades,
+)
+
+if TYPE_CHECKING:
+    # django-stubs' placeholder for the AUTH_USER_MODEL (its mypy plugin resolves it).
+    from django.contrib.auth.models import _User
 
 log = structlog.get_logger("rollout")
 
@@ -86,10 +97,10 @@ def _snapshot(*, tenant: Tenant, spec: RolloutSpec) -> Snapshot:
 
 
 def _conflicts(snapshot: Snapshot) -> list[str]:
-    """Nodes of the snapshot that another rollout holds (active or paused, or still in flight)."""
-    taken = NodeUpgrade.objects.filter(claims_node=True, node__pool__in=snapshot.pools).values_list(
-        "node_id", flat=True
-    )
+    """Nodes of the snapshot that another active or paused rollout holds (CONTRACT 4.4)."""
+    taken = NodeUpgrade.objects.filter(
+        claims_node=True, node__pool__in=snapshot.pools, rollout__state__in=Rollout.ACTIVE_STATES
+    ).values_list("node_id", flat=True)
     return sorted(str(node_id) for node_id in taken)
 
 
@@ -131,7 +142,7 @@ def rollout_plan(*, tenant: Tenant, spec: RolloutSpec) -> RolloutPlan:
     )
 
 
-def rollout_create(*, tenant: Tenant, spec: RolloutSpec, created_by: AbstractBaseUser | None = None) -> Rollout:
+def rollout_create(*, tenant: Tenant, spec: RolloutSpec, created_by: _User | None = None) -> Rollout:
     """Snapshot the nodes, shuffle them by the rollout id, split them into waves: in one transaction."""
     now = timezone.now()
     with transaction.atomic():
@@ -165,6 +176,8 @@ def rollout_create(*, tenant: Tenant, spec: RolloutSpec, created_by: AbstractBas
             for wave in waves_planned
         )
         wave_of_position = [wave.index for wave in waves_planned for _ in range(wave.total)]
+        # An aborted rollout's nodes still in flight give way to this one (a fix-forward).
+        supersede_upgrades(node_ids=list(pool_of), at=now)
         try:
             with transaction.atomic():
                 NodeUpgrade.objects.bulk_create(
@@ -265,7 +278,7 @@ def rollout_abort(
     return rollout
 
 
-def rollouts_for(*, tenant: Tenant, states: Sequence[str] | None = None):
+def rollouts_for(*, tenant: Tenant, states: Sequence[str] | None = None) -> QuerySet[Rollout]:
     queryset = Rollout.objects.filter(tenant=tenant).select_related("release").prefetch_related("pools")
     if states:
         queryset = queryset.filter(state__in=states)

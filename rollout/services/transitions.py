@@ -253,6 +253,21 @@ def cancel_pending_upgrades(*, rollout: Rollout, at: datetime) -> int:
     return cancelled
 
 
+def supersede_upgrades(*, node_ids: Sequence[UUID], at: datetime) -> int:
+    """in_flight (of an aborted rollout) -> cancelled (``superseded``): a new rollout takes the node.
+
+    An aborted rollout's in-flight nodes keep their node only until a newer
+    rollout needs it (a fix-forward). They are not sent back: the new rollout
+    sets the node's spec.daemon when it starts it.
+    """
+    superseded = NodeUpgrade.objects.filter(
+        node_id__in=node_ids, state=State.IN_FLIGHT, rollout__state=Rollout.State.ABORTED
+    ).update(state=State.CANCELLED, reason=NodeUpgrade.Reason.SUPERSEDED, settled_at=at, claims_node=False)
+    if superseded:
+        log.info("node_upgrade.superseded", count=superseded)
+    return superseded
+
+
 def release_settled_claims(*, rollout: Rollout | None = None) -> int:
     """Settled rows of finished rollouts stop holding their node; in-flight rows hold it until they settle.
 

@@ -88,7 +88,7 @@ def test_a_scrape_costs_the_same_queries_whatever_the_fleet(client, tenant, othe
     fleet(other_tenant, {"d": (30, "0.1")})
     with CaptureQueriesContext(connection) as large:
         samples = scrape(client)
-    assert len(large) == len(small) <= 6
+    assert len(large) == len(small) <= 8  # rollouts 3, pools 3, the fleet pulse 1: whatever the fleet
     assert len(samples["fleet_pool_nodes"]) == 4
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -26,7 +27,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         simulator.add_arguments(parser)
 
-    def handle(self, *args: object, **options: object) -> None:
+    def handle(self, *args: object, **options: Any) -> None:
         if int(options.get("verbosity", 1)) < 2:
             # One log line per request from a thousand agents drowns the status lines.
             for name in ("httpx", "httpcore"):
