@@ -46,6 +46,9 @@ from core.errors import InvalidInput
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 
+#: One ordering field of a list and whether it is descending.
+OrderField = tuple["Field[Any, Any]", bool]
+
 
 def _encode(value: Any) -> Any:
     """A JSON value that ``Field.to_python`` turns back into ``value`` exactly (microseconds kept)."""
@@ -93,7 +96,7 @@ class CursorPagination(BasePagination):
         # Bound to the list it came from: a rollout's nodes cursor is refused on another rollout.
         return f"core.pagination:{request.path}"
 
-    def decode_cursor(self, request: Request, fields: Sequence[tuple[Field, bool]]) -> list[Any] | None:
+    def decode_cursor(self, request: Request, fields: Sequence[OrderField]) -> list[Any] | None:
         """The ordering values after which the page starts, or None for the first page."""
         raw = request.query_params.get(self.cursor_query_param)
         if raw is None:
@@ -113,7 +116,7 @@ class CursorPagination(BasePagination):
         except (ValidationError, TypeError, ValueError) as exc:
             raise self._bad_cursor() from exc
 
-    def encode_cursor(self, request: Request, fields: Sequence[tuple[Field, bool]], row: Model) -> str:
+    def encode_cursor(self, request: Request, fields: Sequence[OrderField], row: Model) -> str:
         payload = {
             "o": [field.attname for field, _ in fields],
             "v": [_encode(getattr(row, field.attname)) for field, _ in fields],
@@ -122,11 +125,11 @@ class CursorPagination(BasePagination):
 
     # --- the order -----------------------------------------------------------------------
     @staticmethod
-    def ordering(queryset: QuerySet) -> list[tuple[Field, bool]]:
+    def ordering(queryset: QuerySet[Any]) -> list[OrderField]:
         """(field, descending) pairs of the queryset's order, ending with a unique field."""
         model = queryset.model
         names = list(queryset.query.order_by or model._meta.ordering)
-        fields: list[tuple[Field, bool]] = []
+        fields: list[OrderField] = []
         for name in names:
             if not isinstance(name, str) or "__" in name or name in {"?", "-?"}:
                 raise ImproperlyConfigured(f"Cannot paginate {model.__name__} on {name!r}: use a model field.")
@@ -145,7 +148,7 @@ class CursorPagination(BasePagination):
         return fields
 
     @staticmethod
-    def after(fields: Sequence[tuple[Field, bool]], values: Sequence[Any]) -> Q:
+    def after(fields: Sequence[OrderField], values: Sequence[Any]) -> Q:
         """Rows strictly after ``values`` in the order: (a > x) or (a = x and b > y) or ...
 
         The first field's ``>=`` (or ``<=``) is redundant but lets PostgreSQL use
@@ -162,7 +165,7 @@ class CursorPagination(BasePagination):
 
     # --- DRF's pagination interface --------------------------------------------------------
     # Only a queryset can be keyset-paginated (DRF's signature also allows a plain sequence).
-    def paginate_queryset(self, queryset: QuerySet, request: Request, view: Any = None) -> list:  # type: ignore[override]
+    def paginate_queryset(self, queryset: QuerySet[Any], request: Request, view: Any = None) -> list[Any]:  # type: ignore[override]
         limit = self.get_limit(request)
         fields = self.ordering(queryset)
         start = self.decode_cursor(request, fields)
@@ -180,7 +183,7 @@ class CursorPagination(BasePagination):
     def get_paginated_response(self, data: Any) -> Response:
         return Response({"results": data, "next": self.next_url})
 
-    def get_paginated_response_schema(self, schema: dict) -> dict:
+    def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
         return {
             "type": "object",
             "required": ["results", "next"],
@@ -196,7 +199,7 @@ class CursorPagination(BasePagination):
             },
         }
 
-    def get_schema_operation_parameters(self, view: Any) -> list[dict]:
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
         return [
             {
                 "name": self.limit_query_param,
@@ -221,7 +224,7 @@ class CursorPagination(BasePagination):
 
 
 def paginated_response(
-    request: Request, queryset: QuerySet, represent: Callable[[list], Any], *, view: Any = None
+    request: Request, queryset: QuerySet[Any], represent: Callable[[list[Any]], Any], *, view: Any = None
 ) -> Response:
     """One page of ``queryset`` as ``{"results": represent(page), "next": ...}``, for views that are no GenericAPIView.
 
@@ -236,7 +239,7 @@ def paginated_response(
 class PaginatedViewMixin:
     """For a plain ``ViewSet``: declares the paginator (drf-spectacular reads ``pagination_class``)."""
 
-    pagination_class = CursorPagination
+    pagination_class: type[BasePagination] | None = CursorPagination
 
-    def paginated_response(self, queryset: QuerySet, represent: Callable[[list], Any]) -> Response:
+    def paginated_response(self, queryset: QuerySet[Any], represent: Callable[[list[Any]], Any]) -> Response:
         return paginated_response(self.request, queryset, represent, view=self)  # type: ignore[attr-defined]

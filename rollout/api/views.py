@@ -147,7 +147,7 @@ ROLLOUT_ACTION_RESPONSES = {
 }
 
 
-class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Wave rollouts of the caller's tenant. Another tenant's rollout is a 404."""
 
     serializer_class = RolloutSerializer
@@ -178,8 +178,7 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
     )
     def list(self, request: Request) -> Response:
         # Waves are built for the page's rollouts only: a constant number of queries per page.
-        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
-        return self.get_paginated_response(self._represent(page))
+        return self.paginated_response(self.filter_queryset(self.get_queryset()), self._represent)
 
     @extend_schema(
         parameters=[ROLLOUT_ID],
@@ -237,8 +236,7 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         )
         if not upgrades.is_valid():
             raise ValidationError(upgrades.errors)
-        page = self.paginate_queryset(upgrades.qs)
-        return self.get_paginated_response(NodeUpgradeSerializer(page, many=True).data)
+        return self.paginated_response(upgrades.qs, lambda page: NodeUpgradeSerializer(page, many=True).data)
 
     @extend_schema(
         filters=False,
@@ -251,8 +249,8 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
     @action(detail=True, methods=["get"])
     def events(self, request: Request, pk: str | None = None) -> Response:
         rollout = self.get_object()
-        page = self.paginate_queryset(rollout.events.order_by("at", "id"))
-        return self.get_paginated_response(RolloutEventSerializer(page, many=True).data)
+        events = rollout.events.order_by("at", "id")
+        return self.paginated_response(events, lambda page: RolloutEventSerializer(page, many=True).data)
 
     @extend_schema(request=None, parameters=[ROLLOUT_ID], responses=ROLLOUT_ACTION_RESPONSES)
     @action(detail=True, methods=["post"])
