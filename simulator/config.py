@@ -7,6 +7,8 @@ import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urljoin
 
 DEFAULT_DAEMON_VERSION = "1.0.0"
 DEFAULT_PROTOCOL_VERSION = 3
@@ -24,6 +26,22 @@ ACK_PATH = "/api/compute/agent/commands/{id}/ack"
 RELEASES_PATH = "/api/compute/releases/"
 POOLS_PATH = "/api/compute/pools/"
 NODES_PATH = "/api/compute/nodes/"
+# Lists answer {"results": [...], "next": url | null}; a walk longer than this is a server bug, not a list.
+MAX_LIST_PAGES = 10_000
+
+
+def list_page(body: Any, url: str) -> tuple[list, str | None]:
+    """The rows of one page of a list, and the absolute URL of the next page (None on the last).
+
+    ``next`` may be absolute or relative: it is resolved against the page's own URL.
+    Raises TypeError, KeyError or ValueError on a body that is not a page.
+    """
+    if not isinstance(body, dict) or not isinstance(body["results"], list):
+        raise TypeError("a list page is an object with a results array")
+    following = body["next"]
+    if following is not None and not isinstance(following, str):
+        raise TypeError("next is a URL or null")
+    return body["results"], urljoin(url, following) if following else None
 
 
 class SimulatorError(Exception):

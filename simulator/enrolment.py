@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from simulator.config import NODES_PATH, POOLS_PATH, SimulatorError
+from simulator.config import MAX_LIST_PAGES, NODES_PATH, POOLS_PATH, SimulatorError, list_page
 
 
 @dataclass(frozen=True)
@@ -43,12 +43,21 @@ async def ensure_pools(
 ) -> dict[str, str]:
     """Pool ids by name; missing pools are created when ``create``, else refused."""
     base_url = base_url.rstrip("/")
-    response = await client.get(base_url + POOLS_PATH, headers=_operator_headers(api_key))
-    if not response.is_success:
-        raise SimulatorError(f"listing pools failed: {_detail(response)}")
-    body = response.json()
-    rows = body.get("results", body) if isinstance(body, dict) else body
-    ids = {row["name"]: str(row["id"]) for row in rows}
+    ids: dict[str, str] = {}
+    url: str | None = base_url + POOLS_PATH
+    for _ in range(MAX_LIST_PAGES):
+        if url is None:
+            break
+        response = await client.get(url, headers=_operator_headers(api_key))
+        if not response.is_success:
+            raise SimulatorError(f"listing pools failed: {_detail(response)}")
+        try:
+            rows, url = list_page(response.json(), url)
+            ids.update({row["name"]: str(row["id"]) for row in rows})
+        except (ValueError, TypeError, KeyError) as exc:
+            raise SimulatorError(f"listing pools failed: not a list page: {response.text[:300]}") from exc
+    else:
+        raise SimulatorError("listing pools failed: too many pages")
     for name in names:
         if name in ids:
             continue

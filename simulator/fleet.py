@@ -190,8 +190,10 @@ class Fleet:
         assert self._client is not None, "the fleet is not running"
         try:
             async with self._gate:
+                # An absolute URL (a list's `next` link) is used as is.
+                url = path if "://" in path else self.base_url + path
                 response = await self._client.request(
-                    method, self.base_url + path, json=json, headers={"Authorization": f"Bearer {token}"}
+                    method, url, json=json, headers={"Authorization": f"Bearer {token}"}
                 )
         except httpx.HTTPError as exc:
             detail = f"{type(exc).__name__}: {exc}"[:300]

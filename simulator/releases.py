@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from simulator.config import RELEASES_PATH
+from simulator.config import MAX_LIST_PAGES, RELEASES_PATH, list_page
 from simulator.stats import FleetStats
 
 if TYPE_CHECKING:  # the fleet holds its agents; only the type is needed here
@@ -126,16 +126,26 @@ class SequenceBook:
         return self.known.get(version)
 
     async def refresh(self) -> bool:
-        """Fetch the releases list; True when it was read."""
-        response = await self._fleet.request("GET", RELEASES_PATH, self._api_key or "", kind="releases")
-        if response is None:
-            return False
-        try:
-            body = response.json()
-            rows = body.get("results", body) if isinstance(body, dict) else body
-            learned = {str(row["version"]): int(row["sequence"]) for row in rows}
-        except (ValueError, TypeError, KeyError, AttributeError):
-            self._fleet.stats.error("releases_bad_body")
+        """Fetch the whole releases list, following its ``next`` links; True when every page was read.
+
+        Nothing is learned from a walk that fails part way: the next refresh reads it again.
+        """
+        url: str | None = self._fleet.base_url + RELEASES_PATH
+        learned: dict[str, int] = {}
+        for _ in range(MAX_LIST_PAGES):
+            if url is None:
+                break
+            response = await self._fleet.request("GET", url, self._api_key or "", kind="releases")
+            if response is None:
+                return False
+            try:
+                rows, url = list_page(response.json(), url)
+                learned.update({str(row["version"]): int(row["sequence"]) for row in rows})
+            except (ValueError, TypeError, KeyError, AttributeError):
+                self._fleet.stats.error("releases_bad_body")
+                return False
+        else:
+            self._fleet.stats.error("releases_too_many_pages")
             return False
         self.known.update(learned)
         self._fleet.stats.release_refreshes += 1

@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import InvalidInput, NotFound
+from core.pagination import PaginatedViewMixin
 from fleet.api import serializers as s
 from fleet.api.agent_auth import AgentTokenAuthentication, IsAgent
 from fleet.api.schema import error_responses
@@ -53,8 +54,8 @@ def _valid(serializer_class, request: Request) -> dict:
     return serializer.validated_data
 
 
-class TenantViewSet(viewsets.ViewSet):
-    """Everything is scoped to the caller's tenant: another tenant's object is 404."""
+class TenantViewSet(PaginatedViewMixin, viewsets.ViewSet):
+    """Everything is scoped to the caller's tenant: another tenant's object is 404. Lists are paginated."""
 
     lookup_value_regex = ANY_SEGMENT
 
@@ -69,9 +70,12 @@ class TenantViewSet(viewsets.ViewSet):
 
 
 class PoolViewSet(TenantViewSet):
-    @extend_schema(responses={200: s.PoolSerializer(many=True), **error_responses("PoolList")})
+    @extend_schema(
+        responses={200: s.PoolSerializer(many=True), **error_responses("PoolList", bad_request=["invalid_input"])}
+    )
     def list(self, request: Request) -> Response:
-        return Response(s.PoolSerializer(Pool.objects.filter(tenant=self.tenant), many=True).data)
+        pools = Pool.objects.filter(tenant=self.tenant)
+        return self.paginated_response(pools, lambda page: s.PoolSerializer(page, many=True).data)
 
     @extend_schema(responses={200: s.PoolSerializer, **error_responses("PoolRetrieve", not_found=["not_found"])})
     def retrieve(self, request: Request, pk: str) -> Response:
@@ -112,7 +116,8 @@ class NodeViewSet(TenantViewSet):
         pool_id = _query_id(request, "poolId")
         if pool_id is not None:
             nodes = nodes.filter(pool_id=pool_id)
-        return Response(s.NodeSerializer(nodes, many=True, context={"now": timezone.now()}).data)
+        now = timezone.now()
+        return self.paginated_response(nodes, lambda page: s.NodeSerializer(page, many=True, context={"now": now}).data)
 
     @extend_schema(responses={200: s.NodeSerializer, **error_responses("NodeRetrieve", not_found=["not_found"])})
     def retrieve(self, request: Request, pk: str) -> Response:
@@ -169,7 +174,7 @@ class WorkflowViewSet(TenantViewSet):
             if state not in Workflow.State.values:
                 raise InvalidInput(f"state is one of {', '.join(Workflow.State.values)}.", code="invalid_input")
             workflows = workflows.filter(state=state)
-        return Response(s.WorkflowSerializer(workflows, many=True).data)
+        return self.paginated_response(workflows, lambda page: s.WorkflowSerializer(page, many=True).data)
 
     @extend_schema(
         responses={200: s.WorkflowSerializer, **error_responses("WorkflowRetrieve", not_found=["not_found"])}

@@ -20,6 +20,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.errors import InvalidInput, NotFound
+from core.pagination import PaginatedViewMixin
 from fleet.interface import Actor, Principal
 from rollout.api.filters import NodeUpgradeFilter, RolloutFilter
 from rollout.api.schema import (
@@ -77,15 +78,17 @@ def _envelope_bytes(request: Request) -> bytes:
         raise too_big from exc
 
 
-class ReleaseViewSet(viewsets.ViewSet):
+class ReleaseViewSet(PaginatedViewMixin, viewsets.ViewSet):
     """Signed bcd releases. Installation-wide: the signatures are their authority."""
 
     # The body is the DSSE envelope, read raw: the signed bytes must not be re-serialised.
     parser_classes: list = []
 
-    @extend_schema(responses={200: ReleaseSerializer(many=True), **error_responses("ReleaseList")})
+    @extend_schema(
+        responses={200: ReleaseSerializer(many=True), **error_responses("ReleaseList", bad_request=["invalid_input"])}
+    )
     def list(self, request: Request) -> Response:
-        return Response(ReleaseSerializer(release_list(), many=True).data)
+        return self.paginated_response(release_list(), lambda page: ReleaseSerializer(page, many=True).data)
 
     @extend_schema(
         request={"application/json": DsseEnvelopeSerializer},
@@ -154,7 +157,7 @@ ROLLOUT_ACTION_RESPONSES = {
 }
 
 
-class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Wave rollouts of the caller's tenant. Another tenant's rollout is a 404."""
 
     serializer_class = RolloutSerializer
@@ -186,8 +189,8 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         responses={200: RolloutSerializer(many=True), **error_responses("RolloutList", bad_request=["invalid_input"])}
     )
     def list(self, request: Request) -> Response:
-        rollouts = list(self.filter_queryset(self.get_queryset()))
-        return Response(self._represent(rollouts))
+        # Waves are built for the page's rollouts only: a constant number of queries per page.
+        return self.paginated_response(self.filter_queryset(self.get_queryset()), self._represent)
 
     @extend_schema(
         parameters=[ROLLOUT_ID],
@@ -245,17 +248,21 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         )
         if not upgrades.is_valid():
             raise ValidationError(upgrades.errors)
-        return Response(NodeUpgradeSerializer(upgrades.qs, many=True).data)
+        return self.paginated_response(upgrades.qs, lambda page: NodeUpgradeSerializer(page, many=True).data)
 
     @extend_schema(
         filters=False,
         parameters=[ROLLOUT_ID],
-        responses={200: RolloutEventSerializer(many=True), **error_responses("RolloutEvents", not_found=["not_found"])},
+        responses={
+            200: RolloutEventSerializer(many=True),
+            **error_responses("RolloutEvents", bad_request=["invalid_input"], not_found=["not_found"]),
+        },
     )
     @action(detail=True, methods=["get"])
     def events(self, request: Request, pk: str | None = None) -> Response:
         rollout = self.get_object()
-        return Response(RolloutEventSerializer(rollout.events.order_by("at", "id"), many=True).data)
+        events = rollout.events.order_by("at", "id")
+        return self.paginated_response(events, lambda page: RolloutEventSerializer(page, many=True).data)
 
     @extend_schema(request=None, parameters=[ROLLOUT_ID], responses=ROLLOUT_ACTION_RESPONSES)
     @action(detail=True, methods=["post"])
@@ -310,15 +317,17 @@ def _webhook_id(pk: str) -> UUID:
         raise NotFound("No such webhook.", code="not_found") from exc
 
 
-class WebhookViewSet(viewsets.ViewSet):
+class WebhookViewSet(PaginatedViewMixin, viewsets.ViewSet):
     """The tenant's webhooks (CONTRACT 10.3). Another tenant's webhook is a 404."""
 
     lookup_value_regex = "[^/]+"
 
-    @extend_schema(responses={200: WebhookSerializer(many=True), **error_responses("WebhookList")})
+    @extend_schema(
+        responses={200: WebhookSerializer(many=True), **error_responses("WebhookList", bad_request=["invalid_input"])}
+    )
     def list(self, request: Request) -> Response:
         webhooks = Webhook.objects.filter(tenant=_principal(request).tenant).order_by("created_at")
-        return Response(WebhookSerializer(webhooks, many=True).data)
+        return self.paginated_response(webhooks, lambda page: WebhookSerializer(page, many=True).data)
 
     @extend_schema(
         request=WebhookCreateSerializer,
@@ -355,13 +364,13 @@ class WebhookViewSet(viewsets.ViewSet):
         parameters=[WEBHOOK_ID],
         responses={
             200: WebhookDeliverySerializer(many=True),
-            **error_responses("WebhookDeliveries", not_found=["not_found"]),
+            **error_responses("WebhookDeliveries", bad_request=["invalid_input"], not_found=["not_found"]),
         },
     )
     @action(detail=True, methods=["get"])
     def deliveries(self, request: Request, pk: str) -> Response:
         rows = deliveries_for(tenant=_principal(request).tenant, webhook_id=_webhook_id(pk))
-        return Response(WebhookDeliverySerializer(rows, many=True).data)
+        return self.paginated_response(rows, lambda page: WebhookDeliverySerializer(page, many=True).data)
 
 
 def _actor(request: Request) -> Actor:

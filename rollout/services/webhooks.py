@@ -253,8 +253,8 @@ def deliveries_due(*, now: datetime, limit: int = SWEEP_BATCH) -> Sequence[str]:
     return ids
 
 
-def deliveries_for(*, tenant: Tenant, webhook_id: UUID | str, limit: int = 100) -> QuerySet[WebhookDelivery]:
+def deliveries_for(*, tenant: Tenant, webhook_id: UUID | str) -> QuerySet[WebhookDelivery]:
     webhook = Webhook.objects.filter(tenant=tenant, pk=webhook_id).first()
     if webhook is None:
         raise NotFound("No such webhook.", code="not_found")
-    return webhook.deliveries.order_by("-created_at")[:limit]
+    return webhook.deliveries.order_by("-created_at")

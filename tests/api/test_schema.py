@@ -122,7 +122,7 @@ BODY = {413: {"too_large"}, 415: {"unsupported_media_type"}}
 
 # (method, path): {status: codes that must be documented}, from CONTRACT 4 and 6 and the services.
 CONTRACT_ERRORS: dict[tuple[str, str], dict[int, set[str]]] = {
-    ("get", "/api/compute/pools/"): AUTH,
+    ("get", "/api/compute/pools/"): {**AUTH, 400: {"invalid_input"}},
     ("post", "/api/compute/pools/"): {
         **AUTH,
         **BODY,
@@ -147,7 +147,7 @@ CONTRACT_ERRORS: dict[tuple[str, str], dict[int, set[str]]] = {
     },
     ("get", "/api/compute/workflows/{id}/"): {**AUTH, 404: {"not_found"}},
     ("post", "/api/compute/workflows/{id}/finish/"): {**AUTH, 404: {"not_found"}, 409: {"invalid_state"}},
-    ("get", "/api/compute/releases/"): AUTH,
+    ("get", "/api/compute/releases/"): {**AUTH, 400: {"invalid_input"}},
     ("post", "/api/compute/releases/"): {
         **AUTH,
         413: {"too_large"},
@@ -172,7 +172,7 @@ CONTRACT_ERRORS: dict[tuple[str, str], dict[int, set[str]]] = {
     },
     ("get", "/api/compute/rollouts/{id}/"): {**AUTH, 404: {"not_found"}},
     ("get", "/api/compute/rollouts/{id}/nodes/"): {**AUTH, 400: {"invalid_input"}, 404: {"not_found"}},
-    ("get", "/api/compute/rollouts/{id}/events/"): {**AUTH, 404: {"not_found"}},
+    ("get", "/api/compute/rollouts/{id}/events/"): {**AUTH, 400: {"invalid_input"}, 404: {"not_found"}},
     ("post", "/api/compute/rollouts/{id}/pause/"): {**AUTH, 404: {"not_found"}, 409: {"invalid_state"}},
     ("post", "/api/compute/rollouts/{id}/resume/"): {**AUTH, 404: {"not_found"}, 409: {"invalid_state"}},
     ("post", "/api/compute/rollouts/{id}/abort/"): {
@@ -200,6 +200,50 @@ def test_every_error_status_and_code_is_documented(schema, method, path):
         assert codes <= _error_codes(schema, operation, status), (status, codes)
     documented = {int(status) for status in operation["responses"] if int(status) >= 400}
     assert documented == set(CONTRACT_ERRORS[method, path]), "an undocumented or unexpected error status"
+
+
+LISTS = [
+    "/api/compute/pools/",
+    "/api/compute/nodes/",
+    "/api/compute/workflows/",
+    "/api/compute/releases/",
+    "/api/compute/rollouts/",
+    "/api/compute/rollouts/{id}/nodes/",
+    "/api/compute/rollouts/{id}/events/",
+    "/api/compute/audit/",
+    "/api/compute/webhooks/",
+    "/api/compute/webhooks/{id}/deliveries/",
+]
+
+
+@pytest.mark.parametrize("path", LISTS)
+def test_every_list_documents_limit_cursor_and_a_page_of_results(schema, path):
+    operation = schema["paths"][path]["get"]
+    params = {p["name"]: p for p in operation["parameters"] if p["in"] == "query"}
+    assert params["limit"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}
+    assert params["cursor"]["schema"] == {"type": "string"}
+    ref = operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+    page = schema["components"]["schemas"][ref.rsplit("/", 1)[1]]
+    assert page["required"] == ["results", "next"]
+    assert page["properties"]["results"]["type"] == "array"
+    assert page["properties"]["next"]["nullable"] is True
+
+
+def test_every_list_under_api_compute_is_paginated(schema):
+    """A GET answering an array is a list: it must be one of LISTS (a new list must paginate)."""
+    for path, item in schema["paths"].items():
+        operation = item.get("get")
+        if not path.startswith(API_PREFIX) or operation is None or "200" not in operation["responses"]:
+            continue
+        content = operation["responses"]["200"].get("content", {}).get("application/json")
+        if content is None:
+            continue
+        body = content["schema"]
+        if "$ref" in body:
+            body = schema["components"]["schemas"][body["$ref"].rsplit("/", 1)[1]]
+        assert body.get("type") != "array", f"{path} answers a bare array: paginate it"
+        if "results" in body.get("properties", {}):
+            assert path in LISTS, path
 
 
 def test_the_release_body_is_a_json_dsse_envelope(schema):

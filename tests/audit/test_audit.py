@@ -26,7 +26,7 @@ def _audit(api, **params) -> list[dict]:
     response = api.get("/api/compute/audit/", params)
     assert response.status_code == 200, response.content
     body = response.json()
-    return body["results"] if isinstance(body, dict) else body
+    return body["results"]
 
 
 def _recompute(entries_newest_first: list[dict]) -> None:

@@ -40,5 +40,7 @@ def test_the_walk_throughs_sign_register_simulate_and_operate(tmp_path):
     digests = set(re.findall(r"\b[0-9a-f]{64}\b", out))
     assert len(digests) == 1, digests  # manifest, stored and downloaded bytes agree
     assert '"estimatedSeconds"' in out  # the dry run
+    assert '{"results":[{"kind":"rollout.created"' in out  # a list is a page
+    assert re.search(r'\{"results":\[\{"nodeId":"[^"]+","poolId":"[^"]+","wave":2,', out)  # the next page, filter kept
     for state in ("paused", "active", "aborted"):
         assert f'"state":"{state}"' in out, state

@@ -32,7 +32,7 @@ def test_create_list_and_get_a_pool(api):
     assert uuid.UUID(body["id"])
     assert str(Pool.objects.get().disruption_budget) == "0.07000"
 
-    assert api.get(POOLS).json() == [body]
+    assert api.get(POOLS).json() == {"results": [body], "next": None}
     assert api.get(f"{POOLS}{body['id']}/").json() == body
 
 
@@ -125,7 +125,7 @@ def test_create_a_node_shows_its_token_once_and_stores_only_the_hash(api, pool):
     assert node.agent_token_hash == token_hash(token)
     assert "agentToken" not in api.get(f"{NODES}{node.id}/").json()
     assert api.get(f"{NODES}{node.id}/").json() == body
-    assert api.get(NODES).json() == [body]
+    assert api.get(NODES).json() == {"results": [body], "next": None}
 
 
 def test_a_node_of_a_pool_with_a_default_version_has_that_daemon_as_desired_state(api, pool):
@@ -142,7 +142,7 @@ def test_a_node_of_a_pool_with_a_default_version_has_that_daemon_as_desired_stat
     assert response.json()["spec"] == {
         "daemon": {"version": "1.4.0", "url": "https://dl.example/bcd/1.4.0/linux-arm64", "sha256": "a" * 64}
     }
-    assert api.get(POOLS).json()[0]["defaultDaemonVersion"] == "1.4.0"
+    assert api.get(POOLS).json()["results"][0]["defaultDaemonVersion"] == "1.4.0"
 
 
 @pytest.mark.parametrize(
@@ -190,17 +190,17 @@ def test_node_list_filters_by_pool_and_is_a_constant_number_of_queries(api, tena
     other = make_pool(tenant, name="other")
     make_nodes(pool, 3)
     make_nodes(other, 2)
-    listed = api.get(NODES, {"poolId": str(other.id)}).json()
+    listed = api.get(NODES, {"poolId": str(other.id)}).json()["results"]
     assert [n["poolId"] for n in listed] == [str(other.id)] * 2
-    assert api.get(NODES, {"poolId": str(uuid.uuid4())}).json() == []
+    assert api.get(NODES, {"poolId": str(uuid.uuid4())}).json()["results"] == []
     assert api.get(NODES, {"poolId": "nope"}).status_code == 400
 
     with CaptureQueriesContext(connection) as few:
-        assert len(api.get(NODES).json()) == 5
+        assert len(api.get(NODES).json()["results"]) == 5
     make_nodes(pool, 200, prefix="more")
     with CaptureQueriesContext(connection) as many:
-        assert len(api.get(NODES).json()) == 205
-    assert len(few) == len(many) == 2  # the API key, the nodes with their sessions
+        assert len(api.get(NODES, {"limit": 1000}).json()["results"]) == 205
+    assert len(few) == len(many) == 2  # the API key, the page of nodes with their sessions
 
 
 # --- workflows -------------------------------------------------------------------------------
@@ -213,9 +213,9 @@ def test_workflow_start_list_get_finish(api, tenant):
     assert workflow["nodeId"] == str(nodes[0].id)
     assert workflow["poolId"] == str(pool.id)
     assert (workflow["kind"], workflow["state"], workflow["finishedAt"]) == ("remediation", "active", None)
-    assert api.get(WORKFLOWS).json() == [workflow]
-    assert api.get(WORKFLOWS, {"state": "active", "nodeId": str(nodes[0].id)}).json() == [workflow]
-    assert api.get(WORKFLOWS, {"state": "finished"}).json() == []
+    assert api.get(WORKFLOWS).json()["results"] == [workflow]
+    assert api.get(WORKFLOWS, {"state": "active", "nodeId": str(nodes[0].id)}).json()["results"] == [workflow]
+    assert api.get(WORKFLOWS, {"state": "finished"}).json()["results"] == []
     assert api.get(WORKFLOWS, {"state": "bogus"}).status_code == 400
     assert api.get(f"{WORKFLOWS}{workflow['id']}/").json() == workflow
 
@@ -362,10 +362,10 @@ def test_another_tenants_objects_are_404_and_invisible(fleet, other_api):
         assert response.status_code == 404
         assert response.json()["code"] == "not_found"
     assert other_api.post(f"{WORKFLOWS}{workflow.id}/finish/").status_code == 404
-    assert other_api.get(POOLS).json() == []
-    assert other_api.get(NODES).json() == []
-    assert other_api.get(WORKFLOWS).json() == []
-    assert other_api.get(NODES, {"poolId": str(pool.id)}).json() == []
+    assert other_api.get(POOLS).json()["results"] == []
+    assert other_api.get(NODES).json()["results"] == []
+    assert other_api.get(WORKFLOWS).json()["results"] == []
+    assert other_api.get(NODES, {"poolId": str(pool.id)}).json()["results"] == []
     response = other_api.post(WORKFLOWS, {"nodeId": str(node.id), "kind": "maintenance"}, format="json")
     assert (response.status_code, response.json()["code"]) == (400, "unknown_node")
     assert _counts() == before

@@ -63,7 +63,7 @@ def test_same_manifest_signed_again_is_the_same_release(api, settings):
 def test_list_is_newest_sequence_first(api):
     for version, sequence in [("1.0.0", 1), ("1.1.0", 3), ("1.2.0", 5)]:
         assert post(api, signed(manifest(version, sequence))).status_code == 201, version
-    assert [r["sequence"] for r in api.get(URL).json()] == [5, 3, 1]
+    assert [r["sequence"] for r in api.get(URL).json()["results"]] == [5, 3, 1]
 
 
 @pytest.mark.parametrize(

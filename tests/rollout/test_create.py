@@ -183,7 +183,7 @@ def test_rollouts_are_tenant_scoped_and_need_the_grant(api, other_api, ungranted
     fleet(tenant, {"a": (5, "0.1")})
     rollout_id = api.post(URL, {"version": "1.0.0"}, format="json").json()["id"]
     assert other_api.get(f"{URL}{rollout_id}/").status_code == 404
-    assert other_api.get(URL).json() == []
+    assert other_api.get(URL).json()["results"] == []
     for action in ("pause", "resume", "abort"):
         assert other_api.post(f"{URL}{rollout_id}/{action}/", {}, format="json").status_code == 404
     for path in ("nodes", "events"):
@@ -197,19 +197,19 @@ def test_rollouts_are_tenant_scoped_and_need_the_grant(api, other_api, ungranted
 def test_list_filter_detail_nodes_and_events(api, tenant, releases):
     fleet(tenant, {"a": (10, "0.1")})
     rollout_id = api.post(URL, {"version": "1.0.0", "waves": [20, 100]}, format="json").json()["id"]
-    assert [r["id"] for r in api.get(f"{URL}?state=active").json()] == [rollout_id]
-    assert api.get(f"{URL}?state=completed").json() == []
+    assert [r["id"] for r in api.get(f"{URL}?state=active").json()["results"]] == [rollout_id]
+    assert api.get(f"{URL}?state=completed").json()["results"] == []
     assert api.get(f"{URL}?state=bogus").status_code == 400
     assert api.get(f"{URL}{rollout_id}/").json()["id"] == rollout_id
-    rows = api.get(f"{URL}{rollout_id}/nodes/").json()
+    rows = api.get(f"{URL}{rollout_id}/nodes/").json()["results"]
     assert len(rows) == 10
     assert set(rows[0]) == {
         "nodeId", "poolId", "wave", "position", "state", "previousVersion", "startedAt", "deadline", "settledAt",
         "reason",
     }  # fmt: skip
-    assert len(api.get(f"{URL}{rollout_id}/nodes/?wave=0").json()) == 2
-    assert len(api.get(f"{URL}{rollout_id}/nodes/?state=pending&wave=1").json()) == 8
+    assert len(api.get(f"{URL}{rollout_id}/nodes/?wave=0").json()["results"]) == 2
+    assert len(api.get(f"{URL}{rollout_id}/nodes/?state=pending&wave=1").json()["results"]) == 8
     assert api.get(f"{URL}{rollout_id}/nodes/?wave=x").status_code == 400
-    events = api.get(f"{URL}{rollout_id}/events/").json()
+    events = api.get(f"{URL}{rollout_id}/events/").json()["results"]
     assert [e["kind"] for e in events] == ["rollout.created"]
     assert set(events[0]) == {"kind", "at", "data"}

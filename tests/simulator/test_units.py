@@ -177,6 +177,8 @@ class FakeServer:
         self.binaries: dict[str, bytes] = {}
         self.calls: list[tuple[str, str, object]] = []
         self.releases: list[object] = []  # answers of GET releases/, in turn (the last one repeats)
+        self.release_page_size = 100  # a list of rows is served in pages of this many, chained by `next`
+        self.release_cursors: list[str | None] = []  # the cursor of each GET releases/
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content) if request.content else None
@@ -193,8 +195,17 @@ class FakeServer:
                 return failure
             return httpx.Response(200, json={"spec": self.spec, "commands": self.commands, "heartbeatSeconds": 10})
         if request.url.path == "/api/compute/releases/":
-            answer = self.releases.pop(0) if len(self.releases) > 1 else self.releases[0]
-            return answer if isinstance(answer, httpx.Response) else httpx.Response(200, json=answer)
+            cursor = request.url.params.get("cursor")
+            self.release_cursors.append(cursor)
+            if cursor is None:  # a new walk of the list: the next answer
+                self.releases_walked = self.releases.pop(0) if len(self.releases) > 1 else self.releases[0]
+            answer = self.releases_walked
+            if isinstance(answer, httpx.Response):
+                return answer
+            start = int(cursor or 0)
+            end = start + self.release_page_size
+            following = f"/api/compute/releases/?cursor={end}" if end < len(answer) else None
+            return httpx.Response(200, json={"results": answer[start:end], "next": following})
         if request.url.path.endswith("/ack"):
             command_id = request.url.path.split("/")[-2]
             self.commands = [command for command in self.commands if command["id"] != command_id]
@@ -359,6 +370,25 @@ def test_a_version_is_judged_on_a_list_fetched_after_it_appeared_and_a_failed_li
     assert fleet.stats.release_refreshes == 2
     assert not [path for _, path, _ in server.calls if path == "/b4"]
     assert agent.version == "5.0.0"
+
+
+def test_the_releases_list_is_read_page_by_page_following_next():
+    """Three pages of one release each; the relative `next` links are followed to the end."""
+    server = FakeServer()
+    server.release_page_size = 1
+    server.releases = [
+        [{"version": "3.0.0", "sequence": 3}, {"version": "2.0.0", "sequence": 2}, {"version": "1.0.0", "sequence": 1}]
+    ]
+    fleet = run_fake(
+        server,
+        AgentConfig(token="t", daemon_version="1.0.0"),
+        until=lambda f: f.agents[0].confirmed_sequence == 1,
+        api_key="rk",
+        release_refresh_interval=0.01,
+    )
+    assert fleet.sequences.known == {"3.0.0": 3, "2.0.0": 2, "1.0.0": 1}
+    assert server.release_cursors == [None, "1", "2"]
+    assert fleet.stats.release_refreshes == 1
 
 
 def test_a_version_unknown_to_the_registry_is_not_refused_on_sequence():

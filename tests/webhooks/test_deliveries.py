@@ -65,17 +65,17 @@ def test_create_list_delete(api, other_api, tenant, allow_http):
     generated = _subscribe(api, "http://127.0.0.1:9/x", events=["rollout.completed"])
     assert len(generated["secret"]) >= 16
 
-    listed = api.get("/api/compute/webhooks/").json()
+    listed = api.get("/api/compute/webhooks/").json()["results"]
     assert [w["id"] for w in listed] == [created["id"], generated["id"]]
     assert all(set(w) == {"id", "url", "events", "createdAt"} for w in listed)  # never the secret
-    assert other_api.get("/api/compute/webhooks/").json() == []
+    assert other_api.get("/api/compute/webhooks/").json()["results"] == []
     assert other_api.delete(f"/api/compute/webhooks/{created['id']}/").status_code == 404
     assert other_api.get(f"/api/compute/webhooks/{created['id']}/deliveries/").status_code == 404
 
     assert api.delete(f"/api/compute/webhooks/{created['id']}/").status_code == 204
     assert api.delete(f"/api/compute/webhooks/{created['id']}/").status_code == 404
     assert api.delete("/api/compute/webhooks/not-a-uuid/").status_code == 404
-    assert [w["id"] for w in api.get("/api/compute/webhooks/").json()] == [generated["id"]]
+    assert [w["id"] for w in api.get("/api/compute/webhooks/").json()["results"]] == [generated["id"]]
 
     audit = AuditEntry.objects.filter(tenant=tenant, action__startswith="webhook.").order_by("seq")
     assert [(e.action, e.actor_via, e.object_id) for e in audit] == [
@@ -156,7 +156,7 @@ def test_failed_delivery_is_retried_with_the_same_id_and_a_valid_signature(api, 
     assert body["rollout"]["id"] == rollout_id
     assert body["data"]["nodes"] == 4
 
-    rows = api.get(f"/api/compute/webhooks/{hook['id']}/deliveries/").json()
+    rows = api.get(f"/api/compute/webhooks/{hook['id']}/deliveries/").json()["results"]
     assert rows == [
         {
             "id": str(delivery.id),
