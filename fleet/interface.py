@@ -7,7 +7,7 @@ admin on the host's tenant-scoped admin classes. It never writes fleet rows any
 other way.
 """
 
-from fleet.admin_base import ReadOnlyMixin, TenantScopedAdmin, tenant_id_of
+from fleet.admin_base import ReadOnlyMixin, TenantScopedAdmin, is_fleet_admin, tenant_id_of
 from fleet.models import Command, Node, NodeSession, Pool, Tenant
 from fleet.plugins import (
     node_session_reported,
@@ -29,6 +29,7 @@ __all__ = [
     "Tenant",
     "TenantScopedAdmin",
     "commands_enqueue",
+    "is_fleet_admin",
     "node_session_reported",
     "nodes_set_daemon",
     "online_node_q",

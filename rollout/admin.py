@@ -36,7 +36,7 @@ from django.utils.safestring import SafeString
 from django.utils.timezone import localtime
 
 from core.errors import DomainError
-from fleet.interface import Pool, ReadOnlyMixin, Tenant, TenantScopedAdmin, pool_budgets, tenant_id_of
+from fleet.interface import Pool, ReadOnlyMixin, Tenant, TenantScopedAdmin, is_fleet_admin, pool_budgets, tenant_id_of
 from rollout.forms import RolloutCreateForm
 from rollout.models import NodeUpgrade, Release, ReleaseBinary, Rollout, RolloutEvent, RolloutWave
 from rollout.selectors import WaveStats, rollout_waves
@@ -127,7 +127,7 @@ class ReleaseAdmin(admin.ModelAdmin):
         return False
 
     def can_register(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("rollout.add_release")
+        return request.user.has_perm("rollout.add_release") and is_fleet_admin(request)
 
     def get_urls(self):
         return [
@@ -352,7 +352,7 @@ class RolloutAdmin(TenantScopedAdmin):
 
     def has_operate_permission(self, request: HttpRequest, obj: Rollout | None = None) -> bool:
         user = request.user
-        return user.has_perm("rollout.change_rollout") and (user.is_superuser or tenant_id_of(request) is not None)
+        return user.has_perm("rollout.change_rollout") and self.has_fleet_admin_permission(request)
 
     def acting_tenant(self, request: HttpRequest) -> Tenant | None:
         """The ``tenant`` argument of the services: None (all tenants) only for superusers."""
