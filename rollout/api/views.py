@@ -5,9 +5,8 @@ from __future__ import annotations
 from uuid import UUID
 
 from django.core.exceptions import RequestDataTooBig
-from django.core.files.storage import default_storage
 from django.db.models import QuerySet
-from django.http import FileResponse, Http404, HttpRequest
+from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
@@ -38,7 +37,7 @@ from rollout.api.serializers import (
 from rollout.models import NodeUpgrade, Rollout
 from rollout.release.dsse import MAX_ENVELOPE_BYTES
 from rollout.selectors import rollout_waves
-from rollout.services.releases import release_binary_get, release_list, release_register
+from rollout.services.releases import release_binary_open, release_list, release_register
 from rollout.services.rollouts import (
     rollout_abort,
     rollout_create,
@@ -102,20 +101,19 @@ class ReleaseViewSet(viewsets.ViewSet):
         return Response(ReleaseSerializer(registration.release).data, status=code)
 
 
-def download_binary(request: HttpRequest, version: str, platform: str) -> FileResponse:
+def download_binary(request: HttpRequest, version: str, platform: str) -> HttpResponse:
     """``GET {downloadsUrl}/bcd/{version}/linux-{arch}``: the stored bytes of a registered binary.
 
     Unauthenticated on purpose: integrity comes from the sha256 in the signed
-    manifest, which agents check before running anything.
+    manifest, which agents check before running anything. Unknown, not
+    uploaded or missing bytes are a 404 with the API's JSON body, never a 500.
     """
     try:
-        binary = release_binary_get(version=version, platform=platform)
+        binary, handle = release_binary_open(version=version, platform=platform)
     except NotFound as exc:
-        raise Http404(exc.detail) from exc
-    if binary.stored_at is None or not default_storage.exists(binary.storage_name):
-        raise Http404("This binary is registered but its bytes were not uploaded.")
+        return JsonResponse({"code": "not_found", "detail": exc.detail}, status=404)
     response = FileResponse(
-        default_storage.open(binary.storage_name, "rb"),
+        handle,
         content_type="application/octet-stream",
         as_attachment=True,
         filename=f"bcd-{version}-{platform}",
