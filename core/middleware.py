@@ -86,3 +86,24 @@ class BodySizeLimitMiddleware:
         request.META["CONTENT_LENGTH"] = str(len(body))
         request._stream = LimitedStream(io.BytesIO(body), len(body))  # type: ignore[assignment]
         return None
+
+
+class DatabaseUnavailableMiddleware:
+    """Under /api/, a database that is down answers 503 ``database_unavailable`` from plain Django views too.
+
+    DRF views get it from core/exceptions.py; this covers the others (the binary downloads).
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        # Imported here: core.exceptions imports core.parsers, which imports this module.
+        from core.exceptions import DATABASE_ERRORS, database_unavailable
+
+        if request.path.startswith(API_PREFIX) and isinstance(exception, DATABASE_ERRORS):
+            return database_unavailable(exception)
+        return None

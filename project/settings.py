@@ -38,6 +38,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First: a body over 1 MiB under /api/ answers 413 before anything reads it.
     "core.middleware.BodySizeLimitMiddleware",
+    # A database that is down is a 503 under /api/ (plain views; DRF's get it from core/exceptions.py).
+    "core.middleware.DatabaseUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Serves the admin's static files from gunicorn too (no proxy needed for the console).
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -76,6 +78,9 @@ DATABASES = {
         conn_max_age=int(env_str("DATABASE_CONN_MAX_AGE", "0") or 0),
     )
 }
+# A kept connection (DATABASE_CONN_MAX_AGE) is checked before a request reuses it: after a
+# database restart the first request reconnects instead of failing on a dead connection.
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # Parallel test runs (CI and developers) each name their own test database.
 if env_str("TEST_DATABASE_NAME"):
     DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME")}
