@@ -4,32 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import structlog
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.db import InterfaceError, OperationalError
-from django.http import Http404, JsonResponse
+from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from core.database import DATABASE_ERRORS, DATABASE_UNAVAILABLE, RETRY_AFTER_SECONDS, database_unavailable
 from core.errors import DomainError
 from core.parsers import scrub_surrogates
-
-log = structlog.get_logger(__name__)
-
-#: What the database driver raises when the server is down, restarting or unreachable (psycopg's
-#: OperationalError also covers a killed connection). A client should retry: 503, not 500.
-DATABASE_ERRORS = (OperationalError, InterfaceError)
-DATABASE_UNAVAILABLE = {"code": "database_unavailable", "detail": "The database is unavailable; retry shortly."}
-RETRY_AFTER_SECONDS = "5"
-
-
-def database_unavailable(exc: BaseException) -> JsonResponse:
-    """The 503 of a request the database could not serve (also used outside DRF: core/middleware.py)."""
-    log.warning("database.unavailable", error=f"{type(exc).__name__}: {exc}"[:300])
-    response = JsonResponse(DATABASE_UNAVAILABLE, status=503)
-    response["Retry-After"] = RETRY_AFTER_SECONDS
-    return response
 
 
 def _first_message(detail: Any) -> str:

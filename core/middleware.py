@@ -21,6 +21,8 @@ from typing import Protocol
 from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from core.database import DATABASE_ERRORS, database_unavailable
+
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: CONTRACT 4, and the DSSE envelope's own limit
 API_PREFIX = "/api/"
 _READ_CHUNK = 64 * 1024
@@ -101,9 +103,6 @@ class DatabaseUnavailableMiddleware:
         return self.get_response(request)
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
-        # Imported here: core.exceptions imports core.parsers, which imports this module.
-        from core.exceptions import DATABASE_ERRORS, database_unavailable
-
         if request.path.startswith(API_PREFIX) and isinstance(exception, DATABASE_ERRORS):
             return database_unavailable(exception)
         return None

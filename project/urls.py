@@ -6,7 +6,7 @@ from django.urls import include, path
 from django.views import defaults
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from core.exceptions import DATABASE_ERRORS, database_unavailable
+from core.database import DATABASE_ERRORS, database_unavailable
 from core.metrics import metrics_view
 
 urlpatterns = [
