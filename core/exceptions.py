@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.db import InterfaceError, OperationalError
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from core.errors import DomainError, Unavailable
+from core.database import DATABASE_ERRORS, DATABASE_UNAVAILABLE, RETRY_AFTER_SECONDS, database_unavailable
+from core.errors import DomainError
 from core.parsers import scrub_surrogates
 
 
@@ -34,12 +34,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
 
 
 def _error_response(exc: Exception, context: dict[str, Any]) -> Response | None:
-    if isinstance(exc, OperationalError | InterfaceError):
-        # The database is down or restarting (tests/faults): a transient 503 the client retries, not a 500.
-        exc = Unavailable("The database is unavailable; retry shortly.", code="database_unavailable")
-        return Response(exc.as_dict(), status=exc.status, headers={"Retry-After": "5"})
     if isinstance(exc, DomainError):
         return Response(exc.as_dict(), status=exc.status)
+    if isinstance(exc, DATABASE_ERRORS):
+        database_unavailable(exc)  # logs
+        return Response(dict(DATABASE_UNAVAILABLE), status=503, headers={"Retry-After": RETRY_AFTER_SECONDS})
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):

@@ -49,6 +49,17 @@ class StrictRegexField(serializers.RegexField):
         return super().to_internal_value(data)
 
 
+class StrictChoiceField(serializers.ChoiceField):
+    """A JSON string among the choices (DRF's ChoiceField matches ``str(data)``, so 1 would match "1")."""
+
+    default_error_messages = {"invalid_type": "A JSON string is required."}
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, str):
+            self.fail("invalid_type")
+        return super().to_internal_value(data)
+
+
 class StrictUUIDField(serializers.UUIDField):
     default_error_messages = {"invalid": "A UUID string is required."}
 

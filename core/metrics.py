@@ -18,8 +18,10 @@ Two kinds of metric:
   keeps its own samples and ``/metrics`` shows those of the web process only
   (ticks run in-process in tests and with CELERY_TASK_ALWAYS_EAGER).
 
-Access: ``/metrics`` is open unless ``METRICS_TOKEN`` is set; then it needs
-``Authorization: Bearer <METRICS_TOKEN>`` (Prometheus: ``authorization: {credentials: ...}``).
+Access: with ``METRICS_TOKEN`` set it needs ``Authorization: Bearer <METRICS_TOKEN>``
+(Prometheus: ``authorization: {credentials: ...}``). Unset, it answers 403
+``metrics_disabled`` (it lists every tenant's slugs and pool names), unless
+``METRICS_PUBLIC=1`` opens it deliberately.
 """
 
 from __future__ import annotations
@@ -35,10 +37,11 @@ from prometheus_client.core import Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from core.env import env_str
+from core.env import env_bool, env_str
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 TOKEN_ENV = "METRICS_TOKEN"  # noqa: S105 (the name of the variable, not a secret)
+PUBLIC_ENV = "METRICS_PUBLIC"
 
 
 def mark_process_dead(pid: int) -> None:
@@ -94,6 +97,11 @@ def _unauthorized(code: str, detail: str) -> JsonResponse:
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """``GET /metrics``: the Prometheus exposition (text format, or OpenMetrics when asked for)."""
     token = env_str(TOKEN_ENV)
+    if not token and not env_bool(PUBLIC_ENV):
+        return JsonResponse(
+            {"code": "metrics_disabled", "detail": f"Set {TOKEN_ENV} (or {PUBLIC_ENV}=1) to serve /metrics."},
+            status=403,
+        )
     if token:
         header = request.headers.get("Authorization", "")
         if not header:

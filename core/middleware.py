@@ -21,6 +21,8 @@ from typing import Protocol
 from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from core.database import DATABASE_ERRORS, database_unavailable
+
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: CONTRACT 4, and the DSSE envelope's own limit
 API_PREFIX = "/api/"
 _READ_CHUNK = 64 * 1024
@@ -85,4 +87,22 @@ class BodySizeLimitMiddleware:
         # Hand the (now bounded) body on as a declared one. WSGIRequest reads through ``_stream``.
         request.META["CONTENT_LENGTH"] = str(len(body))
         request._stream = LimitedStream(io.BytesIO(body), len(body))  # type: ignore[assignment]
+        return None
+
+
+class DatabaseUnavailableMiddleware:
+    """Under /api/, a database that is down answers 503 ``database_unavailable`` from plain Django views too.
+
+    DRF views get it from core/exceptions.py; this covers the others (the binary downloads).
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if request.path.startswith(API_PREFIX) and isinstance(exception, DATABASE_ERRORS):
+            return database_unavailable(exception)
         return None

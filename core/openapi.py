@@ -30,6 +30,7 @@ CODES: dict[str, str] = {
     "unsupported_media_type": "The body is not `application/json`.",
     "too_large": "The body is larger than 1 MiB (refused before it is read).",
     "invalid_state": "The object is not in a state that allows this action (`state` says which it is in).",
+    "database_unavailable": "The database is down or restarting (503, with `Retry-After`): retry shortly.",
 }
 
 AnyField: TypeAlias = "serializers.Field[Any, Any, Any, Any]"

@@ -260,7 +260,7 @@ class WorkflowAdmin(ReadOnlyMixin, TenantScopedAdmin):
     actions = ["finish"]
 
     def has_finish_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("fleet.change_workflow")
+        return request.user.has_perm("fleet.change_workflow") and self.has_fleet_admin_permission(request)
 
     @admin.action(description="Finish the selected workflows", permissions=["finish"])
     def finish(self, request: HttpRequest, queryset: QuerySet) -> None:

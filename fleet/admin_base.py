@@ -2,6 +2,12 @@
 
 Superusers see every tenant; a staff user with a Membership sees only the rows
 of their tenant (``TenantScopedAdmin``), also in foreign-key choices.
+
+Writing (add, change, delete, and every custom action: pause, resume, abort,
+create, register, finish...) also needs the fleet IAM grant
+``compute:fleet:admin`` on the user's tenant's fleet scope, as the API does:
+revoking the grant revokes the console's writes too. Django's model
+permissions still apply on top; viewing needs only the view permission.
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ from django.http import HttpRequest
 if TYPE_CHECKING:
     from django.contrib.auth.models import _User
 
-from fleet.models import Membership, Node, Pool, Tenant
+from fleet.models import Grant, Membership, Node, Permission, Pool, Tenant
+from fleet.services.iam import FLEET_SCOPE
 
 
 def tenant_id_of(request: HttpRequest) -> int | None:
@@ -27,13 +34,53 @@ def tenant_id_of(request: HttpRequest) -> int | None:
         return None
 
 
+def is_fleet_admin(request: HttpRequest) -> bool:
+    """May this console user write? Superusers always; others need ``compute:fleet:admin`` on their tenant.
+
+    Decided once per request (a page asks several times) and never cached longer,
+    so a revoked grant takes effect on the next request.
+    """
+    cached = getattr(request, "_is_fleet_admin", None)
+    if cached is not None:
+        return cached
+    user = request.user
+    if not (user.is_authenticated and user.is_active):
+        allowed = False
+    elif user.is_superuser:
+        allowed = True
+    else:
+        tenant_id = tenant_id_of(request)
+        allowed = tenant_id is not None and (
+            Grant.objects.filter(
+                tenant_id=tenant_id, user_id=user.pk, permission=Permission.FLEET_ADMIN, scope=FLEET_SCOPE
+            ).exists()
+        )
+    request._is_fleet_admin = allowed  # type: ignore[attr-defined]  # decided once per request
+    return allowed
+
+
 class TenantScopedAdmin(admin.ModelAdmin):
     """Rows (and foreign-key choices) limited to the staff user's tenant; superusers see all.
 
-    ``tenant_path`` is the lookup from the model to its Tenant's id.
+    ``tenant_path`` is the lookup from the model to its Tenant's id. Every write
+    needs ``is_fleet_admin`` besides the model permission; custom actions call
+    ``has_fleet_admin_permission`` (or name ``permissions=["fleet_admin"]``).
     """
 
     tenant_path = "tenant_id"
+
+    # The custom actions' check; ``@admin.action(permissions=["fleet_admin"])`` calls it too.
+    def has_fleet_admin_permission(self, request: HttpRequest) -> bool:
+        return is_fleet_admin(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return super().has_add_permission(request) and is_fleet_admin(request)
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return super().has_change_permission(request, obj) and is_fleet_admin(request)
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
+        return super().has_delete_permission(request, obj) and is_fleet_admin(request)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         queryset = super().get_queryset(request)

@@ -7,7 +7,7 @@ admin on the host's tenant-scoped admin classes. It never writes fleet rows any
 other way.
 """
 
-from fleet.admin_base import ReadOnlyMixin, TenantScopedAdmin, staff_user, tenant_id_of
+from fleet.admin_base import ReadOnlyMixin, TenantScopedAdmin, is_fleet_admin, staff_user, tenant_id_of
 from fleet.models import Command, Node, NodeSession, Pool, Tenant
 from fleet.plugins import (
     node_session_reported,
@@ -36,6 +36,7 @@ __all__ = [
     "audit_record",
     "changed_fields",
     "commands_enqueue",
+    "is_fleet_admin",
     "node_session_reported",
     "nodes_set_daemon",
     "offline_verdicts_trusted",

@@ -1,9 +1,12 @@
+import sys
+
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import include, path
 from django.views import defaults
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from core.database import DATABASE_ERRORS, database_unavailable
 from core.metrics import metrics_view
 
 urlpatterns = [
@@ -33,6 +36,10 @@ def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
+    # Raised outside a view (in a middleware), a database that is down is still a 503 under /api/.
+    exc = sys.exc_info()[1]
+    if _is_api(request) and isinstance(exc, DATABASE_ERRORS):
+        return database_unavailable(exc)
     if _is_api(request):
         return JsonResponse({"code": "server_error", "detail": "Internal server error."}, status=500)
     return defaults.server_error(request)

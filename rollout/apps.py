@@ -9,7 +9,10 @@ class RolloutConfig(AppConfig):
 
     def ready(self) -> None:
         from core.metrics import register_collector
-        from rollout import checks, hooks, schedules  # noqa: F401  (checks register themselves)
+
+        # tasks: register the shared tasks in every process, not only in workers (Celery's autodiscovery
+        # runs at worker start): the web publishes by name (rollout/dispatch.py) and got NotRegistered.
+        from rollout import checks, hooks, schedules, tasks  # noqa: F401  (checks register themselves)
         from rollout.metrics import RolloutCollector, WebhookCollector
 
         hooks.connect()

@@ -11,6 +11,7 @@ from core.fields import (
     FractionField,
     StrictBooleanField,
     StrictCharField,
+    StrictChoiceField,
     StrictIntegerField,
     StrictRegexField,
     StrictSerializer,
@@ -100,7 +101,7 @@ class NodeCreatedSerializer(NodeSerializer):
 # --- workflows -------------------------------------------------------------------------
 class WorkflowInSerializer(StrictSerializer):
     nodeId = StrictUUIDField()
-    kind = serializers.ChoiceField(choices=Workflow.Kind.choices)
+    kind = StrictChoiceField(choices=Workflow.Kind.choices)
 
 
 class WorkflowSerializer(serializers.Serializer):

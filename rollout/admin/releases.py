@@ -12,7 +12,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from core.errors import DomainError
-from fleet.interface import Actor, Tenant, staff_user, tenant_id_of
+from fleet.interface import Actor, Tenant, is_fleet_admin, staff_user, tenant_id_of
 from rollout.models import Release, ReleaseBinary
 from rollout.services.releases import release_register
 
@@ -116,7 +116,7 @@ class ReleaseAdmin(admin.ModelAdmin):
         return False
 
     def can_register(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("rollout.add_release")
+        return request.user.has_perm("rollout.add_release") and is_fleet_admin(request)
 
     def get_urls(self):
         return [

@@ -89,7 +89,7 @@ class RolloutAdmin(TenantScopedAdmin):
 
     def has_operate_permission(self, request: HttpRequest, obj: Rollout | None = None) -> bool:
         user = request.user
-        return user.has_perm("rollout.change_rollout") and (user.is_superuser or tenant_id_of(request) is not None)
+        return user.has_perm("rollout.change_rollout") and self.has_fleet_admin_permission(request)
 
     def acting_tenant(self, request: HttpRequest) -> Tenant | None:
         """The ``tenant`` argument of the services: None (all tenants) only for superusers."""

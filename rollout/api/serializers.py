@@ -23,7 +23,7 @@ from core.fields import (
 from rollout import conf
 from rollout.api.schema import ReleaseBinarySerializer
 from rollout.models import NodeUpgrade, Release, Rollout, RolloutEvent, Webhook, WebhookDelivery
-from rollout.services.plan import RolloutSpec, rollout_spec
+from rollout.services.plan import MAX_POOL_IDS, MAX_WAVES, RolloutSpec, rollout_spec
 
 
 class ReleaseSerializer(ResponseModelSerializer):
@@ -48,9 +48,15 @@ class ReleaseSerializer(ResponseModelSerializer):
 
 
 class RolloutCreateSerializer(StrictSerializer):
-    version = serializers.CharField(max_length=64)
-    poolIds = serializers.ListField(child=serializers.CharField(max_length=64), required=False, allow_empty=False)
-    waves = serializers.ListField(child=StrictNumberField(), required=False, allow_empty=False, max_length=20)
+    version = StrictCharField(max_length=64, trim_whitespace=False)
+    # Bounded: an unbounded list costs a query parameter per id and echoes back in errors.
+    poolIds = serializers.ListField(
+        child=StrictCharField(max_length=64, trim_whitespace=False),
+        required=False,
+        allow_empty=False,
+        max_length=MAX_POOL_IDS,
+    )
+    waves = serializers.ListField(child=StrictNumberField(), required=False, allow_empty=False, max_length=MAX_WAVES)
     maxFailureRatio = StrictNumberField(required=False)
     soakSeconds = StrictIntegerField(required=False)
     upgradeTimeoutSeconds = StrictIntegerField(required=False)

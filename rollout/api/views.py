@@ -6,9 +6,9 @@ from typing import Any, cast
 from uuid import UUID
 
 from django.core.exceptions import RequestDataTooBig
-from django.core.files.storage import default_storage
 from django.db.models import QuerySet
-from django.http import FileResponse, Http404, HttpRequest
+from django.http import FileResponse, HttpRequest, JsonResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
@@ -45,7 +45,7 @@ from rollout.api.serializers import (
 from rollout.models import NodeUpgrade, Rollout, Webhook
 from rollout.release.dsse import MAX_ENVELOPE_BYTES
 from rollout.selectors import rollout_waves
-from rollout.services.releases import release_binary_get, release_list, release_register
+from rollout.services.releases import release_binary_open, release_list, release_register
 from rollout.services.rollouts import (
     rollout_abort,
     rollout_create,
@@ -123,20 +123,19 @@ class ReleaseViewSet(PaginatedViewMixin, viewsets.ViewSet):
         return Response(ReleaseSerializer(registration.release).data, status=code)
 
 
-def download_binary(request: HttpRequest, version: str, platform: str) -> FileResponse:
+def download_binary(request: HttpRequest, version: str, platform: str) -> HttpResponseBase:
     """``GET {downloadsUrl}/bcd/{version}/linux-{arch}``: the stored bytes of a registered binary.
 
     Unauthenticated on purpose: integrity comes from the sha256 in the signed
-    manifest, which agents check before running anything.
+    manifest, which agents check before running anything. Unknown, not
+    uploaded or missing bytes are a 404 with the API's JSON body, never a 500.
     """
     try:
-        binary = release_binary_get(version=version, platform=platform)
+        binary, handle = release_binary_open(version=version, platform=platform)
     except NotFound as exc:
-        raise Http404(exc.detail) from exc
-    if binary.stored_at is None or not default_storage.exists(binary.storage_name):
-        raise Http404("This binary is registered but its bytes were not uploaded.")
+        return JsonResponse({"code": "not_found", "detail": exc.detail}, status=404)
     response = FileResponse(
-        default_storage.open(binary.storage_name, "rb"),
+        handle,
         content_type="application/octet-stream",
         as_attachment=True,
         filename=f"bcd-{version}-{platform}",

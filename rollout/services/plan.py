@@ -25,6 +25,8 @@ DEFAULT_MAX_FAILURE_RATIO = Decimal("0.1")
 DEFAULT_SOAK_SECONDS = 300
 DEFAULT_UPGRADE_TIMEOUT_SECONDS = 600
 MAX_WAVES = 20
+MAX_POOL_IDS = 1000  # far above any real fleet's pools; bounds the query and the error bodies
+WAVE_QUANTUM = Decimal("0.00001")  # RolloutWave.percent has 5 decimal places
 MAX_SECONDS = 30 * 24 * 3600  # a month: anything longer is a typo
 
 
@@ -42,6 +44,11 @@ def _is_number(value: Any) -> bool:
     if isinstance(value, bool):
         return False
     return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+
+
+def _exact_decimal(value: int | float) -> Decimal:
+    """The number as written in JSON: a float's shortest repr (0.1 is 0.1, not its binary expansion)."""
+    return Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
 
 
 def _seconds(value: Any, name: str, minimum: int) -> int:
@@ -65,6 +72,9 @@ def options_validate(
         raise InvalidInput(f"waves must be a list of 1 to {MAX_WAVES} percentages.", code="invalid_waves")
     if not all(_is_number(p) and 0 < p <= 100 for p in waves):
         raise InvalidInput("Each wave is a cumulative percentage in (0, 100].", code="invalid_waves")
+    # Stored with 5 decimals: more would be rounded (1e-300 to 0, or two waves merged), so refuse them.
+    if not all(_exact_decimal(p) == _exact_decimal(p).quantize(WAVE_QUANTUM) for p in waves):
+        raise InvalidInput("Each wave percentage has at most 5 decimals.", code="invalid_waves")
     if any(b <= a for a, b in itertools.pairwise(waves)):
         raise InvalidInput("waves must be strictly increasing (they are cumulative).", code="invalid_waves")
     if waves[-1] != 100:
@@ -123,8 +133,10 @@ def rollout_spec(
     if not isinstance(version, str) or not version:
         raise InvalidInput("version is required.", code="invalid_input", field="version")
     if pool_ids is not None:
-        if not isinstance(pool_ids, list | tuple) or not pool_ids:
-            raise InvalidInput("poolIds must be a non-empty list of ids.", code="invalid_input", field="poolIds")
+        if not isinstance(pool_ids, list | tuple) or not pool_ids or len(pool_ids) > MAX_POOL_IDS:
+            raise InvalidInput(
+                f"poolIds must be a list of 1 to {MAX_POOL_IDS} ids.", code="invalid_input", field="poolIds"
+            )
         pool_ids = tuple(str(pool_id) for pool_id in pool_ids)
     return RolloutSpec(version=version, pool_ids=pool_ids, options=options)
 

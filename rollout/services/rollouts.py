@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("rollout")
 
 BULK_BATCH = 5000
+ECHOED_IDS = 10  # unknown ids named in an error body
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,10 @@ def _snapshot(*, tenant: Tenant, spec: RolloutSpec) -> Snapshot:
         pools = list(Pool.objects.filter(tenant=tenant, id__in=wanted).order_by("id"))
         unknown = sorted(str(pid) for pid in set(wanted) - {pool.id for pool in pools})
         if unknown:
-            raise InvalidInput(f"Unknown pool(s): {', '.join(unknown)}.", code="unknown_pool", poolIds=unknown)
+            # A few are enough to find the mistake; echoing thousands would bloat the error.
+            shown = unknown[:ECHOED_IDS]
+            more = f" and {len(unknown) - len(shown)} more" if len(unknown) > len(shown) else ""
+            raise InvalidInput(f"Unknown pool(s): {', '.join(shown)}{more}.", code="unknown_pool", poolIds=shown)
     nodes = list(Node.objects.filter(pool__in=pools).values_list("id", "pool_id"))
     if not nodes:
         raise InvalidInput("The chosen pools have no nodes.", code="no_nodes")

@@ -7,7 +7,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission as AuthPermission
 from django.test import Client
 
-from fleet.models import Membership, Tenant
+from fleet.models import Membership, Permission, Tenant
+from fleet.services.iam import grant_add
 from rollout.models import Rollout
 from rollout.services.plan import rollout_spec
 from rollout.services.rollouts import rollout_create
@@ -23,11 +24,21 @@ def root(db) -> Client:
     return client
 
 
-def staff_client(tenant: Tenant, username: str = "staff", *, codenames: tuple[str, ...] | None = None) -> Client:
-    """A client of a staff user of ``tenant`` with the rollout app's permissions (or only ``codenames``)."""
+def staff_client(
+    tenant: Tenant,
+    username: str = "staff",
+    *,
+    codenames: tuple[str, ...] | None = None,
+    app_labels: tuple[str, ...] = ("rollout",),
+    fleet_admin: bool = True,
+) -> Client:
+    """A client of a staff user of ``tenant`` with the apps' model permissions (or only ``codenames``) and,
+    unless ``fleet_admin=False``, the IAM grant ``compute:fleet:admin`` that every write needs."""
     user = get_user_model().objects.create_user(username, password=None, is_staff=True)
     Membership.objects.create(user=user, tenant=tenant)
-    perms = AuthPermission.objects.filter(content_type__app_label="rollout")
+    if fleet_admin:
+        grant_add(tenant=tenant, user=user, permission=Permission.FLEET_ADMIN)
+    perms = AuthPermission.objects.filter(content_type__app_label__in=app_labels)
     if codenames is not None:
         perms = perms.filter(codename__in=codenames)
     user.user_permissions.set(perms)

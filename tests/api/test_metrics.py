@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def module_settings(settings, monkeypatch):
     settings.ROLLOUT = rollout_settings()
     monkeypatch.delenv("METRICS_TOKEN", raising=False)
+    monkeypatch.setenv("METRICS_PUBLIC", "1")  # the gauges' tests scrape without a token
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
 
 
@@ -107,7 +108,25 @@ def test_only_get_and_head(client):
     assert client.head("/metrics").status_code == 200
 
 
+@pytest.mark.parametrize("public", [None, "", "0", "false"])
+def test_metrics_are_disabled_without_a_token_unless_made_public(client, monkeypatch, public):
+    if public is None:
+        monkeypatch.delenv("METRICS_PUBLIC")
+    else:
+        monkeypatch.setenv("METRICS_PUBLIC", public)
+    for response in (client.get("/metrics"), client.get("/metrics", HTTP_AUTHORIZATION="Bearer anything")):
+        assert response.status_code == 403
+        assert response.json()["code"] == "metrics_disabled"
+        assert b"acme" not in response.content
+
+
+def test_a_token_wins_over_metrics_public(client, monkeypatch):
+    monkeypatch.setenv("METRICS_TOKEN", "s3cret-token")
+    assert client.get("/metrics").status_code == 401  # METRICS_PUBLIC=1 does not open a protected endpoint
+
+
 def test_metrics_token_when_set(client, monkeypatch):
+    monkeypatch.delenv("METRICS_PUBLIC")
     monkeypatch.setenv("METRICS_TOKEN", "s3cret-token")
     missing = client.get("/metrics")
     assert missing.status_code == 401

@@ -278,3 +278,19 @@ def test_every_operation_except_the_downloads_needs_a_bearer_token(schema):
             elif "/downloads/" in path:
                 expected = [{}]
             assert operation["security"] == expected, (method, path)
+
+
+@pytest.mark.django_db
+def test_the_schema_and_docs_are_public_and_hold_no_tenant_data(tenant):
+    """Public on purpose (docs/api.md): generated from the code, never from the database."""
+    from django.test import Client
+
+    from fleet.models import Pool
+
+    Pool.objects.create(tenant=tenant, name="secret-pool-name")
+    client = Client()
+    body = client.get("/api/schema/", {"format": "json"})
+    assert body.status_code == 200
+    assert b"secret-pool-name" not in body.content
+    assert f'"{tenant.slug}"'.encode() not in body.content
+    assert client.get("/api/docs/").status_code == 200

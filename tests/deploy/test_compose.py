@@ -266,6 +266,17 @@ def test_the_variables_the_brief_names_are_there():
     assert ":?" in environment["DJANGO_SECRET_KEY"], "compose refuses to start without a secret key"
 
 
+def test_metrics_are_closed_unless_configured():
+    """/metrics lists tenants and pools: compose passes the token from .env and does not open it by default."""
+    environment = SERVICES["web"]["environment"]
+    assert "METRICS_TOKEN" in environment["METRICS_TOKEN"]  # from .env
+    assert interpolate(environment["METRICS_TOKEN"]) == ""  # no token baked into compose
+    assert interpolate(environment["METRICS_PUBLIC"]) in {"", "0", "false"}
+    lines = (ROOT / "docker/env.example").read_text().splitlines()
+    example = dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+    assert example["METRICS_PUBLIC"] in {"", "0"}
+
+
 def test_the_example_env_file_names_every_variable_compose_interpolates():
     example = {
         line.split("=", 1)[0]

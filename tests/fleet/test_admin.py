@@ -6,8 +6,8 @@ from django.contrib.auth.models import Permission as AuthPermission
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from fleet.models import ApiKey, Membership, Node, Workflow
-from fleet.services.iam import api_key_create
+from fleet.models import ApiKey, Membership, Node, Permission, Workflow
+from fleet.services.iam import api_key_create, grant_add
 from fleet.services.workflows import workflow_start
 from tests.fleet.conftest import make_node, make_nodes, make_pool
 
@@ -25,6 +25,7 @@ def superuser_client(client):
 def staff_client(client, tenant):
     user = get_user_model().objects.create_user("staff", password=None, is_staff=True)
     Membership.objects.create(user=user, tenant=tenant)
+    grant_add(tenant=tenant, user=user, permission=Permission.FLEET_ADMIN)
     user.user_permissions.set(AuthPermission.objects.filter(content_type__app_label="fleet"))
     client.force_login(user)
     return client
@@ -58,6 +59,7 @@ def test_superusers_see_all_tenants_and_staff_only_theirs(superuser_client, two_
 
     user = get_user_model().objects.create_user("staff", password=None, is_staff=True)
     Membership.objects.create(user=user, tenant=tenant)
+    grant_add(tenant=tenant, user=user, permission=Permission.FLEET_ADMIN)
     user.user_permissions.set(AuthPermission.objects.filter(content_type__app_label="fleet"))
     client.force_login(user)
     for page_name in PAGES:

@@ -272,6 +272,8 @@ def test_a_node_disrupted_by_a_plug_in_counts_against_the_budget(api, tenant, di
         ({"nodeId": "x", "kind": "remediation"}, "invalid_input"),
         ({"nodeId": "NODE", "kind": "reboot"}, "invalid_input"),
         ({"nodeId": "NODE", "kind": None}, "invalid_input"),
+        ({"nodeId": "NODE", "kind": ["remediation"]}, "invalid_input"),
+        ({"nodeId": "NODE", "kind": 1}, "invalid_input"),
         ({"nodeId": "NODE"}, "invalid_input"),
         ({"nodeId": str(uuid.uuid4()), "kind": "remediation"}, "unknown_node"),
         ({"nodeId": "FOREIGN", "kind": "remediation"}, "unknown_node"),

@@ -1,5 +1,7 @@
 """rollouts.create over the API: snapshot, checks, codes, dry run (CONTRACT 4.4, 4.5)."""
 
+from decimal import Decimal
+
 import pytest
 
 from fleet.models import Pool
@@ -63,6 +65,14 @@ def test_the_order_is_the_shuffle_seeded_by_the_rollout_id(api, tenant, releases
         ({"version": "1.0.0", "waves": [50, 10, 100]}, 400, "invalid_waves"),
         ({"version": "1.0.0", "waves": [10, 50]}, 400, "invalid_waves"),
         ({"version": "1.0.0", "waves": [10**400]}, 400, "invalid_waves"),
+        # More decimals than stored (5) would round to 0 or merge two waves: refused.
+        ({"version": "1.0.0", "waves": [1e-300, 100]}, 400, "invalid_waves"),
+        ({"version": "1.0.0", "waves": [0.000001, 100]}, 400, "invalid_waves"),
+        ({"version": "1.0.0", "waves": [33.333331, 33.333332, 100]}, 400, "invalid_waves"),
+        # Strings are strings: no coercion of numbers or booleans.
+        ({"version": 1}, 400, "invalid_input"),
+        ({"version": True}, 400, "invalid_input"),
+        ({"version": "1.0.0", "poolIds": [1]}, 400, "invalid_input"),
         ({"version": "1.0.0", "maxFailureRatio": 2}, 400, "invalid_input"),
         ({"version": "1.0.0", "soakSeconds": -1}, 400, "invalid_input"),
         ({"version": "1.0.0", "upgradeTimeoutSeconds": 0}, 400, "invalid_input"),
@@ -77,6 +87,33 @@ def test_bad_input_is_400_and_writes_nothing(api, tenant, releases, body, status
     assert response.status_code == status, response.content
     assert response.json()["code"] == code
     assert response.json()["detail"]
+    assert nothing_written()
+
+
+def test_waves_with_five_decimals_are_kept_exactly(api, tenant, releases):
+    fleet(tenant, {"a": (5, "1")})
+    response = api.post(URL, {"version": "1.0.0", "waves": [0.00001, 33.33333, 100]}, format="json")
+    assert response.status_code == 201, response.content
+    stored = list(RolloutWave.objects.order_by("index").values_list("percent", flat=True))
+    assert stored == [Decimal("0.00001"), Decimal("33.33333"), Decimal("100")]
+
+
+def test_pool_ids_are_capped_and_unknown_ids_are_not_all_echoed(api, tenant, releases):
+    import uuid
+
+    fleet(tenant, {"a": (5, "0.1")})
+    too_many = [str(uuid.uuid4()) for _ in range(1001)]
+    response = api.post(URL, {"version": "1.0.0", "poolIds": too_many}, format="json")
+    assert (response.status_code, response.json()["code"]) == (400, "invalid_input")
+    assert "poolIds" in response.json()["detail"]
+    assert len(response.content) < 2000  # nothing echoed
+    unknown = too_many[:1000]
+    response = api.post(URL, {"version": "1.0.0", "poolIds": unknown}, format="json")
+    assert (response.status_code, response.json()["code"]) == (400, "unknown_pool")
+    assert len(response.json()["poolIds"]) == 10
+    assert set(response.json()["poolIds"]) <= set(unknown)
+    assert "and 990 more" in response.json()["detail"]
+    assert len(response.content) < 2000
     assert nothing_written()
 
 

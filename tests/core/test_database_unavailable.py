@@ -1,0 +1,61 @@
+"""A database that refuses connections answers 503 ``database_unavailable`` (the API's JSON body), never 500.
+
+A real process whose DATABASE_URL points at a closed port serves requests (Django's test client inside
+it, DEBUG off): DRF views (authentication is the first query), a plain view (the downloads) and the
+settings that make a restarted database cost no failed request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = """
+import json, django
+django.setup()
+from django.conf import settings
+from django.test import Client
+client = Client(raise_request_exception=False)
+answers = {}
+for path, headers in [
+    ("/api/compute/pools/", {"HTTP_AUTHORIZATION": "Bearer rk_0123456789abcdef"}),
+    ("/api/compute/releases/", {"HTTP_AUTHORIZATION": "Bearer rk_0123456789abcdef"}),
+    ("/api/compute/agent/session", {"HTTP_AUTHORIZATION": "Bearer at_0123456789abcdef"}),
+    ("/api/compute/downloads/bcd/1.0.0/linux-amd64", {}),
+]:
+    response = client.get(path, **headers)
+    answers[path] = [response.status_code, response.json(), response.get("Retry-After")]
+db = settings.DATABASES["default"]
+print("RESULT " + json.dumps({"answers": answers, "health": db["CONN_HEALTH_CHECKS"], "age": db["CONN_MAX_AGE"]}))
+"""
+
+
+def test_a_database_that_refuses_connections_is_a_503_not_a_500():
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://postgres@127.0.0.1:{port}/nothing",
+        "DATABASE_CONN_MAX_AGE": "60",
+        "DJANGO_SETTINGS_MODULE": "project.settings",
+        "DJANGO_DEBUG": "false",
+        "PYTHONPATH": str(ROOT),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=True
+    )
+    result = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    for path, (status, body, retry_after) in result["answers"].items():
+        assert (status, body["code"]) == (503, "database_unavailable"), (path, status, body)
+        assert body["detail"]
+        assert retry_after == "5"
+    assert "database.unavailable" in done.stdout + done.stderr  # logged
+    assert (result["health"], result["age"]) == (True, 60)
