@@ -14,7 +14,7 @@ from uuid import UUID
 
 import structlog
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from core.errors import Conflict, InvalidInput, InvalidState, NotFound, Unavailable
@@ -131,6 +131,42 @@ def rollout_plan(*, tenant: Tenant, spec: RolloutSpec) -> RolloutPlan:
     )
 
 
+_INSERT_UPGRADES_SQL = f"""
+INSERT INTO {NodeUpgrade._meta.db_table}
+    (rollout_id, node_id, pool_id, wave, position, state, claims_node, target_version)
+SELECT %s, row.node_id, row.pool_id, row.wave, row.position, %s, true, %s
+FROM unnest(%s::uuid[], %s::uuid[], %s::int[], %s::int[]) WITH ORDINALITY
+    AS row(node_id, pool_id, wave, position, ordinal)
+ORDER BY row.ordinal
+"""  # noqa: S608 - the table name from the model, values bound
+
+
+def _insert_upgrades(*, rollout: Rollout, version: str, rows: list[tuple[UUID, UUID, int, int]]) -> None:
+    """The rollout's pending NodeUpgrade rows, (node id, pool id, wave, position) each, written in this order.
+
+    On PostgreSQL one ``INSERT ... SELECT FROM unnest(...)`` of four arrays: no model instances, one
+    statement, about the cost of a raw INSERT ... SELECT (docs/benchmarks.md). Elsewhere (SQLite, the
+    demo) ``bulk_create`` in batches.
+    """
+    if connection.vendor == "postgresql":
+        node_ids, pool_ids, waves, positions = (list(column) for column in zip(*rows, strict=True))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _INSERT_UPGRADES_SQL,
+                [rollout.id, NodeUpgrade.State.PENDING, version, node_ids, pool_ids, waves, positions],
+            )
+        return
+    NodeUpgrade.objects.bulk_create(
+        (
+            NodeUpgrade(
+                rollout=rollout, node_id=node_id, pool_id=pool_id, wave=wave, position=position, target_version=version
+            )
+            for node_id, pool_id, wave, position in rows
+        ),
+        batch_size=BULK_BATCH,
+    )
+
+
 def rollout_create(*, tenant: Tenant, spec: RolloutSpec, created_by: AbstractBaseUser | None = None) -> Rollout:
     """Snapshot the nodes, shuffle them by the rollout id, split them into waves: in one transaction."""
     now = timezone.now()
@@ -165,25 +201,15 @@ def rollout_create(*, tenant: Tenant, spec: RolloutSpec, created_by: AbstractBas
             for wave in waves_planned
         )
         wave_of_position = [wave.index for wave in waves_planned for _ in range(wave.total)]
+        # Inserted in node id order (positions stay shuffled): two creates over the same nodes then meet
+        # at the one-writer index in the same order, and one waits for the other instead of deadlocking.
+        rows = [
+            (node_id, pool_of[node_id], wave_of_position[position], position)
+            for position, node_id in sorted(enumerate(order), key=lambda item: item[1].int)
+        ]
         try:
             with transaction.atomic():
-                NodeUpgrade.objects.bulk_create(
-                    (
-                        NodeUpgrade(
-                            rollout=rollout,
-                            node_id=node_id,
-                            pool_id=pool_of[node_id],
-                            wave=wave_of_position[position],
-                            position=position,
-                            target_version=snapshot.release.version,
-                        )
-                        # Inserted in node id order (positions stay shuffled): two creates over the
-                        # same nodes then meet at the one-writer index in the same order, and one
-                        # waits for the other instead of deadlocking.
-                        for position, node_id in sorted(enumerate(order), key=lambda item: item[1].int)
-                    ),
-                    batch_size=BULK_BATCH,
-                )
+                _insert_upgrades(rollout=rollout, version=snapshot.release.version, rows=rows)
         except IntegrityError:
             # Another rollout took a node between the check and the insert: the
             # partial unique index refused it. Report which, and write nothing.
