@@ -27,6 +27,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+import psycopg
 import structlog
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
@@ -76,6 +77,28 @@ FROM node LEFT JOIN {NodeSession._meta.db_table} AS s ON s.node_id = node.id
 """  # noqa: S608 - table names from the models, values bound
 
 
+class _PreparingCursor(psycopg.Cursor):
+    """Server-side binding, each statement prepared on first use on its connection (psycopg keeps them)."""
+
+    def execute(self, query, params=None, *, prepare=None, binary=None):
+        return super().execute(query, params, prepare=True if prepare is None else prepare, binary=binary)
+
+
+def _prepared_cursor():
+    """A Django cursor (its execute wrappers and query log apply) whose statements are prepared.
+
+    Planning the heartbeat statement costs PostgreSQL more than running it (about 0.5 ms against
+    0.3 ms); prepared once per persistent connection, it is planned once. Django leaves prepared
+    statements off (``prepare_threshold=None``) for transaction-mode poolers; this statement needs a
+    direct connection or a pooler that supports them (PgBouncer 1.21+ with psycopg 3.2+).
+    """
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    raw = _PreparingCursor(connection.connection)
+    return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
+
+
 def agent_heartbeat(
     *, token_hash: str, daemon_version: str, protocol_version: int, now: datetime | None = None
 ) -> SessionReport | None:
@@ -88,7 +111,7 @@ def agent_heartbeat(
         return None
     now = now or timezone.now()
     seconds = heartbeat_seconds()
-    with connection.cursor() as cursor:
+    with _prepared_cursor() as cursor:
         cursor.execute(
             _HEARTBEAT_SQL,
             {
