@@ -81,7 +81,15 @@ class _PreparingCursor(psycopg.Cursor):
     """Server-side binding, each statement prepared on first use on its connection (psycopg keeps them)."""
 
     def execute(self, query, params=None, *, prepare=None, binary=None):
-        return super().execute(query, params, prepare=True if prepare is None else prepare, binary=binary)
+        # Django turns automatic preparing off (prepare_threshold=None), which also ignores prepare=True:
+        # lift it for this statement only, so Django's own queries are never prepared.
+        conn = self.connection
+        threshold = conn.prepare_threshold
+        conn.prepare_threshold = 1 << 30 if threshold is None else threshold
+        try:
+            return super().execute(query, params, prepare=True if prepare is None else prepare, binary=binary)
+        finally:
+            conn.prepare_threshold = threshold
 
 
 def _prepared_cursor():
