@@ -100,11 +100,15 @@ def _prepared_cursor():
     statements off (``prepare_threshold=None``) for transaction-mode poolers; this statement needs a
     direct connection or a pooler that supports them (PgBouncer 1.21+ with psycopg 3.2+).
     """
+    if connection.queries_logged:
+        # DEBUG or CaptureQueriesContext: Django's own cursor, whose query log shows the SQL with its values
+        # (it cannot render a prepared statement's). Same statement, same results; the live-server tests and
+        # the benchmarks run the prepared one.
+        return connection.cursor()
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     connection.validate_thread_sharing()
-    raw = _PreparingCursor(connection.connection)
-    return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
+    return connection.make_cursor(_PreparingCursor(connection.connection))
 
 
 def agent_heartbeat(
