@@ -34,6 +34,11 @@ BENCHMARKS: dict[str, tuple[str, str, list[str]]] = {
         ["--duration", "10", "--warmup", "30"],
     ),
     "efficiency": ("benchmarks.efficiency", "rollout efficiency with 1,000 simulated agents", ["--quick"]),
+    "heartbeat-floor": (
+        "benchmarks.heartbeat_floor",
+        "plain heartbeats: the agent endpoint against a hand-written SELECT + UPDATE view (ratio)",
+        [],  # the module's QUICK_ARGV
+    ),
 }
 
 

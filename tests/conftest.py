@@ -9,6 +9,14 @@ from fleet.models import Permission, Tenant
 from fleet.services.iam import api_key_create, tenant_create
 
 
+@pytest.fixture(autouse=True)
+def _fresh_pulse_throttle(monkeypatch):
+    """Each test starts with this process's fleet-pulse throttle unset (it is per process, not per test)."""
+    from fleet.services import liveness
+
+    monkeypatch.setattr(liveness, "_last_written_at", None)
+
+
 @pytest.fixture
 def tenant(db) -> Tenant:
     return tenant_create(slug="acme")

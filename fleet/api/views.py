@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+import json
+import re
 from typing import cast
 from uuid import UUID
 
+from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, status, viewsets
@@ -14,7 +18,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import InvalidInput, NotFound
+from core.fields import PG_INT_MAX
 from core.pagination import PaginatedViewMixin
+from core.parsers import loads_strict
 from fleet.api import serializers as s
 from fleet.api.agent_auth import AgentTokenAuthentication, IsAgent
 from fleet.api.schema import error_responses
@@ -24,8 +30,9 @@ from fleet.services.commands import command_ack
 from fleet.services.iam import Principal
 from fleet.services.nodes import node_create
 from fleet.services.pools import pool_create
-from fleet.services.sessions import agent_session_leave, agent_session_report
+from fleet.services.sessions import agent_heartbeat, agent_session_leave, agent_session_report
 from fleet.services.workflows import workflow_finish, workflow_start
+from fleet.tokens import bearer_token, token_hash
 
 # Any path segment reaches the view, so a malformed id is a JSON 404 rather than an unmatched URL.
 ANY_SEGMENT = r"[^/]+"
@@ -254,7 +261,60 @@ def _agent_node(request: Request) -> Node:
     return cast(Node, request.auth)
 
 
+_VERSION = re.compile(s.VERSION_REGEX)
+_SESSION_KEYS = frozenset({"daemonVersion", "protocolVersion"})
+
+
+def _plain_heartbeat(request: HttpRequest) -> HttpResponse | None:
+    """The answer to a plain heartbeat, without DRF; None for anything else (DRF answers it, errors included).
+
+    Only what AgentSessionView would answer 200 to is taken here: a Bearer token, a JSON body that the
+    strict parser and AgentSessionInSerializer accept (the same checks, never looser), and an open session
+    on the reported version (``agent_heartbeat``). The body limit is BodySizeLimitMiddleware's, as for DRF.
+    """
+    token = bearer_token(request.META.get("HTTP_AUTHORIZATION"))
+    accept = request.META.get("HTTP_ACCEPT", "*/*")
+    if token is None or request.content_type != "application/json" or not ("*/*" in accept or "json" in accept):
+        return None
+    try:
+        data = loads_strict(request.body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.keys() != _SESSION_KEYS:
+        return None
+    version, protocol = data["daemonVersion"], data["protocolVersion"]
+    if not isinstance(version, str) or not _VERSION.match(version):
+        return None
+    if isinstance(protocol, bool) or not isinstance(protocol, int) or not 1 <= protocol <= PG_INT_MAX:
+        return None
+    report = agent_heartbeat(token_hash=token_hash(token), daemon_version=version, protocol_version=protocol)
+    if report is None:
+        return None
+    body = {"spec": report.spec, "commands": report.commands, "heartbeatSeconds": report.heartbeat_seconds}
+    # As DRF's JSONRenderer writes it (compact, UTF-8).
+    return HttpResponse(
+        json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(), content_type="application/json"
+    )
+
+
 class AgentSessionView(AgentView):
+    """Join, heartbeat, leave. A plain heartbeat (CONTRACT 8's hot path) is answered before DRF's machinery
+    (request wrapping, negotiation, serializers) by ``_plain_heartbeat``, in one SQL statement."""
+
+    @classmethod
+    def as_view(cls, **initkwargs):
+        drf_view = super().as_view(**initkwargs)
+
+        def view(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+            if request.method == "POST":
+                response = _plain_heartbeat(request)
+                if response is not None:
+                    return response
+            return drf_view(request, *args, **kwargs)
+
+        # Keeps cls, initkwargs (the schema generator reads them) and csrf_exempt.
+        return functools.update_wrapper(view, drf_view)
+
     @extend_schema(
         request=s.AgentSessionInSerializer,
         responses={

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django.db import IntegrityError, transaction
 from django.db.models import Case, F, Value, When
 from django.db.models.functions import Greatest
 from django.utils import timezone
@@ -55,12 +54,11 @@ def pulse_heard(*, now: datetime) -> None:
         last_heard_at=Greatest(F("last_heard_at"), Value(now)),
     )
     if not heard:
-        try:
-            with transaction.atomic():
-                # The first heartbeat ever heard: nothing says the server was deaf before it.
-                FleetPulse.objects.create(pk=1, last_heard_at=now, listening_since=now - _online_window())
-        except IntegrityError:
-            pass  # another process created it at the same moment: its write stands for this heartbeat
+        # The first heartbeat ever heard: nothing says the server was deaf before it. Two processes may
+        # create it at the same moment: the other one's row stands for this heartbeat too.
+        FleetPulse.objects.bulk_create(
+            [FleetPulse(pk=1, last_heard_at=now, listening_since=now - _online_window())], ignore_conflicts=True
+        )
 
 
 def offline_verdicts_trusted(*, now: datetime | None = None) -> bool:

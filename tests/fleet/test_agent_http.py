@@ -88,12 +88,17 @@ def test_join_heartbeat_commands_ack_leave_and_rejoin(http, fleet, reports):
     assert view["lastSeenAt"]
     assert node_view(http, fleet, node_b)["online"] is False
 
-    # a plain heartbeat sends nothing, and moves last_seen_at
+    # a plain heartbeat sends nothing; it moves last_seen_at once that is one interval old (coalesced writes)
     first_seen = NodeSession.objects.get(node=node_a).last_seen_at
     response = http.post(SESSION, json={"daemonVersion": "1.4.0", "protocolVersion": 3}, headers=agent(fleet["ta"]))
     assert response.status_code == 200
     assert len(reports) == 1
-    assert NodeSession.objects.get(node=node_a).last_seen_at > first_seen
+    assert NodeSession.objects.get(node=node_a).last_seen_at == first_seen
+    with time_machine.travel(first_seen + timedelta(seconds=10), tick=False):
+        response = http.post(SESSION, json={"daemonVersion": "1.4.0", "protocolVersion": 3}, headers=agent(fleet["ta"]))
+    assert response.status_code == 200
+    assert len(reports) == 1
+    assert NodeSession.objects.get(node=node_a).last_seen_at == first_seen + timedelta(seconds=10)
 
     # commands are delivered with each heartbeat until acked; only the node's own
     upgrade = {"version": "1.5.0", "url": "https://dl.example/bcd/1.5.0/linux-amd64", "sha256": "b" * 64}
