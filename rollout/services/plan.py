@@ -26,6 +26,7 @@ DEFAULT_SOAK_SECONDS = 300
 DEFAULT_UPGRADE_TIMEOUT_SECONDS = 600
 MAX_WAVES = 20
 MAX_SECONDS = 30 * 24 * 3600  # a month: anything longer is a typo
+MAX_MIN_READY_SECONDS = 86400  # CONTRACT 9.3
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class RolloutOptions:
     max_failure_ratio: Decimal
     soak_seconds: int
     upgrade_timeout_seconds: int
+    min_ready_seconds: int = 0
 
 
 def _is_number(value: Any) -> bool:
@@ -58,6 +60,7 @@ def options_validate(
     max_failure_ratio: Any = None,
     soak_seconds: Any = None,
     upgrade_timeout_seconds: Any = None,
+    min_ready_seconds: Any = None,
 ) -> RolloutOptions:
     """Apply defaults and check every option; raises InvalidInput (400) naming the field."""
     waves = list(DEFAULT_WAVES) if waves is None else waves
@@ -92,7 +95,21 @@ def options_validate(
             "upgradeTimeoutSeconds",
             1,
         ),
+        min_ready_seconds=_min_ready_seconds(min_ready_seconds),
     )
+
+
+def _min_ready_seconds(value: Any) -> int:
+    """``minReadySeconds`` (CONTRACT 9.3): a JSON integer from 0 to 86400, default 0."""
+    if value is None:
+        return 0
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_MIN_READY_SECONDS:
+        raise InvalidInput(
+            f"minReadySeconds must be an integer from 0 to {MAX_MIN_READY_SECONDS}.",
+            code="invalid_input",
+            field="minReadySeconds",
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -112,6 +129,7 @@ def rollout_spec(
     max_failure_ratio: Any = None,
     soak_seconds: Any = None,
     upgrade_timeout_seconds: Any = None,
+    min_ready_seconds: Any = None,
 ) -> RolloutSpec:
     """Check what can be checked without the database; raises InvalidInput (400) naming the field."""
     options = options_validate(
@@ -119,6 +137,7 @@ def rollout_spec(
         max_failure_ratio=max_failure_ratio,
         soak_seconds=soak_seconds,
         upgrade_timeout_seconds=upgrade_timeout_seconds,
+        min_ready_seconds=min_ready_seconds,
     )
     if not isinstance(version, str) or not version:
         raise InvalidInput("version is required.", code="invalid_input", field="version")
