@@ -26,7 +26,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery, Value
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, re_path, reverse
@@ -38,8 +38,9 @@ from django.utils.timezone import localtime
 from core.errors import DomainError
 from fleet.interface import Actor, Pool, ReadOnlyMixin, Tenant, TenantScopedAdmin, pool_budgets, tenant_id_of
 from rollout.forms import RolloutCreateForm
-from rollout.models import NodeUpgrade, Release, ReleaseBinary, Rollout, RolloutEvent, RolloutWave
+from rollout.models import NodeUpgrade, Release, ReleaseBinary, ReleaseBlock, Rollout, RolloutEvent, RolloutWave
 from rollout.selectors import WaveStats, rollout_waves
+from rollout.services.blocks import release_block, release_unblock
 from rollout.services.plan import RolloutPlan
 from rollout.services.releases import release_register
 from rollout.services.rollouts import rollout_abort, rollout_create, rollout_pause, rollout_plan, rollout_resume
@@ -77,11 +78,23 @@ class RegisterReleaseForm(forms.Form):
         return data
 
 
+class ReleaseBlockForm(forms.Form):
+    reason = forms.CharField(max_length=500, widget=forms.Textarea(attrs={"rows": 3, "cols": 80}), strip=False)
+
+
 @admin.register(Release)
 class ReleaseAdmin(admin.ModelAdmin):
     """Releases are immutable: they can be registered (verified) and viewed, never edited."""
 
-    list_display = ["version", "sequence", "platforms", "signer_count", "registered_at", "registered_by"]
+    list_display = [
+        "version",
+        "sequence",
+        "platforms",
+        "signer_count",
+        "registered_at",
+        "registered_by",
+        "blocked_here",
+    ]
     search_fields = ["version", "notes"]
     ordering = ["-sequence"]
     inlines = [ReleaseBinaryInline]
@@ -96,12 +109,10 @@ class ReleaseAdmin(admin.ModelAdmin):
         "payload_sha256",
         "registered_at",
         "registered_by",
+        "blocked_here",
     ]
     readonly_fields = fields
     change_list_template = "admin/rollout/release/change_list.html"
-
-    def get_queryset(self, request: HttpRequest):
-        return super().get_queryset(request).prefetch_related("binaries").select_related("registered_by")
 
     @admin.display(description="platforms")
     def platforms(self, release: Release) -> str:
@@ -123,6 +134,77 @@ class ReleaseAdmin(admin.ModelAdmin):
     def signers(self, release: Release) -> str:
         return format_html_join("", "<div><code>{}</code></div>", ((pin,) for pin in release.signer_pins))
 
+    @admin.display(description="blocked in your tenant")
+    def blocked_here(self, release: Release) -> SafeString | str:
+        """The acting tenant's block (CONTRACT 9.5) with the action that changes it (see get_queryset)."""
+        if not getattr(release, "acting_tenant", False):
+            return "-"
+        reason, can = release.block_reason_here, release.acting_can_block  # type: ignore[attr-defined]
+        if reason is None:
+            link = reverse("admin:rollout_release_block", args=[release.pk])
+            return format_html('no <a class="button" href="{}">block</a>', link) if can else "no"
+        link = reverse("admin:rollout_release_unblock", args=[release.pk])
+        text = format_html("<strong>blocked</strong>: {}", reason)
+        return format_html('{} <a class="button" href="{}">unblock</a>', text, link) if can else text
+
+    def get_queryset(self, request: HttpRequest):
+        # The acting tenant's view of each release: its block, and whether this user may change it.
+        tenant_id = tenant_id_of(request)
+        blocked = ReleaseBlock.objects.filter(tenant_id=tenant_id, release=OuterRef("pk")).values("reason")[:1]
+        return (
+            super()
+            .get_queryset(request)
+            .prefetch_related("binaries")
+            .select_related("registered_by")
+            .annotate(
+                block_reason_here=Subquery(blocked),
+                acting_tenant=Value(tenant_id is not None),
+                acting_can_block=Value(self.can_block(request)),
+            )
+        )
+
+    def can_block(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("rollout.add_releaseblock") and _tenant_of(request) is not None
+
+    def block_view(self, request: HttpRequest, object_id: str, unblock: bool = False) -> HttpResponse:
+        """Block (with a reason) or unblock a release for the acting tenant, through the services."""
+        release = self.get_object(request, unquote(object_id))
+        tenant = _tenant_of(request)
+        if release is None:
+            raise Http404("No such release.")
+        if not self.can_block(request) or tenant is None:
+            raise PermissionDenied
+        form = ReleaseBlockForm(request.POST or None) if not unblock else None
+        error = None
+        if request.method == "POST" and (form is None or form.is_valid()):
+            try:
+                if unblock:
+                    release_unblock(tenant=tenant, version=release.version, actor=Actor.admin(request.user))
+                    messages.success(request, f"Unblocked bcd {release.version} in {tenant.slug}.")
+                else:
+                    assert form is not None
+                    release_block(
+                        tenant=tenant,
+                        version=release.version,
+                        reason=form.cleaned_data["reason"],
+                        blocked_by=request.user,
+                        actor=Actor.admin(request.user),
+                    )
+                    messages.success(request, f"Blocked bcd {release.version} in {tenant.slug}.")
+                return HttpResponseRedirect(reverse("admin:rollout_release_change", args=[release.pk]))
+            except DomainError as exc:
+                error = format_html("<code>{}</code>: {}", exc.code, exc.detail)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"{'Unblock' if unblock else 'Block'} bcd {release.version} in {tenant.slug}",
+            "form": form,
+            "error": error,
+            "unblock": unblock,
+            "release": release,
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "admin/rollout/release/block.html", context)
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # registering goes through register_view, which verifies signatures
 
@@ -138,6 +220,16 @@ class ReleaseAdmin(admin.ModelAdmin):
     def get_urls(self):
         return [
             path("register/", self.admin_site.admin_view(self.register_view), name="rollout_release_register"),
+            path(
+                "<path:object_id>/block/",
+                self.admin_site.admin_view(self.block_view),
+                name="rollout_release_block",
+            ),
+            path(
+                "<path:object_id>/unblock/",
+                self.admin_site.admin_view(partial(self.block_view, unblock=True)),
+                name="rollout_release_unblock",
+            ),
             *super().get_urls(),
         ]
 

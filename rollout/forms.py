@@ -91,6 +91,7 @@ class RolloutCreateForm(forms.Form):
     )
     min_ready_seconds = forms.IntegerField(
         initial=0,
+        required=False,
         help_text="A node that rejoined on the new version succeeds only after staying joined on it this long "
         "(0 to 86400; 0: at once).",
     )
@@ -140,5 +141,5 @@ class RolloutCreateForm(forms.Form):
             max_failure_ratio=ratio,
             soak_seconds=data["soak_seconds"],
             upgrade_timeout_seconds=data["upgrade_timeout_seconds"],
-            min_ready_seconds=data["min_ready_seconds"],
+            min_ready_seconds=data.get("min_ready_seconds"),
         )
