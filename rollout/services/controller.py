@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -328,7 +328,7 @@ def node_upgrades_settle_ready(
     ready = [
         (pk, state)
         for pk, ok, up, arrived_at, seconds, state in rows
-        if ok and up and arrived_at + timedelta(seconds=seconds) <= now
+        if ok and up and arrived_at is not None and arrived_at + timedelta(seconds=seconds) <= now
     ]
     failed = fail_and_send_back(
         rows=send_back_rows(NodeUpgrade.objects.filter(id__in=broken)), reason=NodeUpgrade.Reason.NOT_READY, at=now
@@ -546,7 +546,7 @@ def rollouts_converge(*, now: datetime) -> int:
     return started
 
 
-def _converge_rows(rows: list[dict[str, Any]], *, started_at: datetime) -> int:
+def _converge_rows(rows: Sequence[Mapping[str, Any]], *, started_at: datetime) -> int:
     """Start these candidate rows (already within the budget), per rollout."""
     sha256 = {
         (release_id, arch): digest
@@ -554,47 +554,59 @@ def _converge_rows(rows: list[dict[str, Any]], *, started_at: datetime) -> int:
             release_id__in={row["rollout__release_id"] for row in rows}
         ).values_list("release_id", "arch", "sha256")
     }
-    minimum_protocol = min_protocol_version()
-    by_rollout: dict[UUID, list[dict[str, Any]]] = defaultdict(list)
+    by_rollout: dict[UUID, list[Mapping[str, Any]]] = defaultdict(list)
     for row in rows:
         by_rollout[row["rollout_id"]].append(row)
     started = 0
     for rollout_id, group in by_rollout.items():
         deadline = started_at + timedelta(seconds=group[0]["rollout__upgrade_timeout_seconds"])
-        for batch in (group, *([row] for row in group)) if len(group) > 1 else (group,):
-            try:
-                with transaction.atomic():  # the one-writer index may refuse a node a new rollout just took
-                    moved = converge_upgrades(
-                        rollout_id=rollout_id,
-                        starts=[(row["id"], row["node_id"]) for row in batch],
-                        started_at=started_at,
-                        deadline=deadline,
-                    )
-            except IntegrityError:
-                continue  # retried row by row: only the refused ones are left out
-            sections = [
-                (
-                    row["node_id"],
-                    daemon_section(
-                        version=row["target_version"],
-                        arch=row["node__arch"],
-                        sha256=sha256[(row["rollout__release_id"], row["node__arch"])],
-                    ),
-                )
-                for row in batch
-            ]
-            old = [
-                (node_id, section)
-                for (node_id, section), row in zip(sections, batch, strict=True)
-                if (row["node__session__protocol_version"] or 0) < minimum_protocol
-            ]
-            if moved:
-                _send_out(sections=sections, old_agents=old)
-                _timeouts_due(rollout_id=rollout_id, at=deadline)
-                started += moved
-            if batch is group:
-                break  # the whole group went in: no retry row by row
+        moved = _converge_batch(rollout_id, group, sha256=sha256, started_at=started_at, deadline=deadline)
+        if moved is None and len(group) > 1:
+            # A new rollout took one of the nodes meanwhile: row by row, only the refused ones are left out.
+            batches = ([row] for row in group)
+            moved = sum(
+                _converge_batch(rollout_id, batch, sha256=sha256, started_at=started_at, deadline=deadline) or 0
+                for batch in batches
+            )
+        if moved:
+            _timeouts_due(rollout_id=rollout_id, at=deadline)
+            started += moved
     return started
+
+
+def _converge_batch(
+    rollout_id: UUID,
+    batch: Sequence[Mapping[str, Any]],
+    *,
+    sha256: Mapping[tuple[int, str], str],
+    started_at: datetime,
+    deadline: datetime,
+) -> int | None:
+    """skipped -> in_flight for ``batch`` and their spec.daemon; None when the one-writer index refused it."""
+    try:
+        with transaction.atomic():
+            moved = converge_upgrades(
+                rollout_id=rollout_id,
+                starts=[(row["id"], row["node_id"]) for row in batch],
+                started_at=started_at,
+                deadline=deadline,
+            )
+    except IntegrityError:
+        return None
+    if moved:
+        minimum_protocol = min_protocol_version()
+        sections = []
+        old_agents = []
+        for row in batch:
+            arch = row["node__arch"]
+            section = daemon_section(
+                version=row["target_version"], arch=arch, sha256=sha256[(row["rollout__release_id"], arch)]
+            )
+            sections.append((row["node_id"], section))
+            if (row["node__session__protocol_version"] or 0) < minimum_protocol:
+                old_agents.append((row["node_id"], section))
+        _send_out(sections=sections, old_agents=old_agents)
+    return moved
 
 
 # --- the tick --------------------------------------------------------------------------
