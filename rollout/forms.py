@@ -89,6 +89,12 @@ class RolloutCreateForm(forms.Form):
         initial=DEFAULT_UPGRADE_TIMEOUT_SECONDS,
         help_text="A node that has not rejoined on the new version by then fails and goes back.",
     )
+    min_ready_seconds = forms.IntegerField(
+        initial=0,
+        required=False,
+        help_text="A node that rejoined on the new version succeeds only after staying joined on it this long "
+        "(0 to 86400; 0: at once).",
+    )
 
     def __init__(self, *args: Any, tenant: Tenant | None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -135,4 +141,5 @@ class RolloutCreateForm(forms.Form):
             max_failure_ratio=ratio,
             soak_seconds=data["soak_seconds"],
             upgrade_timeout_seconds=data["upgrade_timeout_seconds"],
+            min_ready_seconds=data.get("min_ready_seconds"),
         )

@@ -84,6 +84,7 @@ class Rollout(models.Model):
     class PausedReason(models.TextChoices):
         FAILURE_RATIO = "failure_ratio", "failure ratio exceeded"
         OPERATOR = "operator", "paused by an operator"
+        RELEASE_BLOCKED = "release_blocked", "the release is blocked in this tenant"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="rollouts")
@@ -95,6 +96,8 @@ class Rollout(models.Model):
     )
     soak_seconds = models.PositiveIntegerField()
     upgrade_timeout_seconds = models.PositiveIntegerField()
+    # CONTRACT 9.3: a node that rejoined on the target succeeds only after staying joined this long.
+    min_ready_seconds = models.PositiveIntegerField(default=0)
     state = models.CharField(max_length=16, choices=State.choices, default=State.ACTIVE)
     current_wave = models.PositiveIntegerField(default=0)
     # When the next wave may start: soakSeconds after the current wave's last node settled.
@@ -179,6 +182,7 @@ class NodeUpgrade(models.Model):
         ROLLED_BACK = "rolled_back", "returned to its previous release"
         PREVIOUS_NOT_REGISTERED = "previous_not_registered", "no registered previous release to roll back to"
         SUPERSEDED = "superseded", "a newer rollout took the node after this one was aborted"
+        NOT_READY = "not_ready", "the node left, went offline or changed version before minReadySeconds passed"
 
     id = models.BigAutoField(primary_key=True)
     rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="node_upgrades")
@@ -197,6 +201,9 @@ class NodeUpgrade(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     deadline = models.DateTimeField(null=True, blank=True)
     settled_at = models.DateTimeField(null=True, blank=True)
+    # CONTRACT 9.3: when its session rejoined reporting the target while minReadySeconds > 0 (the
+    # session's joined_at); the row stays in flight while it proves itself.
+    arrived_at = models.DateTimeField(null=True, blank=True)
     reason = models.CharField(max_length=32, choices=Reason.choices, null=True, blank=True)
 
     class Meta:
@@ -219,10 +226,33 @@ class NodeUpgrade(models.Model):
             # Failed upgrades still count against the budget until their node is back (CONTRACT 5).
             models.Index(fields=["pool"], condition=Q(state="failed"), name="nu_failed_pool_idx"),
             models.Index(fields=["deadline"], condition=Q(state="in_flight"), name="nu_in_flight_deadline_idx"),
+            # Convergence after completion (CONTRACT 9.6) looks for rows skipped because their node was offline.
+            models.Index(
+                fields=["node"], condition=Q(state="skipped", reason="offline"), name="nu_skipped_offline_idx"
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.node_id} in {self.rollout_id} ({self.state})"
+
+
+class ReleaseBlock(models.Model):
+    """A release blocked in one tenant (CONTRACT 9.5): no new rollout to it, its rollouts pause."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="release_blocks")
+    release = models.ForeignKey(Release, on_delete=models.CASCADE, related_name="blocks")
+    reason = models.CharField(max_length=500)
+    blocked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["tenant_id", "-at"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "release"], name="release_block_once_per_tenant")]
+
+    def __str__(self) -> str:
+        return f"{self.release.version} blocked in {self.tenant_id}"
 
 
 class RolloutEvent(models.Model):

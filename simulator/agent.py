@@ -62,6 +62,11 @@ class Agent:
         self._session_open = False
         self._pending_confirm: str | None = None
         self._given_up: dict[tuple[str, str, str], str] = {}  # section -> reason (refused or failed)
+        # When (time.monotonic()) it leaves for a while, and for how long: flap after upgrade, down_after.
+        self._away_at: float | None = None
+        self._away_for = 0.0
+        self._flapped = False
+        self.aways = 0  # how many times it went away and came back
         # Jitter only, never security: a seeded PRNG makes runs reproducible.
         self._rng = random.Random(f"{fleet.seed}:{index}:{config.token}")  # noqa: S311
 
@@ -95,17 +100,36 @@ class Agent:
         fleet = self.fleet
         if not await fleet.sleep(self._rng.uniform(0, fleet.start_spread())):
             return
+        if self.config.down_after is not None:
+            self._away_at, self._away_for = time.monotonic() + self.config.down_after, self.config.down_for
         while True:
+            due = self._away_at is not None and time.monotonic() >= self._away_at
+            if due and not await self._go_away():
+                break
             try:
                 delay = await self._beat()
             except Exception as exc:  # an agent bug must not take the fleet down
                 logger.exception("simulated agent %s failed a beat", self.name)
                 self._failed("internal", repr(exc))
                 delay = self._interval()
+            if delay is not None and self._away_at is not None:
+                delay = min(delay, max(0.0, self._away_at - time.monotonic()))
             if delay is None or not await fleet.sleep(delay):
                 break
         if fleet.leave_on_stop and self._session_open and self.state != AgentState.DOWN:
             await self._leave()
+
+    async def _go_away(self) -> bool:
+        """Leave (when joined) and stay away ``_away_for`` seconds; False when the fleet stops meanwhile."""
+        seconds, self._away_at = self._away_for, None
+        if self._session_open:
+            await self._leave()
+        self.state = AgentState.AWAY
+        logger.info("simulated agent %s goes away for %.1f s", self.name, seconds)
+        back = await self.fleet.sleep(seconds)
+        self.state = AgentState.JOINING
+        self.aways += 1
+        return back
 
     def _interval(self) -> float:
         fleet = self.fleet
@@ -155,8 +179,13 @@ class Agent:
             self._session_open = True
             self.joins += 1
             fleet.stats.joins += 1
+            upgraded = self._pending_confirm is not None
             await self._confirm(self._pending_confirm or self.version)
             self._pending_confirm = None
+            if upgraded and self.config.flap_after is not None and not self._flapped:
+                # Flap after upgrade (once): stay a moment on the new version, then leave and return.
+                self._flapped = True
+                self._away_at, self._away_for = time.monotonic() + self.config.flap_after, self.config.flap_down
         self.state = AgentState.ONLINE
         if isinstance(heartbeat_seconds, int | float) and heartbeat_seconds > 0:
             self.heartbeat_seconds = float(heartbeat_seconds)

@@ -92,6 +92,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fail-version", help="upgrades to this version fail (for --fail-share, or all agents)")
     parser.add_argument("--fail-mode", choices=FAIL_MODES, default=NEVER_REJOIN)
     parser.add_argument("--offline-share", type=_share, default=0.0, help="share of agents (seeded) that never join")
+    parser.add_argument(
+        "--flap-share", type=_share, default=0.0, help="share of agents (seeded) that flap after their first upgrade"
+    )
+    parser.add_argument(
+        "--flap-after", type=_non_negative, default=2.0, help="seconds a flapping agent stays on the new version"
+    )
+    parser.add_argument("--flap-down", type=_non_negative, default=5.0, help="seconds a flapping agent stays away")
+    parser.add_argument(
+        "--down-share", type=_share, default=0.0, help="share of agents (seeded) that go offline and return later"
+    )
+    parser.add_argument(
+        "--down-after", type=_non_negative, default=0.0, help="seconds after start they go offline (0: at once)"
+    )
+    parser.add_argument("--down-for", type=_non_negative, default=30.0, help="seconds they stay offline")
     parser.add_argument("--sequences", type=_sequences, help="known release sequences: 1.0.0=1,1.1.0=2 or @file.json")
     parser.add_argument("--duration", type=_positive, help="stop after this many seconds (default: until a signal)")
     parser.add_argument("--seed", type=int, default=0)
@@ -149,6 +163,12 @@ async def run_cli(options: argparse.Namespace, out: IO[str] | io.TextIOBase | No
         fail_version=options.fail_version,
         fail_mode=options.fail_mode,
         offline_share=options.offline_share,
+        flap_share=options.flap_share,
+        flap_after=options.flap_after,
+        flap_down=options.flap_down,
+        down_share=options.down_share,
+        down_after=options.down_after,
+        down_for=options.down_for,
         seed=options.seed,
     )
     fleet = Fleet(
@@ -170,7 +190,12 @@ async def run_cli(options: argparse.Namespace, out: IO[str] | io.TextIOBase | No
     offline = sum(1 for config in configs if config.offline)
     failure = f"{failing} fail their upgrades ({options.fail_mode}"
     failure += f" on {options.fail_version})" if options.fail_version else ")"
-    say(f"simulating {len(configs)} agents against {options.server}: {offline} offline, {failure}")
+    flapping = sum(1 for config in configs if config.flap_after is not None)
+    going_down = sum(1 for config in configs if config.down_after is not None)
+    say(
+        f"simulating {len(configs)} agents against {options.server}: {offline} offline, {failure},"
+        f" {flapping} flap after upgrade, {going_down} go offline and return"
+    )
 
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):

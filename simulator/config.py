@@ -55,6 +55,7 @@ class AgentState(enum.StrEnum):
     UPGRADING = "upgrading"  # downloading and checking a binary
     RESTARTING = "restarting"  # left its session, "restarting" into a new binary
     DOWN = "down"  # never_rejoin: left and stays down
+    AWAY = "away"  # left for a while (flap after upgrade, down_after/down_for): it comes back
 
 
 # --------------------------------------------------------------------------------------
@@ -70,6 +71,14 @@ class AgentConfig:
     when ``fail_versions`` is None, else only to upgrades to those versions.
     ``confirmed_sequence`` is the sequence the agent has already confirmed;
     when None it is learned from its running version at its first join.
+
+    ``flap_after``: after its first upgrade, the agent stays joined on the new
+    version this many seconds, then leaves for ``flap_down`` seconds and comes
+    back (on the new version): it fails a rollout's readiness (minReadySeconds).
+    ``down_after``: this many seconds after it starts, the agent goes offline
+    (leaves its session, stops heartbeating) for ``down_for`` seconds, then
+    comes back on the version it ran (0: offline from the start, joining only
+    after ``down_for``).
     """
 
     token: str
@@ -80,10 +89,18 @@ class AgentConfig:
     fail_mode: str | None = None
     fail_versions: frozenset[str] | None = None
     confirmed_sequence: int | None = None
+    flap_after: float | None = None
+    flap_down: float = 5.0
+    down_after: float | None = None
+    down_for: float = 0.0
 
     def __post_init__(self) -> None:
         if self.fail_mode is not None and self.fail_mode not in FAIL_MODES:
             raise ValueError(f"fail_mode must be one of {FAIL_MODES}, not {self.fail_mode!r}")
+        for name in ("flap_after", "flap_down", "down_after", "down_for"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must be >= 0, not {value!r}")
 
     def failure_for(self, version: str) -> str | None:
         """The failure this agent injects when upgrading to ``version``, or None."""
@@ -117,6 +134,12 @@ def build_agent_configs(
     fail_version: str | None = None,
     fail_mode: str = NEVER_REJOIN,
     offline_share: float = 0.0,
+    flap_share: float = 0.0,
+    flap_after: float = 2.0,
+    flap_down: float = 5.0,
+    down_share: float = 0.0,
+    down_after: float = 0.0,
+    down_for: float = 30.0,
     seed: int = 0,
 ) -> list[AgentConfig]:
     """Configs for agents holding ``tokens`` (plain tokens or ``(name, token)`` pairs).
@@ -125,6 +148,8 @@ def build_agent_configs(
     - ``fail_share`` only: that share of the agents fails on any upgrade;
     - ``fail_version`` only: every agent fails when upgrading to that version;
     - both: that share fails, only when upgrading to that version.
+    ``flap_share`` of the agents flap after their first upgrade (``AgentConfig.flap_after``);
+    ``down_share`` go offline and return later (``AgentConfig.down_after``).
     Agents are selected by name (or token when unnamed) with ``select_share``.
     """
     if fail_mode not in FAIL_MODES:
@@ -132,6 +157,8 @@ def build_agent_configs(
     agents = [("", item) if isinstance(item, str) else (item[0], item[1]) for item in tokens]
     keys = [name or token for name, token in agents]
     offline = select_share(keys, offline_share, seed=seed, salt="offline")
+    flapping = select_share(keys, flap_share, seed=seed, salt="flap")
+    going_down = select_share(keys, down_share, seed=seed, salt="down")
     if fail_share is not None:
         failing = select_share(keys, fail_share, seed=seed, salt="fail")
     elif fail_version is not None:
@@ -148,6 +175,10 @@ def build_agent_configs(
             offline=key in offline,
             fail_mode=fail_mode if key in failing else None,
             fail_versions=fail_versions if key in failing else None,
+            flap_after=flap_after if key in flapping else None,
+            flap_down=flap_down,
+            down_after=down_after if key in going_down else None,
+            down_for=down_for,
         )
         for key, (name, token) in zip(keys, agents, strict=True)
     ]

@@ -159,7 +159,7 @@ class Fleet:
             f" | errors {errors}{f' ({kinds})' if kinds else ''}"
             f" | upgrades {self.stats.upgrades} failed {self.stats.failed_upgrades}"
             f" refusals {self.stats.refusals} down {states.get(AgentState.DOWN, 0)}"
-            f" offline {states.get(AgentState.OFFLINE, 0)}"
+            f" offline {states.get(AgentState.OFFLINE, 0)} away {states.get(AgentState.AWAY, 0)}"
         )
 
     def start_spread(self) -> float:

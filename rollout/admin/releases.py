@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.db.models import OuterRef, QuerySet, Subquery, Value
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 
 from core.errors import DomainError
 from fleet.interface import Actor, Tenant, is_fleet_admin, staff_user, tenant_id_of
-from rollout.models import Release, ReleaseBinary
+from rollout.models import Release, ReleaseBinary, ReleaseBlock
+from rollout.services.blocks import release_block, release_unblock
 from rollout.services.releases import release_register
 
 
@@ -42,6 +48,10 @@ class ReleaseBinaryInline(admin.TabularInline):
         return False
 
 
+class ReleaseBlockForm(forms.Form):
+    reason = forms.CharField(max_length=500, widget=forms.Textarea(attrs={"rows": 3, "cols": 80}), strip=False)
+
+
 class RegisterReleaseForm(forms.Form):
     envelope_file = forms.FileField(required=False, label="Envelope file (RELEASE.json)")
     envelope_text = forms.CharField(
@@ -68,6 +78,7 @@ _RELEASE_ADMIN_FIELDS = (
     "payload_sha256",
     "registered_at",
     "registered_by",
+    "blocked_here",
 )
 
 
@@ -75,7 +86,15 @@ _RELEASE_ADMIN_FIELDS = (
 class ReleaseAdmin(admin.ModelAdmin):
     """Releases are immutable: they can be registered (verified) and viewed, never edited."""
 
-    list_display = ["version", "sequence", "platforms", "signer_count", "registered_at", "registered_by"]
+    list_display = [
+        "version",
+        "sequence",
+        "platforms",
+        "signer_count",
+        "registered_at",
+        "registered_by",
+        "blocked_here",
+    ]
     search_fields = ["version", "notes"]
     ordering = ["-sequence"]
     inlines = [ReleaseBinaryInline]
@@ -83,8 +102,79 @@ class ReleaseAdmin(admin.ModelAdmin):
     readonly_fields = _RELEASE_ADMIN_FIELDS
     change_list_template = "admin/rollout/release/change_list.html"
 
-    def get_queryset(self, request: HttpRequest):
-        return super().get_queryset(request).prefetch_related("binaries").select_related("registered_by")
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Release]:
+        # The acting tenant's view of each release: its block, and whether this user may change it.
+        tenant_id = tenant_id_of(request)
+        blocked = ReleaseBlock.objects.filter(tenant_id=tenant_id or 0, release=OuterRef("pk")).values("reason")[:1]
+        return (
+            super()
+            .get_queryset(request)
+            .prefetch_related("binaries")
+            .select_related("registered_by")
+            .annotate(
+                block_reason_here=Subquery(blocked),
+                acting_tenant=Value(tenant_id is not None),
+                acting_can_block=Value(self.can_block(request)),
+            )
+        )
+
+    @admin.display(description="blocked in your tenant")
+    def blocked_here(self, release: Release) -> SafeString | str:
+        """The acting tenant's block (CONTRACT 9.5) with the action that changes it (see get_queryset)."""
+        if not getattr(release, "acting_tenant", False):
+            return "-"
+        reason, can = release.block_reason_here, release.acting_can_block  # type: ignore[attr-defined]
+        if reason is None:
+            link = reverse("admin:rollout_release_block", args=[release.pk])
+            return format_html('no <a class="button" href="{}">block</a>', link) if can else "no"
+        link = reverse("admin:rollout_release_unblock", args=[release.pk])
+        text = format_html("<strong>blocked</strong>: {}", reason)
+        return format_html('{} <a class="button" href="{}">unblock</a>', text, link) if can else text
+
+    def can_block(self, request: HttpRequest) -> bool:
+        return (
+            request.user.has_perm("rollout.add_releaseblock")
+            and _tenant_of(request) is not None
+            and is_fleet_admin(request)
+        )
+
+    def block_view(self, request: HttpRequest, object_id: str, unblock: bool = False) -> HttpResponse:
+        """Block (with a reason) or unblock a release for the acting tenant, through the services."""
+        release = self.get_object(request, unquote(object_id))
+        tenant = _tenant_of(request)
+        if release is None:
+            raise Http404("No such release.")
+        if not self.can_block(request) or tenant is None:
+            raise PermissionDenied
+        form = ReleaseBlockForm(request.POST or None) if not unblock else None
+        error = None
+        if request.method == "POST" and (form is None or form.is_valid()):
+            try:
+                if form is None:
+                    release_unblock(tenant=tenant, version=release.version, actor=Actor.admin(request.user))
+                    messages.success(request, f"Unblocked bcd {release.version} in {tenant.slug}.")
+                else:
+                    release_block(
+                        tenant=tenant,
+                        version=release.version,
+                        reason=form.cleaned_data["reason"],
+                        blocked_by=staff_user(request),
+                        actor=Actor.admin(request.user),
+                    )
+                    messages.success(request, f"Blocked bcd {release.version} in {tenant.slug}.")
+                return HttpResponseRedirect(reverse("admin:rollout_release_change", args=[release.pk]))
+            except DomainError as exc:
+                error = format_html("<code>{}</code>: {}", exc.code, exc.detail)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"{'Unblock' if unblock else 'Block'} bcd {release.version} in {tenant.slug}",
+            "form": form,
+            "error": error,
+            "unblock": unblock,
+            "release": release,
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "admin/rollout/release/block.html", context)
 
     @admin.display(description="platforms")
     def platforms(self, release: Release) -> str:
@@ -121,6 +211,16 @@ class ReleaseAdmin(admin.ModelAdmin):
     def get_urls(self):
         return [
             path("register/", self.admin_site.admin_view(self.register_view), name="rollout_release_register"),
+            path(
+                "<path:object_id>/block/",
+                self.admin_site.admin_view(self.block_view),
+                name="rollout_release_block",
+            ),
+            path(
+                "<path:object_id>/unblock/",
+                self.admin_site.admin_view(partial(self.block_view, unblock=True)),
+                name="rollout_release_unblock",
+            ),
             *super().get_urls(),
         ]
 

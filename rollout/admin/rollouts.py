@@ -67,7 +67,18 @@ class RolloutAdmin(TenantScopedAdmin):
     actions = [action.admin_action for action in ACTIONS.values()]
     fieldsets = [
         (None, {"fields": ["id", "version", "tenant", "pool_names", "state_badge", "paused_reason"]}),
-        ("Plan", {"fields": ["waves_requested", "max_failure_ratio", "soak_seconds", "upgrade_timeout_seconds"]}),
+        (
+            "Plan",
+            {
+                "fields": [
+                    "waves_requested",
+                    "max_failure_ratio",
+                    "soak_seconds",
+                    "upgrade_timeout_seconds",
+                    "min_ready_seconds",
+                ]
+            },
+        ),
         ("History", {"fields": ["created_by", "created_at", "next_wave_at", "completed_at", "aborted_at"]}),
     ]
     readonly_fields = [str(field) for _, options in fieldsets for field in options["fields"]]

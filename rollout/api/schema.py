@@ -42,6 +42,7 @@ register_codes(
         "invalid_waves": "`waves` are not 1 to 20 strictly increasing percentages in (0, 100] ending at 100.",
         "conflict": "Some snapshotted nodes are already in an active rollout (`nodeIds` lists them).",
         "no_downloads_url": "No downloads URL is configured: set `ROLLOUT_DOWNLOADS_URL`.",
+        "release_blocked": "The release is blocked in this tenant (`POST /releases/{version}/unblock/` lifts it).",
         # webhooks
         "invalid_url": "The webhook URL is not https:// (http:// needs ROLLOUT_WEBHOOKS_ALLOW_HTTP=1) or points "
         "at an address webhooks may not call (link-local, metadata, private).",

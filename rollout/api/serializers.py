@@ -23,17 +23,36 @@ from core.fields import (
 from rollout import conf
 from rollout.api.schema import ReleaseBinarySerializer
 from rollout.models import NodeUpgrade, Release, Rollout, RolloutEvent, Webhook, WebhookDelivery
+from rollout.services.blocks import block_json, blocks_for
 from rollout.services.plan import MAX_POOL_IDS, MAX_WAVES, RolloutSpec, rollout_spec
 
 
+class ReleaseBlockedSerializer(serializers.Serializer):
+    """A release's block in the caller's tenant (CONTRACT 9.5)."""
+
+    at = serializers.DateTimeField()
+    reason = serializers.CharField()
+    by = serializers.CharField(allow_null=True, help_text="The user who blocked it.")
+
+
 class ReleaseSerializer(ResponseModelSerializer):
+    """A release as the caller's tenant sees it: ``blocked`` is that tenant's block (context ``tenant``)."""
+
     protocolVersion = serializers.IntegerField(source="protocol_version", allow_null=True)
     registeredAt = serializers.DateTimeField(source="registered_at")
     binaries = serializers.SerializerMethodField(help_text="Per `linux-<arch>`.")
+    blocked = serializers.SerializerMethodField()
 
     class Meta:
         model = Release
-        fields = ["version", "sequence", "product", "protocolVersion", "binaries", "registeredAt"]
+        fields = ["version", "sequence", "product", "protocolVersion", "binaries", "registeredAt", "blocked"]
+
+    @extend_schema_field(ReleaseBlockedSerializer(allow_null=True))
+    def get_blocked(self, release: Release) -> dict[str, Any] | None:
+        blocks = self.context.get("blocks")  # a list passes the page's blocks (one query)
+        if blocks is None:
+            blocks = blocks_for(tenant=self.context.get("tenant"), release_ids=[release.pk])
+        return block_json(blocks.get(release.pk))
 
     @extend_schema_field(serializers.DictField(child=ReleaseBinarySerializer()))
     def get_binaries(self, release: Release) -> dict[str, dict]:
@@ -60,6 +79,7 @@ class RolloutCreateSerializer(StrictSerializer):
     maxFailureRatio = StrictNumberField(required=False)
     soakSeconds = StrictIntegerField(required=False)
     upgradeTimeoutSeconds = StrictIntegerField(required=False)
+    minReadySeconds = StrictIntegerField(required=False)
 
     def spec(self) -> RolloutSpec:
         """The service's spec (the one validation of the options: rollout.services.plan.rollout_spec)."""
@@ -71,7 +91,14 @@ class RolloutCreateSerializer(StrictSerializer):
             max_failure_ratio=data.get("maxFailureRatio"),
             soak_seconds=data.get("soakSeconds"),
             upgrade_timeout_seconds=data.get("upgradeTimeoutSeconds"),
+            min_ready_seconds=data.get("minReadySeconds"),
         )
+
+
+class ReleaseBlockSerializer(StrictSerializer):
+    """Types only; the reason's rule is rollout.services.blocks.release_block's."""
+
+    reason = StrictCharField(trim_whitespace=False)
 
 
 class AbortSerializer(StrictSerializer):
@@ -106,6 +133,7 @@ class RolloutSerializer(ResponseModelSerializer):
     maxFailureRatio = serializers.FloatField(source="max_failure_ratio")
     soakSeconds = serializers.IntegerField(source="soak_seconds")
     upgradeTimeoutSeconds = serializers.IntegerField(source="upgrade_timeout_seconds")
+    minReadySeconds = serializers.IntegerField(source="min_ready_seconds")
     pausedReason = serializers.CharField(source="paused_reason", allow_null=True)
     createdAt = serializers.DateTimeField(source="created_at")
     completedAt = serializers.DateTimeField(source="completed_at", allow_null=True)
@@ -122,6 +150,7 @@ class RolloutSerializer(ResponseModelSerializer):
             "maxFailureRatio",
             "soakSeconds",
             "upgradeTimeoutSeconds",
+            "minReadySeconds",
             "pausedReason",
             "createdAt",
             "completedAt",
@@ -162,6 +191,7 @@ class RolloutPlanSerializer(serializers.Serializer):
     maxFailureRatio = serializers.FloatField(source="options.max_failure_ratio")
     soakSeconds = serializers.IntegerField(source="options.soak_seconds")
     upgradeTimeoutSeconds = serializers.IntegerField(source="options.upgrade_timeout_seconds")
+    minReadySeconds = serializers.IntegerField(source="options.min_ready_seconds")
     estimatedSeconds = serializers.IntegerField(
         allow_null=True,
         source="estimated_seconds",

@@ -21,6 +21,7 @@ from rest_framework.response import Response
 
 from core.errors import InvalidInput, NotFound
 from core.pagination import PaginatedViewMixin
+from core.parsers import StrictJSONParser
 from fleet.interface import Actor, Principal
 from rollout.api.filters import NodeUpgradeFilter, RolloutFilter
 from rollout.api.schema import (
@@ -32,6 +33,7 @@ from rollout.api.schema import (
 from rollout.api.serializers import (
     AbortSerializer,
     NodeUpgradeSerializer,
+    ReleaseBlockSerializer,
     ReleaseSerializer,
     RolloutCreateSerializer,
     RolloutEventSerializer,
@@ -42,9 +44,10 @@ from rollout.api.serializers import (
     WebhookDeliverySerializer,
     WebhookSerializer,
 )
-from rollout.models import NodeUpgrade, Rollout, Webhook
+from rollout.models import NodeUpgrade, Release, Rollout, Webhook
 from rollout.release.dsse import MAX_ENVELOPE_BYTES
 from rollout.selectors import rollout_waves
+from rollout.services.blocks import blocks_for, release_block, release_unblock
 from rollout.services.releases import release_binary_open, release_list, release_register
 from rollout.services.rollouts import (
     rollout_abort,
@@ -78,17 +81,75 @@ def _envelope_bytes(request: Request) -> bytes:
         raise too_big from exc
 
 
+RELEASE_VERSION = OpenApiParameter("version", str, OpenApiParameter.PATH, description="The release's version.")
+
+
 class ReleaseViewSet(PaginatedViewMixin, viewsets.ViewSet):
     """Signed bcd releases. Installation-wide: the signatures are their authority."""
 
     # The body is the DSSE envelope, read raw: the signed bytes must not be re-serialised.
     parser_classes: list = []
 
+    lookup_field = "version"
+    lookup_value_regex = "[A-Za-z0-9][A-Za-z0-9._+-]{0,63}"
+
+    def _seen(self, request: Request) -> dict[str, Any]:
+        """Serializer context: releases as the caller's tenant sees them (its blocks)."""
+        return {"tenant": _principal(request).tenant}
+
     @extend_schema(
         responses={200: ReleaseSerializer(many=True), **error_responses("ReleaseList", bad_request=["invalid_input"])}
     )
     def list(self, request: Request) -> Response:
-        return self.paginated_response(release_list(), lambda page: ReleaseSerializer(page, many=True).data)
+        tenant = _principal(request).tenant
+
+        def represent(page: list[Release]) -> Any:
+            blocks = blocks_for(tenant=tenant, release_ids=[release.pk for release in page])
+            return ReleaseSerializer(page, many=True, context={**self._seen(request), "blocks": blocks}).data
+
+        return self.paginated_response(release_list(), represent)
+
+    @extend_schema(
+        request=ReleaseBlockSerializer,
+        parameters=[RELEASE_VERSION],
+        responses={
+            200: ReleaseSerializer,
+            **error_responses(
+                "ReleaseBlock",
+                json_body=True,
+                bad_request=["invalid_input"],
+                not_found=["not_found"],
+                conflict=["invalid_state"],
+            ),
+        },
+    )
+    @action(detail=True, methods=["post"], parser_classes=[StrictJSONParser])
+    def block(self, request: Request, version: str) -> Response:
+        """Block the release in the caller's tenant (CONTRACT 9.5): its rollouts there pause."""
+        serializer = ReleaseBlockSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        release = release_block(
+            tenant=_principal(request).tenant,
+            version=version,
+            reason=serializer.validated_data["reason"],
+            blocked_by=_principal(request).user,
+            actor=_actor(request),
+        )
+        return Response(ReleaseSerializer(release, context=self._seen(request)).data)
+
+    @extend_schema(
+        request=None,
+        parameters=[RELEASE_VERSION],
+        responses={
+            200: ReleaseSerializer,
+            **error_responses("ReleaseUnblock", not_found=["not_found"], conflict=["invalid_state"]),
+        },
+    )
+    @action(detail=True, methods=["post"], parser_classes=[StrictJSONParser])
+    def unblock(self, request: Request, version: str) -> Response:
+        """Lift the caller's tenant's block of the release."""
+        release = release_unblock(tenant=_principal(request).tenant, version=version, actor=_actor(request))
+        return Response(ReleaseSerializer(release, context=self._seen(request)).data)
 
     @extend_schema(
         request={"application/json": DsseEnvelopeSerializer},
@@ -120,7 +181,7 @@ class ReleaseViewSet(PaginatedViewMixin, viewsets.ViewSet):
             audit_tenant=_principal(request).tenant,
         )
         code = status.HTTP_201_CREATED if registration.created else status.HTTP_200_OK
-        return Response(ReleaseSerializer(registration.release).data, status=code)
+        return Response(ReleaseSerializer(registration.release, context=self._seen(request)).data, status=code)
 
 
 def download_binary(request: HttpRequest, version: str, platform: str) -> HttpResponseBase:
@@ -153,6 +214,10 @@ ROLLOUT_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, de
 ROLLOUT_ACTION_RESPONSES = {
     200: RolloutSerializer,
     **error_responses("RolloutAction", not_found=["not_found"], conflict=["invalid_state"]),
+}
+ROLLOUT_RESUME_RESPONSES = {
+    200: RolloutSerializer,
+    **error_responses("RolloutResume", not_found=["not_found"], conflict=["invalid_state", "release_blocked"]),
 }
 
 
@@ -210,7 +275,14 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
             **error_responses(
                 "RolloutCreate",
                 json_body=True,
-                bad_request=["invalid_input", "invalid_waves", "unknown_version", "unknown_pool", "no_nodes"],
+                bad_request=[
+                    "invalid_input",
+                    "invalid_waves",
+                    "unknown_version",
+                    "unknown_pool",
+                    "no_nodes",
+                    "release_blocked",
+                ],
                 conflict=["conflict"],
                 unavailable=["no_downloads_url"],
             ),
@@ -271,7 +343,7 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
         )
         return Response(self._fresh(rollout.id))
 
-    @extend_schema(request=None, parameters=[ROLLOUT_ID], responses=ROLLOUT_ACTION_RESPONSES)
+    @extend_schema(request=None, parameters=[ROLLOUT_ID], responses=ROLLOUT_RESUME_RESPONSES)
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str | None = None) -> Response:
         rollout = rollout_resume(

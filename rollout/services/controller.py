@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -28,8 +28,8 @@ from typing import Any
 from uuid import UUID
 
 import structlog
-from django.db import transaction
-from django.db.models import Count, Exists, F, Max, OuterRef
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Exists, F, Max, Min, OuterRef, QuerySet
 from django.utils import timezone
 
 from fleet.interface import (
@@ -44,12 +44,14 @@ from fleet.interface import (
 from rollout import conf
 from rollout.dispatch import TICK_TASK, TIMEOUTS_DUE_TASK, publish_on_commit
 from rollout.metrics import TICK_SECONDS
-from rollout.models import NodeUpgrade, ReleaseBinary, Rollout, RolloutWave, TickRequest
+from rollout.models import NodeUpgrade, Release, ReleaseBinary, ReleaseBlock, Rollout, RolloutWave, TickRequest
 from rollout.services.daemons import daemon_section, min_protocol_version, send_back_rows, set_daemons
 from rollout.services.transitions import (
     complete_rollout,
+    converge_upgrades,
     fail_and_send_back,
     keep_in_flight,
+    mark_arrived,
     pause_rollout,
     release_settled_claims,
     roll_back_upgrades,
@@ -172,28 +174,49 @@ def rollout_advance(*, rollout: Rollout, now: datetime) -> bool:
 
 
 def node_upgrades_settle_succeeded(*, rollout: Rollout, now: datetime) -> int:
-    """In-flight nodes whose current session reports the target version succeed."""
+    """In-flight nodes whose current session reports the target version succeed.
+
+    With minReadySeconds > 0 they record ``arrived_at`` instead and prove readiness
+    (``node_upgrades_settle_ready``). Returns the nodes that succeeded.
+    """
     ids = list(
         NodeUpgrade.objects.filter(
             rollout=rollout,
             state=State.IN_FLIGHT,
+            arrived_at__isnull=True,
             node__session__daemon_version=F("target_version"),
             node__session__left_at__isnull=True,
         ).values_list("id", flat=True)
     )
+    if rollout.min_ready_seconds:
+        mark_arrived(ids=ids, rollout=str(rollout.id))
+        return 0
     return succeed_upgrades(
         ids=ids, rollout_state=rollout.state, at=now, rollout=str(rollout.id), version=rollout.release.version
     )
 
 
 def node_upgrade_settle_reported(*, node_id: UUID, daemon_version: str) -> bool:
-    """The agent's join path: a node that rejoins on its target version succeeds at once."""
-    row = (
-        NodeUpgrade.objects.filter(node_id=node_id, state=State.IN_FLIGHT, target_version=daemon_version)
-        .select_related("rollout")
-        .first()
-    )
+    """The agent's join path: a node that rejoins on its target version succeeds at once.
+
+    With minReadySeconds > 0 it records ``arrived_at`` instead. A node already proving
+    readiness that joins again (it left meanwhile) or reports another version fails
+    (``not_ready``) and goes back. Returns whether the row settled.
+    """
+    row = NodeUpgrade.objects.filter(node_id=node_id, state=State.IN_FLIGHT).select_related("rollout").first()
     if row is None:
+        return False
+    if row.arrived_at is not None:
+        _, failed = node_upgrades_settle_ready(now=timezone.now(), node_id=node_id)
+        if failed:
+            rollout_request_tick(rollout_id=row.rollout_id)
+        return bool(failed)
+    if row.target_version != daemon_version:
+        return False
+    if row.rollout.min_ready_seconds:
+        # Proving readiness: the tick it asks for publishes one tick at the readiness end.
+        if mark_arrived(ids=[row.pk], rollout=str(row.rollout_id), node=str(node_id)):
+            rollout_request_tick(rollout_id=row.rollout_id)
         return False
     settled = succeed_upgrades(
         ids=[row.pk],
@@ -233,8 +256,13 @@ def node_upgrades_settle_overdue(
     back to what they ran before (``fail_and_send_back``), once the server has
     been hearing its fleet for a whole online window (fleet liveness). Rows
     another worker is settling right now are skipped (``skip_locked``).
+
+    Readiness (minReadySeconds > 0): a node on the target at its deadline records
+    ``arrived_at`` instead of succeeding, and a node that arrived is judged by
+    readiness only (``node_upgrades_settle_ready``), never by the timeout, even
+    when its readiness ends after the deadline.
     """
-    queryset = NodeUpgrade.objects.filter(state=State.IN_FLIGHT, deadline__lte=now)
+    queryset = NodeUpgrade.objects.filter(state=State.IN_FLIGHT, deadline__lte=now, arrived_at__isnull=True)
     if rollout is not None:
         queryset = queryset.filter(rollout=rollout)
     if rollout_ids is not None:
@@ -242,19 +270,93 @@ def node_upgrades_settle_overdue(
     if ids is not None:
         queryset = queryset.filter(id__in=list(ids))
     locked = queryset.select_for_update(skip_locked=True, of=("self",))
-    arrived = list(locked.filter(_on_target()).values_list("id", "rollout__state"))
+    arrived = list(locked.filter(_on_target()).values_list("id", "rollout__state", "rollout__min_ready_seconds"))
+    mark_arrived(ids=[pk for pk, _, ready in arrived if ready])
     succeeded = 0
-    for rollout_state in {state for _, state in arrived}:
+    for rollout_state in {state for _, state, ready in arrived if not ready}:
         succeeded += succeed_upgrades(
-            ids=[pk for pk, state in arrived if state == rollout_state], rollout_state=rollout_state, at=now
+            ids=[pk for pk, state, ready in arrived if state == rollout_state and not ready],
+            rollout_state=rollout_state,
+            at=now,
         )
     if not offline_verdicts_trusted(now=now):
         # The server was not hearing its fleet a moment ago: an agent may have rejoined on the
         # target meanwhile and not been heard yet. Decide once a whole online window was heard.
         return succeeded, 0
-    overdue = send_back_rows(locked.exclude(id__in=[pk for pk, _ in arrived]))
+    overdue = send_back_rows(locked.exclude(id__in=[pk for pk, _, _ in arrived]))
     failed = fail_and_send_back(rows=overdue, reason=NodeUpgrade.Reason.TIMEOUT, at=now)
     return succeeded, failed
+
+
+@transaction.atomic
+def node_upgrades_settle_ready(
+    *, now: datetime, rollout: Rollout | None = None, node_id: UUID | None = None
+) -> tuple[int, int]:
+    """Nodes proving readiness (CONTRACT 9.3) settle: (succeeded, failed).
+
+    A node that arrived (``arrived_at``) succeeds once its session has stayed open on the
+    target, without rejoining (``joined_at <= arrived_at``) and online, for minReadySeconds.
+    One that left, rejoined, reports another version or went offline (the fleet's online
+    rule, judged only while the server has been hearing its fleet) fails with ``not_ready``
+    and goes back to its previous section, as on a timeout. Until then it stays in flight,
+    and so keeps its budget slot.
+    """
+    queryset = NodeUpgrade.objects.filter(state=State.IN_FLIGHT, arrived_at__isnull=False)
+    if rollout is not None:
+        queryset = queryset.filter(rollout=rollout)
+    if node_id is not None:
+        queryset = queryset.filter(node_id=node_id)
+    locked = queryset.select_for_update(skip_locked=True, of=("self",))
+    still = Exists(
+        NodeSession.objects.filter(
+            node_id=OuterRef("node_id"),
+            daemon_version=OuterRef("target_version"),
+            left_at__isnull=True,
+            joined_at__lte=OuterRef("arrived_at"),
+        )
+    )
+    online = Exists(Node.objects.filter(online_node_q(now=now), pk=OuterRef("node_id")))
+    rows = list(
+        locked.annotate(still=still, online=online).values_list(
+            "id", "still", "online", "arrived_at", "rollout__min_ready_seconds", "rollout__state"
+        )
+    )
+    if not rows:
+        return 0, 0
+    trusted = offline_verdicts_trusted(now=now)
+    broken = [pk for pk, ok, up, _, _, _ in rows if not ok or (trusted and not up)]
+    ready = [
+        (pk, state)
+        for pk, ok, up, arrived_at, seconds, state in rows
+        if ok and up and arrived_at is not None and arrived_at + timedelta(seconds=seconds) <= now
+    ]
+    failed = fail_and_send_back(
+        rows=send_back_rows(NodeUpgrade.objects.filter(id__in=broken)), reason=NodeUpgrade.Reason.NOT_READY, at=now
+    )
+    succeeded = 0
+    for rollout_state in {state for _, state in ready}:
+        succeeded += succeed_upgrades(
+            ids=[pk for pk, state in ready if state == rollout_state], rollout_state=rollout_state, at=now, why="ready"
+        )
+    return succeeded, failed
+
+
+def readiness_tick_publish(*, rollout: Rollout, now: datetime) -> None:
+    """One tick at the earliest readiness end of the rollout's nodes, when it comes before the next period.
+
+    Later ends are the business of later ticks (the periodic one always runs within a
+    period before each), so a tick publishes at most one message, whatever its nodes.
+    """
+    if not rollout.min_ready_seconds:
+        return
+    first = NodeUpgrade.objects.filter(rollout=rollout, state=State.IN_FLIGHT, arrived_at__isnull=False).aggregate(
+        first=Min("arrived_at")
+    )["first"]
+    if first is None:
+        return
+    end = first + timedelta(seconds=rollout.min_ready_seconds)
+    if now < end <= now + timedelta(seconds=conf.options().every):
+        publish_on_commit(TICK_TASK, args=[str(rollout.id)], eta=end)
 
 
 def node_upgrades_roll_back(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
@@ -349,16 +451,170 @@ def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
     started = 0
     for started_at, starts in to_start.items():
         started += start_upgrades(rollout=rollout, starts=starts, started_at=started_at, deadline=started_at + timeout)
-        # One timeout sweep per start time (not per node): it settles exactly the nodes overdue then.
-        publish_on_commit(TIMEOUTS_DUE_TASK, args=[str(rollout.id)], eta=started_at + timeout)
+        _timeouts_due(rollout_id=rollout.id, at=started_at + timeout)
     if started:
-        set_daemons(sections)
-        if old_agents:
-            commands_enqueue(node_ids_payloads=old_agents, kind=Command.Kind.DAEMON_UPGRADE)
+        _send_out(sections=sections, old_agents=old_agents)
     return started, sum(len(ids) for ids in skipped.values())
 
 
+def _timeouts_due(*, rollout_id: UUID, at: datetime) -> None:
+    """One timeout sweep per start time (not per node): it settles exactly the nodes overdue then."""
+    publish_on_commit(TIMEOUTS_DUE_TASK, args=[str(rollout_id)], eta=at)
+
+
+def _send_out(*, sections: list[tuple[UUID, dict[str, Any]]], old_agents: list[tuple[UUID, dict[str, Any]]]) -> None:
+    """Started nodes get their spec.daemon; agents below the minimum protocol also a daemon.upgrade command."""
+    set_daemons(sections)
+    if old_agents:
+        commands_enqueue(node_ids_payloads=old_agents, kind=Command.Kind.DAEMON_UPGRADE)
+
+
+# --- convergence after completion (CONTRACT 9.6) ---------------------------------------------
+
+
+def pool_window_open(*, pool_id: UUID, now: datetime) -> bool:
+    """Whether nodes of the pool may start now (maintenance windows, CONTRACT 9.1).
+
+    The one call site of the window check for convergence: always open until the
+    pool's windows are merged (fleet.interface then answers this).
+    """
+    return True
+
+
+def convergence_candidates(*, now: datetime) -> QuerySet[NodeUpgrade]:
+    """Rows that converge: skipped (offline) in a completed rollout, node online again on an older version.
+
+    Not when a newer rollout has a row for the node (it took the node: this ends here), another
+    row holds the node, the tenant blocked the release, or the release has no binary for its arch.
+    An older version: one that is not a registered release of the target's sequence or higher.
+    """
+    node = OuterRef("node_id")
+    newer = NodeUpgrade.objects.filter(node_id=node, rollout__created_at__gt=OuterRef("rollout__created_at"))
+    claimed = NodeUpgrade.objects.filter(node_id=node, claims_node=True)
+    not_older = Release.objects.filter(
+        version=OuterRef("node__session__daemon_version"), sequence__gte=OuterRef("rollout__release__sequence")
+    )
+    blocked = ReleaseBlock.objects.filter(
+        tenant_id=OuterRef("rollout__tenant_id"), release_id=OuterRef("rollout__release_id")
+    )
+    binary = ReleaseBinary.objects.filter(release_id=OuterRef("rollout__release_id"), arch=OuterRef("node__arch"))
+    return (
+        NodeUpgrade.objects.filter(
+            state=State.SKIPPED, reason=NodeUpgrade.Reason.OFFLINE, rollout__state=Rollout.State.COMPLETED
+        )
+        .filter(Exists(Node.objects.filter(online_node_q(now=now), pk=node)), Exists(binary))
+        .exclude(Exists(newer))
+        .exclude(Exists(claimed))
+        .exclude(Exists(not_older))
+        .exclude(Exists(blocked))
+    )
+
+
+def rollouts_converge(*, now: datetime) -> int:
+    """Upgrade the nodes of completed rollouts that come back (``convergence_candidates``), within budgets.
+
+    Per pool, in id order, under the pool's row lock (``pool_budget(lock=True)``, as
+    ``rollout_start_nodes``): two workers converging at once never exceed a budget.
+    The candidates are read again under the lock. Returns the nodes started.
+    """
+    pool_ids = sorted(set(convergence_candidates(now=now).values_list("pool_id", flat=True).order_by()))
+    started = 0
+    for pool_id in pool_ids:
+        if not pool_window_open(pool_id=pool_id, now=now):
+            continue
+        with transaction.atomic():
+            room = pool_budget(pool_id=pool_id, lock=True).available
+            if room <= 0:
+                continue
+            started_at = max(now, timezone.now())
+            rows = list(
+                convergence_candidates(now=now)
+                .filter(pool_id=pool_id)
+                .order_by("rollout__completed_at", "position")
+                .values(
+                    "id",
+                    "node_id",
+                    "rollout_id",
+                    "target_version",
+                    "node__arch",
+                    "node__session__protocol_version",
+                    "rollout__upgrade_timeout_seconds",
+                    "rollout__release_id",
+                )[:room]
+            )
+            started += _converge_rows(rows, started_at=started_at)
+    return started
+
+
+def _converge_rows(rows: Sequence[Mapping[str, Any]], *, started_at: datetime) -> int:
+    """Start these candidate rows (already within the budget), per rollout."""
+    sha256 = {
+        (release_id, arch): digest
+        for release_id, arch, digest in ReleaseBinary.objects.filter(
+            release_id__in={row["rollout__release_id"] for row in rows}
+        ).values_list("release_id", "arch", "sha256")
+    }
+    by_rollout: dict[UUID, list[Mapping[str, Any]]] = defaultdict(list)
+    for row in rows:
+        by_rollout[row["rollout_id"]].append(row)
+    started = 0
+    for rollout_id, group in by_rollout.items():
+        deadline = started_at + timedelta(seconds=group[0]["rollout__upgrade_timeout_seconds"])
+        moved = _converge_batch(rollout_id, group, sha256=sha256, started_at=started_at, deadline=deadline)
+        if moved is None and len(group) > 1:
+            # A new rollout took one of the nodes meanwhile: row by row, only the refused ones are left out.
+            batches = ([row] for row in group)
+            moved = sum(
+                _converge_batch(rollout_id, batch, sha256=sha256, started_at=started_at, deadline=deadline) or 0
+                for batch in batches
+            )
+        if moved:
+            _timeouts_due(rollout_id=rollout_id, at=deadline)
+            started += moved
+    return started
+
+
+def _converge_batch(
+    rollout_id: UUID,
+    batch: Sequence[Mapping[str, Any]],
+    *,
+    sha256: Mapping[tuple[int, str], str],
+    started_at: datetime,
+    deadline: datetime,
+) -> int | None:
+    """skipped -> in_flight for ``batch`` and their spec.daemon; None when the one-writer index refused it."""
+    try:
+        with transaction.atomic():
+            moved = converge_upgrades(
+                rollout_id=rollout_id,
+                starts=[(row["id"], row["node_id"]) for row in batch],
+                started_at=started_at,
+                deadline=deadline,
+            )
+    except IntegrityError:
+        return None
+    if moved:
+        minimum_protocol = min_protocol_version()
+        sections = []
+        old_agents = []
+        for row in batch:
+            arch = row["node__arch"]
+            section = daemon_section(
+                version=row["target_version"], arch=arch, sha256=sha256[(row["rollout__release_id"], arch)]
+            )
+            sections.append((row["node_id"], section))
+            if (row["node__session__protocol_version"] or 0) < minimum_protocol:
+                old_agents.append((row["node_id"], section))
+        _send_out(sections=sections, old_agents=old_agents)
+    return moved
+
+
 # --- the tick --------------------------------------------------------------------------
+
+
+def release_blocked(rollout: Rollout) -> bool:
+    """Whether the rollout's tenant blocked its release (CONTRACT 9.5)."""
+    return ReleaseBlock.objects.filter(tenant_id=rollout.tenant_id, release_id=rollout.release_id).exists()
 
 
 @TICK_SECONDS.time()
@@ -379,9 +635,16 @@ def rollout_tick(*, rollout_id: UUID | str) -> TickResult | None:
             return None
         now = timezone.now()
         result = TickResult()
+        if rollout.state == Rollout.State.ACTIVE and release_blocked(rollout):
+            # First: a release blocked in the tenant (CONTRACT 9.5) pauses its rollouts; nodes in flight settle.
+            pause_rollout(rollout=rollout, reason=Rollout.PausedReason.RELEASE_BLOCKED, at=now)
+            result.paused = True
         result.succeeded = node_upgrades_settle_succeeded(rollout=rollout, now=now)
         arrived, result.failed = node_upgrades_settle_overdue(now=now, rollout=rollout)
-        result.succeeded += arrived
+        ready, not_ready = node_upgrades_settle_ready(now=now, rollout=rollout)
+        result.succeeded += arrived + ready
+        result.failed += not_ready
+        readiness_tick_publish(rollout=rollout, now=now)
         if rollout.state != Rollout.State.ACTIVE:
             return result
         if rollout_judge_failures(rollout=rollout, now=now):
@@ -410,7 +673,12 @@ def rollouts_tick_all() -> int:
     now = timezone.now()
     with transaction.atomic():
         node_upgrades_settle_overdue(now=now)
+        node_upgrades_settle_ready(now=now)
         release_settled_claims()
+    try:
+        rollouts_converge(now=now)
+    except Exception:  # isolate: convergence must not stop the rollouts' ticks
+        log.exception("rollout.converge_failed")
     rollout_ids = list(Rollout.objects.filter(state__in=Rollout.ACTIVE_STATES).values_list("id", flat=True))
     random.shuffle(rollout_ids)  # fairness, not security
     ticked = 0

@@ -28,6 +28,7 @@ MAX_WAVES = 20
 MAX_POOL_IDS = 1000  # far above any real fleet's pools; bounds the query and the error bodies
 WAVE_QUANTUM = Decimal("0.00001")  # RolloutWave.percent has 5 decimal places
 MAX_SECONDS = 30 * 24 * 3600  # a month: anything longer is a typo
+MAX_MIN_READY_SECONDS = 86400  # CONTRACT 9.3
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class RolloutOptions:
     max_failure_ratio: Decimal
     soak_seconds: int
     upgrade_timeout_seconds: int
+    min_ready_seconds: int = 0
 
 
 def _is_number(value: Any) -> bool:
@@ -65,6 +67,7 @@ def options_validate(
     max_failure_ratio: Any = None,
     soak_seconds: Any = None,
     upgrade_timeout_seconds: Any = None,
+    min_ready_seconds: Any = None,
 ) -> RolloutOptions:
     """Apply defaults and check every option; raises InvalidInput (400) naming the field."""
     waves = list(DEFAULT_WAVES) if waves is None else waves
@@ -102,7 +105,21 @@ def options_validate(
             "upgradeTimeoutSeconds",
             1,
         ),
+        min_ready_seconds=_min_ready_seconds(min_ready_seconds),
     )
+
+
+def _min_ready_seconds(value: Any) -> int:
+    """``minReadySeconds`` (CONTRACT 9.3): a JSON integer from 0 to 86400, default 0."""
+    if value is None:
+        return 0
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_MIN_READY_SECONDS:
+        raise InvalidInput(
+            f"minReadySeconds must be an integer from 0 to {MAX_MIN_READY_SECONDS}.",
+            code="invalid_input",
+            field="minReadySeconds",
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -122,6 +139,7 @@ def rollout_spec(
     max_failure_ratio: Any = None,
     soak_seconds: Any = None,
     upgrade_timeout_seconds: Any = None,
+    min_ready_seconds: Any = None,
 ) -> RolloutSpec:
     """Check what can be checked without the database; raises InvalidInput (400) naming the field."""
     options = options_validate(
@@ -129,6 +147,7 @@ def rollout_spec(
         max_failure_ratio=max_failure_ratio,
         soak_seconds=soak_seconds,
         upgrade_timeout_seconds=upgrade_timeout_seconds,
+        min_ready_seconds=min_ready_seconds,
     )
     if not isinstance(version, str) or not version:
         raise InvalidInput("version is required.", code="invalid_input", field="version")

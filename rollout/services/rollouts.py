@@ -21,8 +21,8 @@ from django.utils import timezone
 from core.errors import Conflict, InvalidInput, InvalidState, NotFound, Unavailable
 from fleet.interface import Actor, Node, Pool, Tenant, audit_record, pool_budgets
 from rollout import conf
-from rollout.models import NodeUpgrade, Release, Rollout, RolloutEvent, RolloutWave, TickRequest
-from rollout.services.controller import node_upgrades_roll_back, rollout_request_tick, wave_failures
+from rollout.models import NodeUpgrade, Release, ReleaseBlock, Rollout, RolloutEvent, RolloutWave, TickRequest
+from rollout.services.controller import node_upgrades_roll_back, release_blocked, rollout_request_tick, wave_failures
 from rollout.services.events import event_record
 from rollout.services.plan import (
     PoolPlan,
@@ -79,6 +79,8 @@ def _snapshot(*, tenant: Tenant, spec: RolloutSpec) -> Snapshot:
     release = Release.objects.filter(version=spec.version).prefetch_related("binaries").first()
     if release is None:
         raise InvalidInput(f"No registered release has version {spec.version!r}.", code="unknown_version")
+    if ReleaseBlock.objects.filter(tenant=tenant, release=release).exists():
+        raise InvalidInput(f"Release {spec.version} is blocked in this tenant.", code="release_blocked")
     if spec.pool_ids is None:
         pools = list(Pool.objects.filter(tenant=tenant).order_by("id"))
     else:
@@ -133,7 +135,8 @@ def rollout_plan(*, tenant: Tenant, spec: RolloutSpec) -> RolloutPlan:
         if estimate is None or not all(allowed.values()):
             estimate = None  # a pool with a budget of 0 never starts a node
         else:
-            estimate += rounds * options.upgrade_timeout_seconds + (options.soak_seconds if wave.index else 0)
+            per_round = options.upgrade_timeout_seconds + options.min_ready_seconds  # readiness after arrival
+            estimate += rounds * per_round + (options.soak_seconds if wave.index else 0)
         waves.append(WavePlan(index=wave.index, percent=wave.percent, total=wave.total, pools=dict(per_pool)))
     return RolloutPlan(
         version=snapshot.release.version,
@@ -225,6 +228,7 @@ def rollout_create(
             max_failure_ratio=options.max_failure_ratio,
             soak_seconds=options.soak_seconds,
             upgrade_timeout_seconds=options.upgrade_timeout_seconds,
+            min_ready_seconds=options.min_ready_seconds,
             state=Rollout.State.ACTIVE,
             current_wave=0,
             created_by=created_by,
@@ -282,6 +286,7 @@ def rollout_create(
                 "maxFailureRatio": options.max_failure_ratio,
                 "soakSeconds": options.soak_seconds,
                 "upgradeTimeoutSeconds": options.upgrade_timeout_seconds,
+                "minReadySeconds": options.min_ready_seconds,
                 "nodes": len(order),
             },
         )
@@ -333,6 +338,11 @@ def rollout_resume(*, rollout_id: UUID | str, tenant: Tenant | None = None, acto
         rollout = _locked(tenant=tenant, rollout_id=rollout_id)
         acknowledged = rollout.acknowledged_failures
         before = _state(rollout)
+        if rollout.state == Rollout.State.PAUSED and release_blocked(rollout):
+            raise Conflict(
+                f"Release {rollout.release.version} is blocked in this tenant: unblock it first.",
+                code="release_blocked",
+            )
         if rollout.state == Rollout.State.PAUSED and rollout.paused_reason == Rollout.PausedReason.FAILURE_RATIO:
             # The operator saw these failures and chose to go on; failures that came while
             # an operator's pause was on were seen by no one, and are judged as usual.

@@ -7,9 +7,11 @@ Rollout      active ──pause_rollout──► paused ──resume_rollout─�
              active|paused ──abort_rollout──► aborted
 
 NodeUpgrade  pending ──start_upgrades──► in_flight ──succeed_upgrades──► succeeded
-             in_flight ──fail_and_send_back──► failed        (spec.daemon back to what it ran)
+             in_flight ──mark_arrived──► in_flight (arrived_at: proving readiness, minReadySeconds > 0)
+             in_flight ──fail_and_send_back──► failed        (spec.daemon back to what it ran; timeout, not_ready)
              in_flight ──roll_back_upgrades──► rolled_back   (spec.daemon back to what it ran)
              pending ──skip_upgrades──► skipped      pending ──cancel_pending_upgrades──► cancelled
+             skipped (offline, completed rollout) ──converge_upgrades──► in_flight   (convergence, 9.6)
 ```
 
 Each function does the whole transition together: the conditional UPDATE
@@ -33,7 +35,7 @@ from typing import Any
 from uuid import UUID
 
 import structlog
-from django.db.models import Count, OuterRef, Subquery
+from django.db.models import Count, Exists, OuterRef, Subquery
 
 from core.errors import InvalidState
 from fleet.interface import Node, NodeSession, pools_set_default_daemon_version
@@ -169,6 +171,56 @@ def start_upgrades(
     return started
 
 
+def mark_arrived(*, ids: Sequence[int], **context: Any) -> int:
+    """in_flight, arrived_at recorded: the node rejoined on the target and now proves readiness (CONTRACT 9.3).
+
+    ``arrived_at`` is the session's ``joined_at`` (when it rejoined on the target), read by the
+    UPDATE itself, and only while that session is still open on the target: a later rejoin gives a
+    later ``joined_at``, which is how readiness tells the node left meanwhile.
+    """
+    on_target = NodeSession.objects.filter(
+        node_id=OuterRef("node_id"), daemon_version=OuterRef("target_version"), left_at__isnull=True
+    )
+    arrived = (
+        NodeUpgrade.objects.filter(id__in=ids, state=State.IN_FLIGHT, arrived_at__isnull=True)
+        .filter(Exists(on_target))
+        .update(arrived_at=Subquery(on_target.values("joined_at")[:1]))
+    )
+    if arrived:
+        log.info("node_upgrade.arrived", count=arrived, **context)
+    return arrived
+
+
+def converge_upgrades(
+    *, rollout_id: UUID, starts: Sequence[tuple[int, UUID]], started_at: datetime, deadline: datetime
+) -> int:
+    """skipped (offline) -> in_flight: a completed rollout's node came back on an older version (CONTRACT 9.6).
+
+    Like ``start_upgrades``: the previous section and version are read by the UPDATE; the row takes
+    its node again (``claims_node``) while in flight, so the one-writer index refuses it when another
+    rollout holds the node (IntegrityError: the caller retries without it).
+    """
+    started = NodeUpgrade.objects.filter(
+        id__in=[pk for pk, _ in starts],
+        state=State.SKIPPED,
+        reason=NodeUpgrade.Reason.OFFLINE,
+        rollout__state=Rollout.State.COMPLETED,
+    ).update(
+        state=State.IN_FLIGHT,
+        claims_node=True,
+        reason=None,
+        settled_at=None,
+        arrived_at=None,
+        started_at=started_at,
+        deadline=deadline,
+        previous_daemon=Subquery(Node.objects.filter(pk=OuterRef("node_id")).values("spec__daemon")[:1]),
+        previous_version=Subquery(NodeSession.objects.filter(node_id=OuterRef("node_id")).values("daemon_version")[:1]),
+    )
+    for _, node_id in starts:
+        log.info("node_upgrade.converging", rollout=str(rollout_id), node=str(node_id))
+    return started
+
+
 def skip_upgrades(*, rollout: Rollout, ids: Sequence[int], reason: str, at: datetime) -> int:
     """pending -> skipped (offline agent, no binary for the arch). The row keeps its node while the rollout runs."""
     skipped = NodeUpgrade.objects.filter(id__in=ids, state=State.PENDING).update(
@@ -254,14 +306,15 @@ def cancel_pending_upgrades(*, rollout: Rollout, at: datetime) -> int:
 
 
 def supersede_upgrades(*, node_ids: Sequence[UUID], at: datetime) -> int:
-    """in_flight (of an aborted rollout) -> cancelled (``superseded``): a new rollout takes the node.
+    """in_flight (of a finished rollout) -> cancelled (``superseded``): a new rollout takes the node.
 
     An aborted rollout's in-flight nodes keep their node only until a newer
-    rollout needs it (a fix-forward). They are not sent back: the new rollout
-    sets the node's spec.daemon when it starts it.
+    rollout needs it (a fix-forward), and so does a completed rollout's node
+    converging after completion (CONTRACT 9.6). They are not sent back: the new
+    rollout sets the node's spec.daemon when it starts it.
     """
     superseded = NodeUpgrade.objects.filter(
-        node_id__in=node_ids, state=State.IN_FLIGHT, rollout__state=Rollout.State.ABORTED
+        node_id__in=node_ids, state=State.IN_FLIGHT, rollout__state__in=Rollout.TERMINAL_STATES
     ).update(state=State.CANCELLED, reason=NodeUpgrade.Reason.SUPERSEDED, settled_at=at, claims_node=False)
     if superseded:
         log.info("node_upgrade.superseded", count=superseded)
