@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from demo.processes import wait_until
 from fleet.models import NodeSession
 from fleet.services.nodes import nodes_set_daemon
 from simulator import AgentConfig, AgentState, Fleet, build_agent_configs
-from tests.simulator.conftest import make_nodes, wait_until
+from tests.simulator.conftest import make_nodes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
