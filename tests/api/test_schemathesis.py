@@ -8,6 +8,7 @@ Failures are collected over all operations and reported together.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -155,3 +156,63 @@ def test_no_input_gets_a_server_error_and_every_answer_conforms_to_the_schema(li
     assert len(operations) == 24, [operation.label for operation in operations]
     assert calls >= len(operations) * MIN_EXAMPLES
     assert not failures, "\n\n".join(failures)
+
+
+# --- bodies the schema does not describe: sizes, nesting, unicode, non-objects --------------------
+
+#: Raw bodies no schema-driven generator reaches: each must be refused with a 4xx, never a 5xx.
+HOSTILE_BODIES: list[tuple[str, bytes]] = [
+    ("larger than 1 MiB", b'{"name": "' + b"x" * (1 << 20) + b'"}'),
+    ("nested 10,000 deep", b"[" * 10_000 + b"]" * 10_000),
+    ("a lone surrogate key", b'{"name": "p1", "\\ud800": 1}'),
+    ("a lone surrogate value", b'{"name": "\\udfff", "kind": "\\ud800"}'),
+    ("invalid UTF-8", b'{"name": "\xff\xfe"}'),
+    ("a NUL in a string", b'{"name": "a\\u0000b", "version": "1.0\\u0000"}'),
+    ("a byte-order mark", b'\xef\xbb\xbf{"name": "p1"}'),
+    ("a list", b"[1, 2, 3]"),
+    ("a string", b'"rollback"'),
+    ("null", b"null"),
+    ("NaN", b'{"maxFailureRatio": NaN, "disruptionBudget": Infinity}'),
+    ("a huge integer", b'{"soakSeconds": ' + b"9" * 5000 + b"}"),
+    ("duplicate keys", b'{"name": "a", "name": "b"}'),
+]
+
+
+def unicode_bodies() -> list[tuple[str, bytes]]:
+    """Unicode a person may type: right-to-left marks, combining characters, astral emoji, ideographs, tabs."""
+    samples = ["\u202egpu\u202c", "e\u0301\u0301\u0301", "\U0001f680" * 40, "\u4e2d\u6587\u6c60", "\t\n"]
+    fields = ("name", "kind", "version", "reason", "url")
+    return [
+        (f"unicode {index}", json.dumps(dict.fromkeys(fields, text), ensure_ascii=False).encode())
+        for index, text in enumerate(samples)
+    ]
+
+
+def test_hostile_bodies_get_a_4xx_on_every_operation_that_takes_one(live_server, seeded):
+    import httpx
+
+    schema = schemathesis.openapi.from_url(f"{live_server.url}/api/schema/?format=json")
+    operations = [result.ok() for result in schema.get_all_operations()]
+    with_body = [operation for operation in operations if operation.method.upper() in {"POST", "PATCH", "PUT"}]
+    assert with_body
+    server_errors = []
+    with httpx.Client(base_url=live_server.url, timeout=30) as client:
+        for operation in with_body:
+            key = seeded["agent_token"] if "/agent/" in operation.path else seeded["key"]
+            path = operation.path
+            for template, value in seeded["ids"].items():
+                if template == operation.path:
+                    path = template.replace("{id}", value)
+            path = path.replace("{id}", "00000000-0000-0000-0000-000000000000").replace("{version}", "1.0.0")
+            for what, body in HOSTILE_BODIES + unicode_bodies():
+                response = client.request(
+                    operation.method.upper(),
+                    path,
+                    content=body,
+                    headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+                )
+                if response.status_code >= 500:
+                    server_errors.append(f"{operation.method.upper()} {path} with {what}: {response.status_code}")
+                elif response.status_code >= 400:
+                    assert response.json()["code"], (operation.path, what)
+    assert not server_errors, "\n".join(server_errors)
