@@ -30,6 +30,7 @@ from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, re_path, reverse
+from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
@@ -42,7 +43,15 @@ from rollout.models import NodeUpgrade, Release, ReleaseBinary, Rollout, Rollout
 from rollout.selectors import WaveStats, rollout_waves
 from rollout.services.plan import RolloutPlan
 from rollout.services.releases import release_register
-from rollout.services.rollouts import rollout_abort, rollout_create, rollout_pause, rollout_plan, rollout_resume
+from rollout.services.rollouts import (
+    rollout_abort,
+    rollout_create,
+    rollout_pause,
+    rollout_plan,
+    rollout_promote,
+    rollout_resume,
+)
+from rollout.services.transitions import rollout_soaking
 
 
 def _tenant_of(request: HttpRequest) -> Tenant | None:
@@ -259,6 +268,8 @@ class RolloutAction:
     explain: str
     run: Callable[..., Rollout]
     danger: bool = False
+    # Whether the detail page shows its button (beyond ``states``), e.g. promote only while soaking.
+    shown: Callable[[Rollout], bool] | None = None
 
     @property
     def admin_action(self) -> str:
@@ -284,6 +295,15 @@ ACTIONS: dict[str, RolloutAction] = {
             (Rollout.State.PAUSED,),
             "Starts continue. Failures seen so far in the current wave are accepted; only new ones pause again.",
             rollout_resume,
+        ),
+        RolloutAction(
+            "promote",
+            "Promote",
+            "Promoted",
+            (Rollout.State.ACTIVE,),
+            "Ends the current wave's soak now: the next wave starts at the next tick.",
+            rollout_promote,
+            shown=lambda rollout: rollout_soaking(rollout, at=timezone.now()),
         ),
         RolloutAction(
             "abort",
@@ -341,7 +361,18 @@ class RolloutAdmin(TenantScopedAdmin):
     actions = [action.admin_action for action in ACTIONS.values()]
     fieldsets = [
         (None, {"fields": ["id", "version", "tenant", "pool_names", "state_badge", "paused_reason"]}),
-        ("Plan", {"fields": ["waves_requested", "max_failure_ratio", "soak_seconds", "upgrade_timeout_seconds"]}),
+        (
+            "Plan",
+            {
+                "fields": [
+                    "waves_requested",
+                    "max_failure_ratio",
+                    "failure_ratio_min_settled",
+                    "soak_seconds",
+                    "upgrade_timeout_seconds",
+                ]
+            },
+        ),
         ("History", {"fields": ["created_by", "created_at", "next_wave_at", "completed_at", "aborted_at"]}),
     ]
     readonly_fields = [field for _, options in fieldsets for field in options["fields"]]
@@ -473,7 +504,7 @@ class RolloutAdmin(TenantScopedAdmin):
             actions = [
                 (action, reverse("admin:rollout_rollout_action", kwargs={"object_id": rollout.pk, "slug": slug}))
                 for slug, action in ACTIONS.items()
-                if rollout.state in action.states
+                if rollout.state in action.states and (action.shown is None or action.shown(rollout))
             ]
         return {
             "rollout_waves": wave_rows,
@@ -572,6 +603,10 @@ class RolloutAdmin(TenantScopedAdmin):
     @admin.action(description="Resume the selected rollouts", permissions=["operate"])
     def resume_selected(self, request: HttpRequest, queryset: QuerySet[Rollout]):
         return self.run_bulk(request, queryset, "resume")
+
+    @admin.action(description="Promote the selected rollouts (end their soak now)", permissions=["operate"])
+    def promote_selected(self, request: HttpRequest, queryset: QuerySet[Rollout]):
+        return self.run_bulk(request, queryset, "promote")
 
     @admin.action(description="Abort the selected rollouts", permissions=["operate"])
     def abort_selected(self, request: HttpRequest, queryset: QuerySet[Rollout]):

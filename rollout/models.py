@@ -94,6 +94,8 @@ class Rollout(models.Model):
         max_digits=6, decimal_places=5, validators=[MinValueValidator(Decimal(0)), MaxValueValidator(Decimal(1))]
     )
     soak_seconds = models.PositiveIntegerField()
+    # CONTRACT 9.2: the current wave's failure ratio is judged once this many of its nodes settled.
+    failure_ratio_min_settled = models.PositiveIntegerField(default=0)
     upgrade_timeout_seconds = models.PositiveIntegerField()
     state = models.CharField(max_length=16, choices=State.choices, default=State.ACTIVE)
     current_wave = models.PositiveIntegerField(default=0)
@@ -231,6 +233,7 @@ class RolloutEvent(models.Model):
         WAVE = "rollout.wave", "rollout.wave"
         PAUSED = "rollout.paused", "rollout.paused"
         RESUMED = "rollout.resumed", "rollout.resumed"
+        PROMOTED = "rollout.promoted", "rollout.promoted"
         COMPLETED = "rollout.completed", "rollout.completed"
         ABORTED = "rollout.aborted", "rollout.aborted"
 

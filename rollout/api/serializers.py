@@ -37,6 +37,11 @@ class ReleaseSerializer(serializers.ModelSerializer):
         }
 
 
+@extend_schema_field({"type": "integer", "minimum": 0, "maximum": 2**31 - 1, "default": 0})
+class RawIntegerField(serializers.JSONField):
+    """Passed through as JSON; checked once by rollout.services.plan.options_validate (API and admin)."""
+
+
 class RolloutCreateSerializer(StrictSerializer):
     version = serializers.CharField(max_length=64)
     poolIds = serializers.ListField(child=serializers.CharField(max_length=64), required=False, allow_empty=False)
@@ -44,6 +49,10 @@ class RolloutCreateSerializer(StrictSerializer):
     maxFailureRatio = StrictNumberField(required=False)
     soakSeconds = StrictIntegerField(required=False)
     upgradeTimeoutSeconds = StrictIntegerField(required=False)
+    # Raw JSON: the one check (a JSON integer >= 0) is plan.options_validate's, naming the field.
+    failureRatioMinSettled = RawIntegerField(
+        required=False, help_text="Judge a wave's failure ratio once this many of its nodes settled (default 0)."
+    )
 
     def spec(self) -> RolloutSpec:
         """The service's spec (the one validation of the options: rollout.services.plan.rollout_spec)."""
@@ -55,6 +64,7 @@ class RolloutCreateSerializer(StrictSerializer):
             max_failure_ratio=data.get("maxFailureRatio"),
             soak_seconds=data.get("soakSeconds"),
             upgrade_timeout_seconds=data.get("upgradeTimeoutSeconds"),
+            failure_ratio_min_settled=data.get("failureRatioMinSettled"),
         )
 
 
@@ -90,6 +100,7 @@ class RolloutSerializer(serializers.ModelSerializer):
     maxFailureRatio = serializers.FloatField(source="max_failure_ratio")
     soakSeconds = serializers.IntegerField(source="soak_seconds")
     upgradeTimeoutSeconds = serializers.IntegerField(source="upgrade_timeout_seconds")
+    failureRatioMinSettled = serializers.IntegerField(source="failure_ratio_min_settled")
     pausedReason = serializers.CharField(source="paused_reason", allow_null=True)
     createdAt = serializers.DateTimeField(source="created_at")
     completedAt = serializers.DateTimeField(source="completed_at", allow_null=True)
@@ -106,6 +117,7 @@ class RolloutSerializer(serializers.ModelSerializer):
             "maxFailureRatio",
             "soakSeconds",
             "upgradeTimeoutSeconds",
+            "failureRatioMinSettled",
             "pausedReason",
             "createdAt",
             "completedAt",
@@ -146,10 +158,12 @@ class RolloutPlanSerializer(serializers.Serializer):
     maxFailureRatio = serializers.FloatField(source="options.max_failure_ratio")
     soakSeconds = serializers.IntegerField(source="options.soak_seconds")
     upgradeTimeoutSeconds = serializers.IntegerField(source="options.upgrade_timeout_seconds")
+    failureRatioMinSettled = serializers.IntegerField(source="options.failure_ratio_min_settled")
     estimatedSeconds = serializers.IntegerField(
         allow_null=True,
         source="estimated_seconds",
-        help_text="Worst case (every node takes the whole timeout); null when a pool's budget allows no node.",
+        help_text="Worst case (every node takes the whole timeout, starts only while its pool's maintenance "
+        "windows are open); null when a pool's budget allows no node.",
     )
 
 

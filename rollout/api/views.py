@@ -50,6 +50,7 @@ from rollout.services.rollouts import (
     rollout_create,
     rollout_pause,
     rollout_plan,
+    rollout_promote,
     rollout_resume,
     rollouts_for,
 )
@@ -267,6 +268,21 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str | None = None) -> Response:
         rollout = rollout_resume(
+            rollout_id=self.get_object().id, tenant=_principal(request).tenant, actor=_actor(request)
+        )
+        return Response(self._fresh(rollout.id))
+
+    @extend_schema(
+        request=None,
+        parameters=[ROLLOUT_ID],
+        responses=ROLLOUT_ACTION_RESPONSES,
+        description="End the current wave's soak now: the next wave starts at the next tick (`rollout.promoted`, "
+        "then `rollout.wave`). 409 `invalid_state` unless the rollout is active and its current wave is soaking "
+        "(settled, not the last wave, the next one not yet due).",
+    )
+    @action(detail=True, methods=["post"])
+    def promote(self, request: Request, pk: str | None = None) -> Response:
+        rollout = rollout_promote(
             rollout_id=self.get_object().id, tenant=_principal(request).tenant, actor=_actor(request)
         )
         return Response(self._fresh(rollout.id))

@@ -40,6 +40,7 @@ from fleet.interface import (
     offline_verdicts_trusted,
     online_node_q,
     pool_budget,
+    pool_windows_open,
 )
 from rollout import conf
 from rollout.dispatch import TICK_TASK, TIMEOUTS_DUE_TASK, publish_on_commit
@@ -110,14 +111,25 @@ def wave_failures(rollout: Rollout) -> int:
 # --- judging and advancing ---------------------------------------------------------------
 
 
+def failure_ratio_judged(*, rollout: Rollout, counts: dict[str, int]) -> bool:
+    """CONTRACT 9.2: the ratio is judged once ``failureRatioMinSettled`` of the wave's nodes settled
+    (succeeded + failed), or once all of them have (nothing pending or in flight)."""
+    settled = counts[State.FAILED] + counts[State.SUCCEEDED]
+    wave_over = not counts[State.PENDING] and not counts[State.IN_FLIGHT]
+    return settled >= rollout.failure_ratio_min_settled or wave_over
+
+
 def failure_ratio_exceeded(*, rollout: Rollout, counts: dict[str, int]) -> bool:
     """The rule: the current wave's failed / (succeeded + failed) exceeds maxFailureRatio.
 
     Exactly "exceeds": equality does not pause. Exact arithmetic (Decimal).
     Failures an operator accepted by resuming do not count again; a new one does.
+    Judged only once the wave's minimum sample settled (``failure_ratio_judged``).
     """
     failed, succeeded = counts[State.FAILED], counts[State.SUCCEEDED]
     if failed <= rollout.acknowledged_failures or failed + succeeded == 0:
+        return False
+    if not failure_ratio_judged(rollout=rollout, counts=counts):
         return False
     return Decimal(failed) > rollout.max_failure_ratio * (failed + succeeded)
 
@@ -285,7 +297,11 @@ def node_upgrades_roll_back(*, rollout: Rollout, now: datetime) -> tuple[int, in
 def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
     """Start pending nodes of the current wave within each pool's budget. Returns (started, skipped)."""
     pending = NodeUpgrade.objects.filter(rollout=rollout, wave=rollout.current_wave, state=State.PENDING)
-    pool_ids = sorted(rollout.pools.filter(Exists(pending.filter(pool_id=OuterRef("pk")))).values_list("id", flat=True))
+    waiting = sorted(rollout.pools.filter(Exists(pending.filter(pool_id=OuterRef("pk")))).values_list("id", flat=True))
+    # CONTRACT 9.1: a pool's nodes start only while one of its maintenance windows is open. A closed
+    # pool's pending nodes wait (they are not skipped); the periodic tick sees the window open.
+    open_now = pool_windows_open(pool_ids=waiting, now=now)
+    pool_ids = [pool_id for pool_id in waiting if pool_id in open_now]
     if not pool_ids:
         return 0, 0
     release = rollout.release

@@ -24,6 +24,7 @@ DEFAULT_WAVES = (1, 10, 50, 100)
 DEFAULT_MAX_FAILURE_RATIO = Decimal("0.1")
 DEFAULT_SOAK_SECONDS = 300
 DEFAULT_UPGRADE_TIMEOUT_SECONDS = 600
+DEFAULT_FAILURE_RATIO_MIN_SETTLED = 0
 MAX_WAVES = 20
 MAX_SECONDS = 30 * 24 * 3600  # a month: anything longer is a typo
 
@@ -36,6 +37,8 @@ class RolloutOptions:
     max_failure_ratio: Decimal
     soak_seconds: int
     upgrade_timeout_seconds: int
+    #: CONTRACT 9.2: judge the wave's failure ratio once this many of its nodes settled (or all did).
+    failure_ratio_min_settled: int = DEFAULT_FAILURE_RATIO_MIN_SETTLED
 
 
 def _is_number(value: Any) -> bool:
@@ -58,6 +61,7 @@ def options_validate(
     max_failure_ratio: Any = None,
     soak_seconds: Any = None,
     upgrade_timeout_seconds: Any = None,
+    failure_ratio_min_settled: Any = None,
 ) -> RolloutOptions:
     """Apply defaults and check every option; raises InvalidInput (400) naming the field."""
     waves = list(DEFAULT_WAVES) if waves is None else waves
@@ -92,7 +96,20 @@ def options_validate(
             "upgradeTimeoutSeconds",
             1,
         ),
+        failure_ratio_min_settled=_min_settled(failure_ratio_min_settled),
     )
+
+
+def _min_settled(value: Any) -> int:
+    """``failureRatioMinSettled``: a JSON integer >= 0 (no bool, no 3.0); None is the default."""
+    if value is None:
+        return DEFAULT_FAILURE_RATIO_MIN_SETTLED
+    # The database column is a PostgreSQL integer: anything larger is refused here, not by a 500.
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 2**31 - 1:
+        raise InvalidInput(
+            "failureRatioMinSettled must be an integer >= 0.", code="invalid_input", field="failureRatioMinSettled"
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -112,6 +129,7 @@ def rollout_spec(
     max_failure_ratio: Any = None,
     soak_seconds: Any = None,
     upgrade_timeout_seconds: Any = None,
+    failure_ratio_min_settled: Any = None,
 ) -> RolloutSpec:
     """Check what can be checked without the database; raises InvalidInput (400) naming the field."""
     options = options_validate(
@@ -119,6 +137,7 @@ def rollout_spec(
         max_failure_ratio=max_failure_ratio,
         soak_seconds=soak_seconds,
         upgrade_timeout_seconds=upgrade_timeout_seconds,
+        failure_ratio_min_settled=failure_ratio_min_settled,
     )
     if not isinstance(version, str) or not version:
         raise InvalidInput("version is required.", code="invalid_input", field="version")

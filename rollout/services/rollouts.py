@@ -1,4 +1,4 @@
-"""Rollouts: create (and dry-run), pause, resume, abort.
+"""Rollouts: create (and dry-run), pause, resume, promote, abort.
 
 The controller's steps live in rollout/services/controller.py.
 """
@@ -10,6 +10,7 @@ import uuid
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -19,7 +20,16 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from core.errors import Conflict, InvalidInput, InvalidState, NotFound, Unavailable
-from fleet.interface import Actor, Node, Pool, Tenant, audit_record, pool_budgets
+from fleet.interface import (
+    Actor,
+    Node,
+    Pool,
+    Tenant,
+    audit_record,
+    finish_after_open_seconds,
+    pool_budgets,
+    pool_windows,
+)
 from rollout import conf
 from rollout.models import NodeUpgrade, Release, Rollout, RolloutEvent, RolloutWave, TickRequest
 from rollout.services.controller import node_upgrades_roll_back, rollout_request_tick, wave_failures
@@ -37,6 +47,7 @@ from rollout.services.transitions import (
     abort_rollout,
     cancel_pending_upgrades,
     pause_rollout,
+    promote_rollout,
     resume_rollout,
     supersede_upgrades,
 )
@@ -120,17 +131,27 @@ def rollout_plan(*, tenant: Tenant, spec: RolloutSpec) -> RolloutPlan:
     pool_of = dict(snapshot.nodes)
     order = shuffle(list(pool_of), seed=uuid.uuid4())
     budgets = pool_budgets(pool_ids=[pool.id for pool in snapshot.pools])
+    windows = pool_windows(pool_ids=[pool.id for pool in snapshot.pools])
+    start = timezone.now()
+    cursor: datetime | None = start  # when the wave being planned ends (None: never)
     waves: list[WavePlan] = []
-    estimate: int | None = 0
     for wave in planned_waves(options.waves, len(order)):
         per_pool = Counter(str(pool_of[node_id]) for node_id in order[wave.start : wave.end])
         allowed = {pool_id: budgets[UUID(pool_id)].allowed for pool_id in per_pool}
-        rounds = max((math.ceil(count / allowed[pid]) for pid, count in per_pool.items() if allowed[pid]), default=0)
-        if estimate is None or not all(allowed.values()):
-            estimate = None  # a pool with a budget of 0 never starts a node
+        if cursor is None or not all(allowed.values()):
+            cursor = None  # a pool with a budget of 0 never starts a node
         else:
-            estimate += rounds * options.upgrade_timeout_seconds + (options.soak_seconds if wave.index else 0)
+            began = cursor + timedelta(seconds=options.soak_seconds if wave.index else 0)
+            # Each pool's rounds of whole timeouts, counted in its open hours only (CONTRACT 9.1):
+            # see docs/controller.md for what this approximation over- and under-counts.
+            cursor = max(
+                finish_after_open_seconds(
+                    windows[UUID(pid)], began, math.ceil(count / allowed[pid]) * options.upgrade_timeout_seconds
+                )
+                for pid, count in per_pool.items()
+            )
         waves.append(WavePlan(index=wave.index, percent=wave.percent, total=wave.total, pools=dict(per_pool)))
+    estimate = None if cursor is None else math.ceil((cursor - start).total_seconds())
     return RolloutPlan(
         version=snapshot.release.version,
         pool_ids=[str(pool.id) for pool in snapshot.pools],
@@ -161,6 +182,7 @@ def rollout_create(
             max_failure_ratio=options.max_failure_ratio,
             soak_seconds=options.soak_seconds,
             upgrade_timeout_seconds=options.upgrade_timeout_seconds,
+            failure_ratio_min_settled=options.failure_ratio_min_settled,
             state=Rollout.State.ACTIVE,
             current_wave=0,
             created_by=created_by,
@@ -228,6 +250,7 @@ def rollout_create(
                 "maxFailureRatio": options.max_failure_ratio,
                 "soakSeconds": options.soak_seconds,
                 "upgradeTimeoutSeconds": options.upgrade_timeout_seconds,
+                "failureRatioMinSettled": options.failure_ratio_min_settled,
                 "nodes": len(order),
             },
         )
@@ -288,6 +311,27 @@ def rollout_resume(*, rollout_id: UUID | str, tenant: Tenant | None = None, acto
         )
         rollout_request_tick(rollout_id=rollout.id)
         _audit(rollout, actor, "rollout.resume", before=before, after=_state(rollout))
+    return rollout
+
+
+def rollout_promote(*, rollout_id: UUID | str, tenant: Tenant | None = None, actor: Actor | None = None) -> Rollout:
+    """End the current wave's soak now (CONTRACT 9.4): the next wave starts at the next tick.
+
+    409 ``invalid_state`` unless the rollout is active and its current wave is soaking.
+    """
+    with transaction.atomic():
+        rollout = _locked(tenant=tenant, rollout_id=rollout_id)
+        before = {"currentWave": rollout.current_wave, "nextWaveAt": rollout.next_wave_at}
+        promote_rollout(rollout=rollout, at=timezone.now(), actor=_event_actor(actor))
+        # The tick that starts the next wave (rollout.wave), right after this commit.
+        rollout_request_tick(rollout_id=rollout.id)
+        _audit(
+            rollout,
+            actor,
+            "rollout.promote",
+            before=before,
+            after={"currentWave": rollout.current_wave, "nextWaveAt": rollout.next_wave_at},
+        )
     return rollout
 
 
