@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from demo.processes import wait_until
 from fleet.models import Node, NodeSession, Pool
@@ -103,10 +106,6 @@ def test_a_failing_release_pauses_at_the_canary_then_rollback_and_roll_forward(s
 def test_a_window_opens_after_create_and_a_promote_ends_a_long_soak(stack):
     """CONTRACT 9.1 and 9.4 live: nothing starts before the pool's window opens (at the next minute
     boundary, computed from now); then a one-hour soak ends at once on promote."""
-    from datetime import timedelta
-
-    from django.utils import timezone
-
     stack.register("0.9.0", 1)
     stack.register("1.0.0", 2)
     enrolled = stack.enroll({"w": (10, 0.5)})
