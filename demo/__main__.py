@@ -193,10 +193,11 @@ class Demo:
         while True:
             state = progress.show()
             if not window_seen:
-                waiting = NodeUpgrade.objects.filter(rollout_id=rollout_id, pool__name=pool_name)
-                if waiting.exclude(started_at=None).exists():
-                    first = min(waiting.exclude(started_at=None).values_list("started_at", flat=True))
-                    say(f"{pool_name}'s window opened at {opens:%H:%M:%S}: its first node started at {first:%H:%M:%S}")
+                started = NodeUpgrade.objects.filter(rollout_id=rollout_id, pool__name=pool_name)
+                first = started.exclude(started_at=None).order_by("started_at").first()
+                if first is not None:
+                    began = f"{first.started_at:%H:%M:%S}"
+                    say(f"{pool_name}'s window opened at {opens:%H:%M:%S}: its first node started at {began}")
                     window_seen = True
             rollout = Rollout.objects.get(pk=rollout_id)
             if not promoted and rollout.next_wave_at and rollout.next_wave_at > timezone.now():
