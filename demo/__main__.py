@@ -256,7 +256,7 @@ def _bar(wave: WaveStats, width: int = 40) -> str:
 class Progress:
     def __init__(self, rollout_id: str):
         self.rollout_id = rollout_id
-        self.seen_events = 0
+        self.seen_events: set[int] = set()  # ids: an offset would repeat a line if an event sorts in earlier
         self.started = time.monotonic()
         self.lines_drawn = 0
         self.last_printed = -10.0
@@ -267,8 +267,9 @@ class Progress:
         from rollout.selectors import rollout_waves
 
         rollout = Rollout.objects.select_related("release").prefetch_related("pools").get(pk=self.rollout_id)
-        events = list(RolloutEvent.objects.filter(rollout=rollout).order_by("at", "id")[self.seen_events :])
-        self.seen_events += len(events)
+        new = RolloutEvent.objects.filter(rollout=rollout).exclude(id__in=self.seen_events)
+        events = list(new.order_by("at", "id"))
+        self.seen_events.update(event.id for event in events)
         waves = rollout_waves([rollout])[rollout.id]
         pools = {p.id: p.name for p in rollout.pools.all()}
         budgets = pool_budgets(pool_ids=list(pools))
