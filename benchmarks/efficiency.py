@@ -70,8 +70,8 @@ def run(*, agents: int, pools: int, budget: float, restart_delay: float, heartbe
     from rollout.models import NodeUpgrade, Rollout
     from rollout.release.dsse import envelope_to_bytes, sign_envelope
     from rollout.release.manifest import manifest_for, manifest_to_bytes
+    from rollout.services.create import rollout_create
     from rollout.services.releases import release_binary_store, release_register
-    from rollout.services.rollouts import rollout_create
     from simulator import Fleet, build_agent_configs
 
     call_command("migrate", verbosity=0)

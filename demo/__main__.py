@@ -8,6 +8,10 @@ releases registered through the API, and a rollout with short soak and timeout.
 ``--fail-canary``: the new release's agents never come back, the canary fails,
 the rollout pauses; the demo aborts it with rollback and rolls forward to a
 fixed release with a higher sequence, which completes.
+
+Then the rollout policy: one pool gets a maintenance window opening at a coming
+minute boundary (its nodes wait for it while the other pools go ahead), and the
+rollout's one-hour soak after its first wave is ended through the API (promote).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import secrets
 import shutil
 import sys
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -157,6 +162,52 @@ class Demo:
         response.raise_for_status()
         return response.json()["id"]
 
+    def window_soon(self, pool_name: str) -> datetime:
+        """Give ``pool_name`` a 30-minute window opening at the next minute boundary at least 15 s away."""
+        from django.utils import timezone
+
+        now = timezone.now()
+        opens = (now + timedelta(seconds=75)).replace(second=0, microsecond=0)
+        pool = next(p for p in self.api.get("/api/compute/pools/").json() if p["name"] == pool_name)
+        window = {"days": [opens.strftime("%a").lower()], "start": opens.strftime("%H:%M"), "durationMinutes": 30}
+        body = {"policy": {"maintenanceWindows": [window]}}
+        response = self.api.patch(f"/api/compute/pools/{pool['id']}/", json=body)
+        response.raise_for_status()
+        say(f"PATCH pool {pool_name}: maintenance window {window} (UTC): its nodes start only from {opens:%H:%M:%S}")
+        return opens
+
+    def watch_window_and_promote(self, rollout_id: str, pool_name: str, opens: datetime, deadline: float) -> str:
+        """Watch a rollout whose ``pool_name`` waits for its window, and promote its first soak."""
+        from django.utils import timezone
+
+        from rollout.models import NodeUpgrade, Rollout
+
+        progress = Progress(rollout_id)
+        window_seen = promoted = False
+        while True:
+            state = progress.show()
+            if not window_seen:
+                started = NodeUpgrade.objects.filter(rollout_id=rollout_id, pool__name=pool_name)
+                first = started.exclude(started_at=None).order_by("started_at").first()
+                if first is not None:
+                    began = f"{first.started_at:%H:%M:%S}"
+                    say(f"{pool_name}'s window opened at {opens:%H:%M:%S}: its first node started at {began}")
+                    window_seen = True
+            rollout = Rollout.objects.get(pk=rollout_id)
+            if not promoted and rollout.next_wave_at and rollout.next_wave_at > timezone.now():
+                soak_end = f"{rollout.next_wave_at:%H:%M:%S}"
+                say(f"wave {rollout.current_wave} settled; its soak would last until {soak_end}: promoting")
+                response = self.api.post(f"/api/compute/rollouts/{rollout_id}/promote/")
+                say(f"POST /rollouts/{rollout_id[:8]}…/promote/ -> {response.status_code}")
+                response.raise_for_status()
+                promoted = True
+            if state in {"completed", "paused", "aborted"}:
+                progress.show(final=True)
+                return state
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the policy rollout did not complete in time (state {state})")
+            time.sleep(0.5)
+
     def watch(self, rollout_id: str, until: set[str], deadline: float) -> str:
         progress = Progress(rollout_id)
         while True:
@@ -199,7 +250,7 @@ def _bar(wave: WaveStats, width: int = 40) -> str:
 class Progress:
     def __init__(self, rollout_id: str):
         self.rollout_id = rollout_id
-        self.seen_events = 0
+        self.seen_events: set[int] = set()  # ids: an offset would repeat a line if an event sorts in earlier
         self.started = time.monotonic()
         self.lines_drawn = 0
         self.last_printed = -10.0
@@ -210,8 +261,9 @@ class Progress:
         from rollout.selectors import rollout_waves
 
         rollout = Rollout.objects.select_related("release").prefetch_related("pools").get(pk=self.rollout_id)
-        events = list(RolloutEvent.objects.filter(rollout=rollout).order_by("at", "id")[self.seen_events :])
-        self.seen_events += len(events)
+        new = RolloutEvent.objects.filter(rollout=rollout).exclude(id__in=self.seen_events)
+        events = list(new.order_by("at", "id"))
+        self.seen_events.update(event.id for event in events)
         waves = rollout_waves([rollout])[rollout.id]
         pools = {p.id: p.name for p in rollout.pools.all()}
         budgets = pool_budgets(pool_ids=list(pools))
@@ -309,7 +361,8 @@ def main() -> int:
         )
         fleet = Fleet(demo.url, configs, sequences=demo.sequences, heartbeat_seconds=2.0, restart_delay=0.5,
                       restart_jitter=0.5, seed=7)  # fmt: skip
-        with fleet.start_thread(timeout=args.timeout + 30) as running:
+        # The policy part waits up to 75 s for a window and then runs a rollout: allow for it.
+        with fleet.start_thread(timeout=args.timeout + 200) as running:
             running.wait_for(lambda f: f.online_count() == len(configs), timeout=30)
             say(f"{fleet.online_count()} agents online on bcd 1.0.0\n")
             # A bad release fails fast (10 s timeout) so the demo shows the pause quickly.
@@ -323,6 +376,15 @@ def main() -> int:
                 forward = demo.rollout("1.2.0")
                 rollouts.append(forward)
                 demo.watch(forward, {"completed"}, deadline)
+            say(f"agents: {dict(fleet.versions())} ({fleet.online_count()} online)\n")
+            # The rollout policy: a maintenance window that opens shortly, and a promote.
+            version = "1.3.0"
+            demo.release(version, max(demo.sequences.values()) + 1)
+            opens = demo.window_soon(POOLS[0])
+            policy = demo.rollout(version, waves=[50, 100], soakSeconds=3600, failureRatioMinSettled=2)
+            rollouts.append(policy)
+            wait = (opens - datetime.now(opens.tzinfo)).total_seconds()
+            demo.watch_window_and_promote(policy, POOLS[0], opens, time.monotonic() + max(wait, 0) + 90)
             say(f"agents: {dict(fleet.versions())} ({fleet.online_count()} online)")
         summary(rollouts)
     finally:

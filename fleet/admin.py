@@ -20,11 +20,19 @@ from django.utils import timezone
 from core.errors import DomainError
 from fleet.admin_base import ReadOnlyMixin, TenantScopedAdmin
 from fleet.models import ApiKey, AuditEntry, Command, Grant, Membership, Node, NodeSession, Pool, Tenant, Workflow
-from fleet.services.audit import Actor, audit_record, changed_fields
+from fleet.services.audit import Actor, audit_record
 from fleet.services.budget import pool_budgets
 from fleet.services.nodes import node_create, node_is_online, node_session
-from fleet.services.pools import pool_audit_fields, pool_create, pools_set_default_daemon_version
+from fleet.services.pools import (
+    pool_audit_fields,
+    pool_changed_fields,
+    pool_create,
+    pools_set_default_daemon_version,
+    windows_of,
+    windows_validate,
+)
 from fleet.services.workflows import workflow_finish
+from fleet.windows import next_opening, open_until
 
 
 # --- tenants and IAM -------------------------------------------------------------------------
@@ -91,13 +99,59 @@ class ApiKeyAdmin(ReadOnlyMixin, TenantScopedAdmin):
 
 
 # --- the fleet ----------------------------------------------------------------------------
+WINDOWS_HELP = (
+    'A JSON list of weekly windows, e.g. [{"days": ["sat", "sun"], "start": "02:00", "durationMinutes": 240, '
+    '"timezone": "Europe/Berlin"}]. Nodes of the pool start only while one is open. Empty: always open.'
+)
+
+
+class PoolForm(forms.ModelForm):
+    """Maintenance windows are checked exactly as the API checks them (fleet.services.pools.windows_validate)."""
+
+    maintenance_windows = forms.JSONField(
+        required=False, initial=list, help_text=WINDOWS_HELP, widget=forms.Textarea(attrs={"rows": 4, "cols": 80})
+    )
+
+    class Meta:
+        model = Pool
+        fields = ["tenant", "name", "disruption_budget", "maintenance_windows", "default_daemon_version"]
+
+    def clean_maintenance_windows(self) -> list[dict[str, Any]]:
+        try:
+            return windows_validate(self.cleaned_data.get("maintenance_windows"))
+        except DomainError as exc:
+            raise forms.ValidationError(f"{exc.code}: {exc.detail}", code=exc.code) from exc
+
+
 @admin.register(Pool)
 class PoolAdmin(TenantScopedAdmin):
-    list_display = ["name", "tenant", "disruption_budget", "node_count", "disruption", "default_daemon_version"]
+    form = PoolForm
+    list_display = [
+        "name",
+        "tenant",
+        "disruption_budget",
+        "node_count",
+        "disruption",
+        "next_window",
+        "default_daemon_version",
+    ]
     list_filter = ["tenant"]
     list_select_related = ["tenant"]
     search_fields = ["name", "tenant__slug"]
-    fields = ["tenant", "name", "disruption_budget", "default_daemon_version"]
+    fields = ["tenant", "name", "disruption_budget", "maintenance_windows", "default_daemon_version"]
+
+    @admin.display(description="next window")
+    def next_window(self, pool: Pool) -> str:
+        """When its nodes may next start (CONTRACT 9.1): "always open", "open now (until ...)" or the opening."""
+        windows = windows_of(pool)
+        if not windows:
+            return "always open"
+        now = timezone.now()
+        opening = next_opening(windows, now)
+        if opening <= now:
+            until = open_until(windows, now)
+            return f"open now (until {timezone.localtime(until):%Y-%m-%d %H:%M %Z})" if until else "open now"
+        return f"{timezone.localtime(opening):%Y-%m-%d %H:%M %Z}"
 
     def get_readonly_fields(self, request: HttpRequest, obj=None):
         return ["tenant"] if obj is not None else []
@@ -128,7 +182,7 @@ class PoolAdmin(TenantScopedAdmin):
                 # pool.update: the fields that changed, as the API shows them.
                 before = pool_audit_fields(Pool.objects.select_for_update().get(pk=obj.pk))
                 super().save_model(request, obj, form, change)
-                old, new = changed_fields(before, pool_audit_fields(obj))
+                old, new = pool_changed_fields(before, pool_audit_fields(obj))
                 if new:
                     audit_record(
                         tenant=obj.tenant,
@@ -141,7 +195,11 @@ class PoolAdmin(TenantScopedAdmin):
                     )
                 return
             created = pool_create(
-                tenant=obj.tenant, name=obj.name, disruption_budget=obj.disruption_budget, actor=actor
+                tenant=obj.tenant,
+                name=obj.name,
+                disruption_budget=obj.disruption_budget,
+                maintenance_windows=obj.maintenance_windows,
+                actor=actor,
             )
             if obj.default_daemon_version:
                 pools_set_default_daemon_version(pool_ids=[created.pk], version=obj.default_daemon_version)

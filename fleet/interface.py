@@ -20,11 +20,13 @@ from fleet.services.commands import commands_enqueue
 from fleet.services.iam import Principal
 from fleet.services.liveness import offline_verdicts_trusted
 from fleet.services.nodes import nodes_set_daemon, online_node_q
-from fleet.services.pools import pools_set_default_daemon_version, tenant_slugs
+from fleet.services.pools import pool_windows, pool_windows_open, pools_set_default_daemon_version, tenant_slugs
+from fleet.windows import MaintenanceWindow, finish_after_open_seconds, next_opening
 
 __all__ = [
     "Actor",
     "Command",
+    "MaintenanceWindow",
     "Node",
     "NodeSession",
     "Pool",
@@ -36,13 +38,17 @@ __all__ = [
     "audit_record",
     "changed_fields",
     "commands_enqueue",
+    "finish_after_open_seconds",
     "is_fleet_admin",
+    "next_opening",
     "node_session_reported",
     "nodes_set_daemon",
     "offline_verdicts_trusted",
     "online_node_q",
     "pool_budget",
     "pool_budgets",
+    "pool_windows",
+    "pool_windows_open",
     "pools_set_default_daemon_version",
     "register_daemon_resolver",
     "register_disruption_source",

@@ -18,6 +18,7 @@ from django.db.models import Count
 from fleet.interface import Pool, Tenant
 from rollout.models import Release
 from rollout.services.plan import (
+    DEFAULT_FAILURE_RATIO_MIN_SETTLED,
     DEFAULT_MAX_FAILURE_RATIO,
     DEFAULT_SOAK_SECONDS,
     DEFAULT_UPGRADE_TIMEOUT_SECONDS,
@@ -82,6 +83,13 @@ class RolloutCreateForm(forms.Form):
         initial=DEFAULT_MAX_FAILURE_RATIO,
         help_text="A wave pauses the rollout when failed / (succeeded + failed) exceeds this (0 to 1).",
     )
+    failure_ratio_min_settled = forms.IntegerField(
+        label="Judge failures after",
+        required=False,  # empty: the default
+        initial=DEFAULT_FAILURE_RATIO_MIN_SETTLED,
+        help_text="The wave's failure ratio is judged once this many of its nodes settled (succeeded + failed), "
+        "or when all of them have. 0: from the first settled node.",
+    )
     soak_seconds = forms.IntegerField(
         initial=DEFAULT_SOAK_SECONDS, help_text="Wait after a wave settles before the next one starts."
     )
@@ -142,4 +150,5 @@ class RolloutCreateForm(forms.Form):
             soak_seconds=data["soak_seconds"],
             upgrade_timeout_seconds=data["upgrade_timeout_seconds"],
             min_ready_seconds=data.get("min_ready_seconds"),
+            failure_ratio_min_settled=data.get("failure_ratio_min_settled"),
         )

@@ -41,7 +41,7 @@ def daemon_section_for(version: str, arch: str) -> dict | None:
 
 def on_node_session_reported(sender: Any, *, node_id: UUID, daemon_version: str, **kwargs: Any) -> None:
     """A node that joins or reports a new version settles its in-flight upgrade at once."""
-    from rollout.services.controller import node_upgrade_settle_reported
+    from rollout.services.settle import node_upgrade_settle_reported
 
     node_upgrade_settle_reported(node_id=node_id, daemon_version=daemon_version)
 

@@ -95,6 +95,8 @@ class Rollout(models.Model):
         max_digits=6, decimal_places=5, validators=[MinValueValidator(Decimal(0)), MaxValueValidator(Decimal(1))]
     )
     soak_seconds = models.PositiveIntegerField()
+    # CONTRACT 9.2: the current wave's failure ratio is judged once this many of its nodes settled.
+    failure_ratio_min_settled = models.PositiveIntegerField(default=0)
     upgrade_timeout_seconds = models.PositiveIntegerField()
     # CONTRACT 9.3: a node that rejoined on the target succeeds only after staying joined this long.
     min_ready_seconds = models.PositiveIntegerField(default=0)
@@ -261,6 +263,7 @@ class RolloutEvent(models.Model):
         WAVE = "rollout.wave", "rollout.wave"
         PAUSED = "rollout.paused", "rollout.paused"
         RESUMED = "rollout.resumed", "rollout.resumed"
+        PROMOTED = "rollout.promoted", "rollout.promoted"
         COMPLETED = "rollout.completed", "rollout.completed"
         ABORTED = "rollout.aborted", "rollout.aborted"
 

@@ -25,7 +25,7 @@ from rollout.dispatch import (
 )
 from rollout.models import NodeUpgrade, Rollout
 from rollout.selectors import rollout_waves
-from rollout.services import controller, webhooks
+from rollout.services import controller, settle, ticks, webhooks
 from rollout.webhooks.transport import headers_for, post_event, sign
 
 log = structlog.get_logger("rollout")
@@ -65,9 +65,9 @@ def rollout_tick(rollout_id: str) -> None:
 @shared_task(name=TIMEOUTS_DUE_TASK, **RETRY)
 def rollout_timeouts_due(rollout_id: str) -> None:
     """At the deadline of the nodes one tick started: each of them still in flight settles (no-op when none)."""
-    _, failed = controller.node_upgrades_settle_overdue(now=timezone.now(), rollout_ids=[rollout_id])
+    _, failed = settle.node_upgrades_settle_overdue(now=timezone.now(), rollout_ids=[rollout_id])
     if failed:
-        controller.rollout_request_tick(rollout_id=rollout_id)
+        ticks.rollout_request_tick(rollout_id=rollout_id)
 
 
 @shared_task(name=NODE_UPGRADE_TIMEOUT_TASK, **RETRY)
@@ -76,9 +76,9 @@ def node_upgrade_timeout(node_upgrade_id: int) -> None:
     upgrade = NodeUpgrade.objects.filter(pk=node_upgrade_id).only("rollout_id", "state").first()
     if upgrade is None or upgrade.state != NodeUpgrade.State.IN_FLIGHT:
         return
-    _, failed = controller.node_upgrades_settle_overdue(now=timezone.now(), ids=[node_upgrade_id])
+    _, failed = settle.node_upgrades_settle_overdue(now=timezone.now(), ids=[node_upgrade_id])
     if failed:
-        controller.rollout_request_tick(rollout_id=upgrade.rollout_id)
+        ticks.rollout_request_tick(rollout_id=upgrade.rollout_id)
 
 
 def _represent(rollout: Rollout) -> dict[str, Any]:

@@ -114,7 +114,7 @@ class CreateResult:
 
 
 def bench_create(nodes: int, repeat: int, profile: bool) -> CreateResult:
-    from rollout.services.rollouts import rollout_create
+    from rollout.services.create import rollout_create
 
     start = time.perf_counter()
     tenant, pools = make_fleet("create", nodes)

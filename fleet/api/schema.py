@@ -36,6 +36,8 @@ register_codes(
         "invalid_name": "The name is empty or too long.",
         "invalid_budget": "`disruptionBudget` is not a number in [0, 1] with at most 5 decimals.",
         "invalid_arch": "`arch` is not 1 to 32 of lowercase letters, digits and `_`.",
+        "invalid_window": "A `policy.maintenanceWindows` value is malformed; `field` names it "
+        "(e.g. `policy.maintenanceWindows[0].start`).",
         "pool_exists": "The tenant already has a pool of this name.",
         "node_exists": "The tenant already has a node of this name.",
         "unknown_pool": "A pool id is not one of the tenant's pools (for a rollout, `poolIds` lists them).",
@@ -46,6 +48,7 @@ register_codes(
     {
         "unknown_pool": {"poolIds": serializers.ListField(child=serializers.CharField(), required=False)},
         "budget_exhausted": {"disrupted": serializers.IntegerField(), "allowed": serializers.IntegerField()},
+        "invalid_window": {"field": serializers.CharField(help_text="The window field at fault.")},
     },
 )
 

@@ -22,6 +22,7 @@ from fleet.models import Workflow
 from fleet.models.fleet import DEFAULT_DISRUPTION_BUDGET
 from fleet.services.audit import entry_representation
 from fleet.services.nodes import node_is_online, node_session
+from fleet.services.pools import pool_policy
 
 VERSION_REGEX = r"\A[A-Za-z0-9._+-]{1,64}\Z"
 
@@ -37,13 +38,59 @@ class AgentCommandsField(serializers.ListField):
 
 
 # --- pools -----------------------------------------------------------------------------
+class MaintenanceWindowSerializer(serializers.Serializer):
+    """One weekly window (CONTRACT 9.1); described here, checked by fleet.windows.parse_windows."""
+
+    days = serializers.ListField(
+        child=serializers.ChoiceField(choices=["mon", "tue", "wed", "thu", "fri", "sat", "sun"]),
+        min_length=1,
+        max_length=7,
+    )
+    start = serializers.RegexField(r"^([01][0-9]|2[0-3]):[0-5][0-9]$", help_text='24-hour local time "HH:MM".')
+    durationMinutes = serializers.IntegerField(min_value=1, max_value=10080)
+    timezone = serializers.CharField(required=False, default="UTC", help_text="An IANA time zone name.")
+
+
+# The windows are taken as raw JSON and checked once, by the service (fleet.windows.parse_windows),
+# so that a bad one answers 400 invalid_window naming the field, as in the admin.
+@extend_schema_field(
+    {
+        "type": "array",
+        "nullable": True,
+        "maxItems": 32,
+        "items": {"$ref": "#/components/schemas/MaintenanceWindow"},
+        "description": "Weekly maintenance windows; nodes of the pool start only while one is open. "
+        "Absent, null or empty: always open.",
+    }
+)
+class WindowsField(serializers.JSONField):
+    pass
+
+
 class PolicySerializer(StrictSerializer):
     disruptionBudget = FractionField(source="disruption_budget", default=DEFAULT_DISRUPTION_BUDGET)
+    maintenanceWindows = WindowsField(source="maintenance_windows", required=False, allow_null=True)
+
+
+class PolicyPatchSerializer(StrictSerializer):
+    """A PATCH's policy: only the fields given are replaced (no defaults)."""
+
+    disruptionBudget = FractionField(required=False)
+    maintenanceWindows = WindowsField(required=False, allow_null=True)
 
 
 class PoolInSerializer(StrictSerializer):
     name = StrictCharField(max_length=100, trim_whitespace=False)
     policy = PolicySerializer(required=False)
+
+
+class PoolPatchSerializer(StrictSerializer):
+    policy = PolicyPatchSerializer()
+
+
+class PoolPolicySerializer(serializers.Serializer):
+    disruptionBudget = serializers.FloatField()
+    maintenanceWindows = MaintenanceWindowSerializer(many=True)
 
 
 class PoolSerializer(serializers.Serializer):
@@ -54,7 +101,7 @@ class PoolSerializer(serializers.Serializer):
 
     @extend_schema_field(PolicySerializer)
     def get_policy(self, pool) -> dict:
-        return {"disruptionBudget": float(pool.disruption_budget)}
+        return pool_policy(pool)
 
 
 # --- nodes -----------------------------------------------------------------------------

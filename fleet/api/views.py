@@ -29,7 +29,7 @@ from fleet.services.audit import Actor
 from fleet.services.commands import command_ack
 from fleet.services.iam import Principal
 from fleet.services.nodes import node_create
-from fleet.services.pools import pool_create
+from fleet.services.pools import pool_create, pool_update
 from fleet.services.sessions import agent_heartbeat, agent_session_leave, agent_session_report
 from fleet.services.workflows import workflow_finish, workflow_start
 from fleet.tokens import bearer_token, token_hash
@@ -98,7 +98,7 @@ class PoolViewSet(TenantViewSet):
             **error_responses(
                 "PoolCreate",
                 json_body=True,
-                bad_request=["invalid_input", "invalid_name", "invalid_budget"],
+                bad_request=["invalid_input", "invalid_name", "invalid_budget", "invalid_window"],
                 conflict=["pool_exists"],
             ),
         },
@@ -108,6 +108,26 @@ class PoolViewSet(TenantViewSet):
         policy = data.get("policy") or {}
         pool = pool_create(tenant=self.tenant, name=data["name"], actor=self.actor, **policy)
         return Response(s.PoolSerializer(pool).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        request=s.PoolPatchSerializer,
+        responses={
+            200: s.PoolSerializer,
+            **error_responses(
+                "PoolUpdate",
+                json_body=True,
+                bad_request=["invalid_input", "invalid_budget", "invalid_window"],
+                not_found=["not_found"],
+            ),
+        },
+    )
+    def partial_update(self, request: Request, pk: str) -> Response:
+        """CONTRACT 9.1: the policy fields given replace the pool's; nothing changes on a refusal."""
+        pool_id = _path_id(pk, "pool")
+        data = _valid(s.PoolPatchSerializer, request)
+        # Windows pass through as JSON: the service validates them once, for the admin too.
+        pool = pool_update(tenant=self.tenant, pool_id=pool_id, policy=data["policy"], actor=self.actor)
+        return Response(s.PoolSerializer(pool).data)
 
 
 class NodeViewSet(TenantViewSet):

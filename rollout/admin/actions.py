@@ -6,8 +6,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
+from django.utils import timezone
+
 from rollout.models import Rollout
-from rollout.services.rollouts import rollout_abort, rollout_pause, rollout_resume
+from rollout.services.rollouts import rollout_abort, rollout_pause, rollout_promote, rollout_resume
+from rollout.services.transitions import rollout_soaking
 
 
 # --- rollouts: actions ------------------------------------------------------------------------
@@ -22,6 +25,8 @@ class RolloutAction:
     explain: str
     run: Callable[..., Rollout]
     danger: bool = False
+    # Whether the detail page shows its button (beyond ``states``), e.g. promote only while soaking.
+    shown: Callable[[Rollout], bool] | None = None
 
     @property
     def admin_action(self) -> str:
@@ -47,6 +52,15 @@ ACTIONS: dict[str, RolloutAction] = {
             (Rollout.State.PAUSED,),
             "Starts continue. Failures seen so far in the current wave are accepted; only new ones pause again.",
             rollout_resume,
+        ),
+        RolloutAction(
+            "promote",
+            "Promote",
+            "Promoted",
+            (Rollout.State.ACTIVE,),
+            "Ends the current wave's soak now: the next wave starts at the next tick.",
+            rollout_promote,
+            shown=lambda rollout: rollout_soaking(rollout, at=timezone.now()),
         ),
         RolloutAction(
             "abort",

@@ -32,8 +32,8 @@ from rollout.admin.display import (
 from rollout.forms import RolloutCreateForm
 from rollout.models import NodeUpgrade, Rollout
 from rollout.selectors import rollout_waves
+from rollout.services.create import rollout_create, rollout_plan
 from rollout.services.plan import RolloutPlan
-from rollout.services.rollouts import rollout_create, rollout_plan
 
 
 # --- rollouts --------------------------------------------------------------------------------
@@ -73,6 +73,7 @@ class RolloutAdmin(TenantScopedAdmin):
                 "fields": [
                     "waves_requested",
                     "max_failure_ratio",
+                    "failure_ratio_min_settled",
                     "soak_seconds",
                     "upgrade_timeout_seconds",
                     "min_ready_seconds",
@@ -210,7 +211,7 @@ class RolloutAdmin(TenantScopedAdmin):
             actions = [
                 (action, reverse("admin:rollout_rollout_action", kwargs={"object_id": rollout.pk, "slug": slug}))
                 for slug, action in ACTIONS.items()
-                if rollout.state in action.states
+                if rollout.state in action.states and (action.shown is None or action.shown(rollout))
             ]
         return {
             "rollout_waves": wave_rows,
@@ -309,6 +310,10 @@ class RolloutAdmin(TenantScopedAdmin):
     @admin.action(description="Resume the selected rollouts", permissions=["operate"])
     def resume_selected(self, request: HttpRequest, queryset: QuerySet[Rollout]):
         return self.run_bulk(request, queryset, "resume")
+
+    @admin.action(description="Promote the selected rollouts (end their soak now)", permissions=["operate"])
+    def promote_selected(self, request: HttpRequest, queryset: QuerySet[Rollout]):
+        return self.run_bulk(request, queryset, "promote")
 
     @admin.action(description="Abort the selected rollouts", permissions=["operate"])
     def abort_selected(self, request: HttpRequest, queryset: QuerySet[Rollout]):

@@ -66,6 +66,11 @@ class ReleaseSerializer(ResponseModelSerializer):
         }
 
 
+@extend_schema_field({"type": "integer", "minimum": 0, "maximum": 2**31 - 1, "default": 0})
+class RawIntegerField(serializers.JSONField):
+    """Passed through as JSON; checked once by rollout.services.plan.options_validate (API and admin)."""
+
+
 class RolloutCreateSerializer(StrictSerializer):
     version = StrictCharField(max_length=64, trim_whitespace=False)
     # Bounded: an unbounded list costs a query parameter per id and echoes back in errors.
@@ -80,6 +85,10 @@ class RolloutCreateSerializer(StrictSerializer):
     soakSeconds = StrictIntegerField(required=False)
     upgradeTimeoutSeconds = StrictIntegerField(required=False)
     minReadySeconds = StrictIntegerField(required=False)
+    # Raw JSON: the one check (a JSON integer >= 0) is plan.options_validate's, naming the field.
+    failureRatioMinSettled = RawIntegerField(
+        required=False, help_text="Judge a wave's failure ratio once this many of its nodes settled (default 0)."
+    )
 
     def spec(self) -> RolloutSpec:
         """The service's spec (the one validation of the options: rollout.services.plan.rollout_spec)."""
@@ -92,6 +101,7 @@ class RolloutCreateSerializer(StrictSerializer):
             soak_seconds=data.get("soakSeconds"),
             upgrade_timeout_seconds=data.get("upgradeTimeoutSeconds"),
             min_ready_seconds=data.get("minReadySeconds"),
+            failure_ratio_min_settled=data.get("failureRatioMinSettled"),
         )
 
 
@@ -134,6 +144,7 @@ class RolloutSerializer(ResponseModelSerializer):
     soakSeconds = serializers.IntegerField(source="soak_seconds")
     upgradeTimeoutSeconds = serializers.IntegerField(source="upgrade_timeout_seconds")
     minReadySeconds = serializers.IntegerField(source="min_ready_seconds")
+    failureRatioMinSettled = serializers.IntegerField(source="failure_ratio_min_settled")
     pausedReason = serializers.CharField(source="paused_reason", allow_null=True)
     createdAt = serializers.DateTimeField(source="created_at")
     completedAt = serializers.DateTimeField(source="completed_at", allow_null=True)
@@ -151,6 +162,7 @@ class RolloutSerializer(ResponseModelSerializer):
             "soakSeconds",
             "upgradeTimeoutSeconds",
             "minReadySeconds",
+            "failureRatioMinSettled",
             "pausedReason",
             "createdAt",
             "completedAt",
@@ -192,10 +204,12 @@ class RolloutPlanSerializer(serializers.Serializer):
     soakSeconds = serializers.IntegerField(source="options.soak_seconds")
     upgradeTimeoutSeconds = serializers.IntegerField(source="options.upgrade_timeout_seconds")
     minReadySeconds = serializers.IntegerField(source="options.min_ready_seconds")
+    failureRatioMinSettled = serializers.IntegerField(source="options.failure_ratio_min_settled")
     estimatedSeconds = serializers.IntegerField(
         allow_null=True,
         source="estimated_seconds",
-        help_text="Worst case (every node takes the whole timeout); null when a pool's budget allows no node.",
+        help_text="Worst case (every node takes the whole timeout, starts only while its pool's maintenance "
+        "windows are open); null when a pool's budget allows no node.",
     )
 
 

@@ -48,15 +48,9 @@ from rollout.models import NodeUpgrade, Release, Rollout, Webhook
 from rollout.release.dsse import MAX_ENVELOPE_BYTES
 from rollout.selectors import rollout_waves
 from rollout.services.blocks import blocks_for, release_block, release_unblock
+from rollout.services.create import rollout_create, rollout_plan
 from rollout.services.releases import release_binary_open, release_list, release_register
-from rollout.services.rollouts import (
-    rollout_abort,
-    rollout_create,
-    rollout_pause,
-    rollout_plan,
-    rollout_resume,
-    rollouts_for,
-)
+from rollout.services.rollouts import rollout_abort, rollout_pause, rollout_promote, rollout_resume, rollouts_for
 from rollout.services.webhooks import deliveries_for, webhook_create, webhook_delete
 
 
@@ -347,6 +341,21 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str | None = None) -> Response:
         rollout = rollout_resume(
+            rollout_id=self.get_object().id, tenant=_principal(request).tenant, actor=_actor(request)
+        )
+        return Response(self._fresh(rollout.id))
+
+    @extend_schema(
+        request=None,
+        parameters=[ROLLOUT_ID],
+        responses=ROLLOUT_ACTION_RESPONSES,
+        description="End the current wave's soak now: the next wave starts at the next tick (`rollout.promoted`, "
+        "then `rollout.wave`). 409 `invalid_state` unless the rollout is active and its current wave is soaking "
+        "(settled, not the last wave, the next one not yet due).",
+    )
+    @action(detail=True, methods=["post"])
+    def promote(self, request: Request, pk: str | None = None) -> Response:
+        rollout = rollout_promote(
             rollout_id=self.get_object().id, tenant=_principal(request).tenant, actor=_actor(request)
         )
         return Response(self._fresh(rollout.id))

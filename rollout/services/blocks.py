@@ -21,7 +21,7 @@ from django.utils import timezone
 from core.errors import InvalidInput, InvalidState, NotFound
 from fleet.interface import Actor, Tenant, audit_record
 from rollout.models import Release, ReleaseBlock, Rollout
-from rollout.services.controller import rollout_request_tick
+from rollout.services.ticks import rollout_request_tick
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import _User

@@ -24,6 +24,7 @@ DEFAULT_WAVES = (1, 10, 50, 100)
 DEFAULT_MAX_FAILURE_RATIO = Decimal("0.1")
 DEFAULT_SOAK_SECONDS = 300
 DEFAULT_UPGRADE_TIMEOUT_SECONDS = 600
+DEFAULT_FAILURE_RATIO_MIN_SETTLED = 0
 MAX_WAVES = 20
 MAX_POOL_IDS = 1000  # far above any real fleet's pools; bounds the query and the error bodies
 WAVE_QUANTUM = Decimal("0.00001")  # RolloutWave.percent has 5 decimal places
@@ -40,6 +41,8 @@ class RolloutOptions:
     soak_seconds: int
     upgrade_timeout_seconds: int
     min_ready_seconds: int = 0
+    #: CONTRACT 9.2: judge the wave's failure ratio once this many of its nodes settled (or all did).
+    failure_ratio_min_settled: int = DEFAULT_FAILURE_RATIO_MIN_SETTLED
 
 
 def _is_number(value: Any) -> bool:
@@ -68,6 +71,7 @@ def options_validate(
     soak_seconds: Any = None,
     upgrade_timeout_seconds: Any = None,
     min_ready_seconds: Any = None,
+    failure_ratio_min_settled: Any = None,
 ) -> RolloutOptions:
     """Apply defaults and check every option; raises InvalidInput (400) naming the field."""
     waves = list(DEFAULT_WAVES) if waves is None else waves
@@ -106,6 +110,7 @@ def options_validate(
             1,
         ),
         min_ready_seconds=_min_ready_seconds(min_ready_seconds),
+        failure_ratio_min_settled=_min_settled(failure_ratio_min_settled),
     )
 
 
@@ -118,6 +123,18 @@ def _min_ready_seconds(value: Any) -> int:
             f"minReadySeconds must be an integer from 0 to {MAX_MIN_READY_SECONDS}.",
             code="invalid_input",
             field="minReadySeconds",
+        )
+    return value
+
+
+def _min_settled(value: Any) -> int:
+    """``failureRatioMinSettled``: a JSON integer >= 0 (no bool, no 3.0); None is the default."""
+    if value is None:
+        return DEFAULT_FAILURE_RATIO_MIN_SETTLED
+    # The database column is a PostgreSQL integer: anything larger is refused here, not by a 500.
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 2**31 - 1:
+        raise InvalidInput(
+            "failureRatioMinSettled must be an integer >= 0.", code="invalid_input", field="failureRatioMinSettled"
         )
     return value
 
@@ -140,6 +157,7 @@ def rollout_spec(
     soak_seconds: Any = None,
     upgrade_timeout_seconds: Any = None,
     min_ready_seconds: Any = None,
+    failure_ratio_min_settled: Any = None,
 ) -> RolloutSpec:
     """Check what can be checked without the database; raises InvalidInput (400) naming the field."""
     options = options_validate(
@@ -148,6 +166,7 @@ def rollout_spec(
         soak_seconds=soak_seconds,
         upgrade_timeout_seconds=upgrade_timeout_seconds,
         min_ready_seconds=min_ready_seconds,
+        failure_ratio_min_settled=failure_ratio_min_settled,
     )
     if not isinstance(version, str) or not version:
         raise InvalidInput("version is required.", code="invalid_input", field="version")

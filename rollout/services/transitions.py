@@ -3,6 +3,7 @@
 ```
 Rollout      active ──pause_rollout──► paused ──resume_rollout──► active
              active ──start_next_wave──► active (next wave)
+             active (soaking) ──promote_rollout──► active (soak over: next wave at the next tick)
              active ──complete_rollout──► completed
              active|paused ──abort_rollout──► aborted
 
@@ -115,6 +116,36 @@ def complete_rollout(*, rollout: Rollout, at: datetime) -> None:
     pools_set_default_daemon_version(pool_ids=list(covered.order_by()), version=rollout.release.version)
     totals = dict(NodeUpgrade.objects.filter(rollout=rollout).values_list("state").annotate(n=Count("id")).order_by())
     event_record(rollout=rollout, kind=RolloutEvent.Kind.COMPLETED, at=at, **totals)
+
+
+def rollout_soaking(rollout: Rollout, *, at: datetime) -> bool:
+    """Active, its current wave settled, not the last wave, and the next one not due yet (CONTRACT 9.4)."""
+    if rollout.state != Rollout.State.ACTIVE or rollout.next_wave_at is None or rollout.next_wave_at <= at:
+        return False
+    waves = RolloutWave.objects.filter(rollout=rollout)
+    settled = waves.filter(index=rollout.current_wave, settled_at__isnull=False).exists()
+    return settled and waves.filter(index__gt=rollout.current_wave).exists()
+
+
+def promote_rollout(*, rollout: Rollout, at: datetime, **data: Any) -> None:
+    """Soaking -> soak over (``rollout.promoted``): the next tick starts the next wave (``rollout.wave``).
+
+    The caller holds the rollout's row lock. InvalidState (409) unless the rollout is soaking.
+    """
+    if not rollout_soaking(rollout, at=at):
+        if rollout.state != Rollout.State.ACTIVE:
+            raise InvalidState(f"A {rollout.state} rollout cannot be promoted.", state=rollout.state)
+        raise InvalidState("The current wave is not soaking: there is nothing to promote.", state=rollout.state)
+    soak_ends_at = rollout.next_wave_at
+    _move_rollout(rollout, sources=[Rollout.State.ACTIVE], action="promoted", next_wave_at=at)
+    event_record(
+        rollout=rollout,
+        kind=RolloutEvent.Kind.PROMOTED,
+        at=at,
+        wave=rollout.current_wave,
+        soakEndsAt=soak_ends_at.isoformat() if soak_ends_at else None,
+        **data,
+    )
 
 
 def start_next_wave(*, rollout: Rollout, wave: RolloutWave, at: datetime) -> None:

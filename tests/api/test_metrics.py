@@ -17,9 +17,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fleet.services.workflows import workflow_start
 from rollout.services.controller import rollout_tick
+from rollout.services.create import rollout_create
 from rollout.services.plan import rollout_spec
 from rollout.services.releases import release_register
-from rollout.services.rollouts import rollout_create, rollout_pause
+from rollout.services.rollouts import rollout_pause
 from tests.factories import fleet, manifest, rollout_settings, signed
 
 pytestmark = pytest.mark.django_db

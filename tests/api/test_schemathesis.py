@@ -30,9 +30,9 @@ from fleet.services.iam import api_key_create
 from fleet.services.nodes import node_create
 from fleet.services.workflows import workflow_start
 from project import celery_app
+from rollout.services.create import rollout_create
 from rollout.services.plan import rollout_spec
 from rollout.services.releases import release_register
-from rollout.services.rollouts import rollout_create
 from tests.factories import fleet, manifest, rollout_settings, signed
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

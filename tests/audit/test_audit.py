@@ -87,7 +87,7 @@ def test_api_changes_are_recorded_and_the_chain_recomputes_from_the_api(api, oth
     assert by_action["pool.create"]["objectType"] == "pool"
     assert by_action["pool.create"]["objectId"] == ids["pool"]
     assert by_action["pool.create"]["before"] is None
-    assert by_action["pool.create"]["after"]["policy"] == {"disruptionBudget": 0.5}
+    assert by_action["pool.create"]["after"]["policy"] == {"disruptionBudget": 0.5, "maintenanceWindows": []}
     assert by_action["rollout.pause"]["before"] == {"state": "active", "pausedReason": None}
     assert by_action["rollout.pause"]["after"] == {"state": "paused", "pausedReason": "operator"}
     assert by_action["rollout.abort"]["after"] == {"state": "aborted", "pausedReason": None, "rollback": True}

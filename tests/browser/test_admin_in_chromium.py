@@ -14,8 +14,8 @@ from django.contrib.auth import get_user_model
 
 from rollout.models import Rollout
 from rollout.services.controller import rollout_tick
+from rollout.services.create import rollout_create
 from rollout.services.plan import rollout_spec
-from rollout.services.rollouts import rollout_create
 from tests.factories import fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

@@ -11,9 +11,9 @@ from fleet.models import Command, Node, Pool, Workflow
 from fleet.services.commands import command_enqueue
 from fleet.services.workflows import workflow_start
 from rollout.models import Rollout
+from rollout.services.create import rollout_create
 from rollout.services.plan import rollout_spec
 from rollout.services.releases import release_register
-from rollout.services.rollouts import rollout_create
 from tests.factories import fleet, manifest, rollout_settings, signed
 from tests.fleet.conftest import agent_client, make_node
 

@@ -26,7 +26,7 @@ def test_create_list_and_get_a_pool(api):
     assert body == {
         "id": body["id"],
         "name": "gpu-a",
-        "policy": {"disruptionBudget": 0.07},
+        "policy": {"disruptionBudget": 0.07, "maintenanceWindows": []},
         "defaultDaemonVersion": None,
     }
     assert uuid.UUID(body["id"])
@@ -39,8 +39,9 @@ def test_create_list_and_get_a_pool(api):
 def test_pool_budget_defaults_to_five_percent(api):
     response = api.post(POOLS, {"name": "cpu"}, format="json")
     assert response.status_code == 201
-    assert response.json()["policy"] == {"disruptionBudget": 0.05}
-    assert api.post(POOLS, {"name": "cpu2", "policy": {}}, format="json").json()["policy"] == {"disruptionBudget": 0.05}
+    assert response.json()["policy"] == {"disruptionBudget": 0.05, "maintenanceWindows": []}
+    policy = api.post(POOLS, {"name": "cpu2", "policy": {}}, format="json").json()["policy"]
+    assert policy == {"disruptionBudget": 0.05, "maintenanceWindows": []}
 
 
 @pytest.mark.parametrize("budget", [0, 1, 0.5, 0.00001])

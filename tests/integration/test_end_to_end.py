@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from demo.processes import wait_until
 from fleet.models import Node, NodeSession, Pool
@@ -98,3 +101,62 @@ def test_a_failing_release_pauses_at_the_canary_then_rollback_and_roll_forward(s
     assert set(NodeUpgrade.objects.filter(rollout_id=forward, state="skipped").values_list("reason", flat=True)) == {
         "offline"
     }
+
+
+def test_a_window_opens_after_create_and_a_promote_ends_a_long_soak(stack):
+    """CONTRACT 9.1 and 9.4 live: nothing starts before the pool's window opens (at the next minute
+    boundary, computed from now); then a one-hour soak ends at once on promote."""
+    stack.register("0.9.0", 1)
+    stack.register("1.0.0", 2)
+    enrolled = stack.enroll({"w": (10, 0.5)})
+    pool_id = stack.client.get("/api/compute/pools/").json()[0]["id"]
+    now = timezone.now()
+    opens = (now + timedelta(minutes=1)).replace(second=0, microsecond=0)
+    if opens - now < timedelta(seconds=5):  # too close to see the wait: the minute after
+        opens += timedelta(minutes=1)
+    window = {
+        "days": [opens.strftime("%a").lower()],
+        "start": opens.strftime("%H:%M"),
+        "durationMinutes": 30,
+        "timezone": "UTC",
+    }
+    patched = stack.client.patch(f"/api/compute/pools/{pool_id}/", json={"policy": {"maintenanceWindows": [window]}})
+    assert patched.status_code == 200, patched.text
+    assert patched.json()["policy"]["maintenanceWindows"] == [window]
+
+    agents = build_agent_configs(enrolled["w"], daemon_version="0.9.0")
+    fleet = Fleet(stack.url, agents, sequences=stack.sequences, heartbeat_seconds=0.5, restart_delay=0.2, seed=3)
+    with fleet.start_thread(timeout=300) as running:
+        assert running.wait_for(lambda f: f.online_count() == 10, timeout=30)
+        rollout_id = create(stack, version="1.0.0", waves=[50, 100], soakSeconds=3600, upgradeTimeoutSeconds=30)
+        # Closed: the ticks (every second) start nothing until the window opens. Polled: each look
+        # before the opening must still see every node pending.
+        seen_early: list[dict[str, int]] = []
+
+        def window_reached() -> bool:
+            if timezone.now() >= opens - timedelta(seconds=1):
+                return True
+            seen_early.append(counts(rollout_id))
+            return False
+
+        wait_until(window_reached, timeout=75, poll=0.5, what="the window's opening")
+        assert seen_early
+        assert all(seen == {"pending": 10} for seen in seen_early), seen_early[-3:]
+        wait_until(
+            lambda: counts(rollout_id).get("succeeded") == 5, timeout=90, what="wave 0 to finish once the window opened"
+        )
+        started = NodeUpgrade.objects.filter(rollout_id=rollout_id).exclude(started_at=None)
+        assert min(started.values_list("started_at", flat=True)) >= opens
+        # Wave 0 settled: a one-hour soak. Promote ends it; the next tick starts wave 1.
+        wait_until(
+            lambda: Rollout.objects.get(pk=rollout_id).next_wave_at is not None, timeout=30, what="the soak to begin"
+        )
+        promoted = stack.client.post(f"/api/compute/rollouts/{rollout_id}/promote/")
+        assert promoted.status_code == 200, promoted.text
+        assert promoted.json()["currentWave"] == 0
+        wait_until(lambda: state_of(rollout_id) == "completed", timeout=90, what="the promoted rollout to complete")
+    assert counts(rollout_id) == {"succeeded": 10}
+    kinds = list(RolloutEvent.objects.filter(rollout_id=rollout_id).order_by("at", "id").values_list("kind", flat=True))
+    assert kinds == ["rollout.created", "rollout.promoted", "rollout.wave", "rollout.completed"]
+    again = stack.client.post(f"/api/compute/rollouts/{rollout_id}/promote/")
+    assert (again.status_code, again.json()["code"]) == (409, "invalid_state")

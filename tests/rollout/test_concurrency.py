@@ -11,8 +11,8 @@ from fleet.services.budget import pool_budget
 from fleet.services.workflows import workflow_start
 from rollout.models import NodeUpgrade, Rollout, TickRequest
 from rollout.services.controller import rollout_tick
+from rollout.services.create import rollout_create
 from rollout.services.plan import rollout_spec
-from rollout.services.rollouts import rollout_create
 from tests.concurrency import run_together
 from tests.factories import fleet
 

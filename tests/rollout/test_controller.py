@@ -11,9 +11,10 @@ from fleet.models import Command, Node, NodeSession, Pool
 from fleet.services.nodes import node_create
 from fleet.services.workflows import workflow_start
 from rollout.models import NodeUpgrade, RolloutEvent
+from rollout.services.create import rollout_create
 from rollout.services.plan import rollout_spec
 from rollout.services.releases import daemon_section
-from rollout.services.rollouts import rollout_abort, rollout_create, rollout_pause, rollout_resume
+from rollout.services.rollouts import rollout_abort, rollout_pause, rollout_resume
 from tests.factories import fleet
 from tests.rollout.helpers import heartbeat_all, in_flight, rejoin, states, tick
 

@@ -13,10 +13,11 @@ from fleet.services.budget import pool_budget
 from fleet.services.nodes import node_create
 from fleet.services.sessions import agent_session_report
 from rollout.models import NodeUpgrade, Rollout
-from rollout.services.controller import rollouts_converge, rollouts_tick_all
+from rollout.services.controller import rollouts_tick_all
+from rollout.services.create import rollout_create
 from rollout.services.plan import rollout_spec
 from rollout.services.releases import daemon_section
-from rollout.services.rollouts import rollout_create
+from rollout.services.start import rollouts_converge
 from tests.concurrency import run_together
 from tests.factories import fleet
 from tests.rollout.helpers import in_flight, rejoin, tick

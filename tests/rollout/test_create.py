@@ -160,8 +160,8 @@ def test_one_writer_is_a_database_constraint(tenant, releases):
     from django.db import IntegrityError, transaction
 
     nodes = fleet(tenant, {"a": (2, "0.1")})
+    from rollout.services.create import rollout_create
     from rollout.services.plan import rollout_spec
-    from rollout.services.rollouts import rollout_create
 
     first = rollout_create(tenant=tenant, spec=rollout_spec(version="1.0.0"))
     second = Rollout.objects.create(

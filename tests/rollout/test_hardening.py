@@ -20,8 +20,9 @@ from rollout import dispatch
 from rollout.models import NodeUpgrade, Rollout
 from rollout.schedules import periodic_tick_ensure
 from rollout.services import controller
+from rollout.services.create import rollout_create
 from rollout.services.plan import rollout_spec
-from rollout.services.rollouts import rollout_abort, rollout_create
+from rollout.services.rollouts import rollout_abort
 from tests.factories import fleet
 from tests.rollout.helpers import heartbeat_all, in_flight, rejoin, states, tick
 

@@ -7,8 +7,9 @@ import logging.config
 import pytest
 from django.conf import settings
 
+from rollout.services.create import rollout_create
 from rollout.services.plan import rollout_spec
-from rollout.services.rollouts import rollout_abort, rollout_create, rollout_pause, rollout_resume
+from rollout.services.rollouts import rollout_abort, rollout_pause, rollout_resume
 from tests.factories import fleet
 from tests.rollout.helpers import in_flight, rejoin, tick
 

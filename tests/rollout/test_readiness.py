@@ -10,9 +10,9 @@ from django.utils import timezone
 from fleet.models import Node, NodeSession
 from fleet.services.sessions import agent_session_leave, agent_session_report
 from rollout.models import NodeUpgrade
+from rollout.services.create import rollout_create
 from rollout.services.plan import rollout_spec
 from rollout.services.releases import daemon_section
-from rollout.services.rollouts import rollout_create
 from tests.factories import fleet
 from tests.rollout.helpers import heartbeat_all, in_flight, rejoin, tick
 
@@ -139,7 +139,7 @@ def test_a_node_on_target_at_its_deadline_proves_readiness_instead_of_succeeding
     NodeSession.objects.filter(node_id=upgrade.node_id).update(daemon_version="1.0.0")  # join notice lost
     with time_machine.travel(timezone.now() + timedelta(seconds=61), tick=False):
         heartbeat_all()
-        from rollout.services.controller import node_upgrades_settle_overdue
+        from rollout.services.settle import node_upgrades_settle_overdue
 
         assert node_upgrades_settle_overdue(now=timezone.now()) == (0, 0)
     assert row(upgrade).state == "in_flight"

@@ -5,8 +5,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from rollout.services.controller import rollout_tick
+from rollout.services.create import rollout_create
 from rollout.services.plan import rollout_spec
-from rollout.services.rollouts import rollout_create
 from tests.factories import fleet
 from tests.rollout.helpers import rejoin
 
