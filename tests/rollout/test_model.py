@@ -27,10 +27,15 @@ and every row's previous state. After every step it checks:
 5. rows and rollouts move only along the legal transitions; a rollout completes
    only when all its waves have settled.
 
-"Not online since it failed" is judged leniently (a lower bound every reading of
-the contract agrees on): the node was offline when it failed and its agent has not
+Two readings are lenient on purpose, so the model never asks more than the
+contract. "Not online since it failed" is judged as a lower bound every reading of
+the contract agrees on: the node was offline when it failed and its agent has not
 reported since. A node that failed while heartbeating on its old version is not
-counted, so the model never asks the controller for more than the contract does.
+counted. And a timeout must fail an overdue node only once the server has heard
+the fleet for a whole online window (liveness is judged against the fleet).
+Creating a rollout is refused exactly while a node is in an active or paused
+rollout (4.4): the in-flight nodes of an aborted one may be taken over (the old
+row then goes in_flight -> cancelled).
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ import time_machine
 from django.db import transaction
 from django.test import TestCase
 from django.utils import timezone
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -72,12 +77,13 @@ from rollout.services.plan import rollout_spec
 from rollout.services.releases import daemon_section
 from rollout.services.rollouts import rollout_abort, rollout_create, rollout_pause, rollout_resume
 from tests.factories import fleet
-from tests.rollout.helpers import heartbeat_all, in_flight, tick
+from tests.rollout.helpers import in_flight, tick
 
 pytestmark = pytest.mark.django_db
 
 START = datetime(2031, 3, 3, 12, 0, tzinfo=UTC)
-ONLINE_WINDOW = timedelta(seconds=30)  # 3 x FLEET_HEARTBEAT_SECONDS (10, tests/rollout/conftest.py)
+HEARTBEAT_SECONDS = 10  # FLEET_HEARTBEAT_SECONDS in tests/rollout/conftest.py
+ONLINE_WINDOW = timedelta(seconds=3 * HEARTBEAT_SECONDS)
 PROTOCOL = 3
 OLD, NEW, UNREGISTERED = "0.9.0", "1.0.0", "0.8.0"
 # What the `releases` fixture registers: version -> archs it has a binary for.
@@ -105,9 +111,11 @@ LEGAL_ROLLOUT_MOVES = {
 WAVES = st.sampled_from([(100,), (50, 100), (25, 50, 100), (34, 67, 100)])
 RATIOS = st.sampled_from([0, 0.5, 1])
 SOAKS = st.sampled_from([0, 30])
-TIMEOUTS = st.sampled_from([60, 300])
+TIMEOUTS = st.sampled_from([60, 120])
 BUDGETS = st.sampled_from(["0.25", "0.34", "0.5"])
 PICK = st.integers(min_value=0, max_value=63)
+# What an agent told to run another version does (weighted towards success).
+OUTCOMES = st.sampled_from(["upgrade", "upgrade", "upgrade", "never_back", "old_version", "slow"])
 SEEDS = st.integers(min_value=1, max_value=2**64)
 
 # The id the next rollout gets. The shuffle is seeded by the rollout id: an example drawn by hypothesis
@@ -162,6 +170,8 @@ class ControllerModel(RuleBasedStateMachine):
         self.workflows: dict[UUID, tuple[UUID, str]] = {}  # active workflows: id -> (node, kind)
         self.finished_workflows: list[UUID] = []
         self.failed_down: set[UUID] = set()  # failed while offline, agent silent since
+        self.heard_since: datetime | None = START  # the fleet's sessions are created heartbeating
+        self.last_heard: datetime | None = START
         self.rows: dict[int, str] = {}  # node upgrade id -> state after the previous step
         self.rollout_states: dict[UUID, str] = {}
         self.step = "init"
@@ -194,36 +204,55 @@ class ControllerModel(RuleBasedStateMachine):
         """A join or heartbeat through the fleet's real path; the join hook runs as a commit would run it."""
         node = Node.objects.select_related("session").get(pk=agent.node_id)
         with TestCase.captureOnCommitCallbacks() as hooks:
-            agent_session_report(node=node, daemon_version=version, protocol_version=PROTOCOL, now=self.now)
+            joined = agent_session_report(
+                node=node, daemon_version=version, protocol_version=PROTOCOL, now=self.now
+            ).joined
         with TestCase.captureOnCommitCallbacks():  # the ticks the hook asks for: this model ticks by itself
             for hook in hooks:
                 hook()
+        if self.last_heard is None or self.now - self.last_heard > timedelta(seconds=1.5 * HEARTBEAT_SECONDS):
+            self.heard_since = self.now  # the fleet was silent: the server listens again from now
+        self.last_heard = self.now
         agent.running, agent.status, agent.last_report = version, "up", self.now
         self.failed_down.discard(agent.node_id)
-        # The join hook's promise (its errors are only logged, so check the outcome): on target, no longer in flight.
+        # The join hook's promise (its errors are only logged, so check the outcome): a node that rejoins
+        # on its target is no longer in flight. A heartbeat is no join: the next tick settles that one.
         stuck = NodeUpgrade.objects.filter(node_id=agent.node_id, state=S.IN_FLIGHT, target_version=version)
-        assert not stuck.exists(), f"{agent.node_id} rejoined on {version}, its target, and is still in flight"
+        assert not (joined and stuck.exists()), f"{agent.node_id} rejoined on {version}, its target, and is in flight"
 
     def leave(self, agent: Agent) -> None:
         agent_session_leave(node=Node.objects.get(pk=agent.node_id), now=self.now)
         agent.status = "down"
 
     def advance(self, seconds: float) -> None:
-        """Time passes; agents that are up keep heartbeating (hung and down ones do not)."""
-        self.traveller.shift(timedelta(seconds=seconds))
-        for agent in self.agents_where("up"):
-            self.report(agent, agent.running)
+        """Time passes; agents that are up heartbeat every period on the way (hung and down ones do not).
+
+        One of them through the real path each period (so the server hears the fleet, CONTRACT 5: liveness is
+        judged against the fleet), the others in one UPDATE (a heartbeat changes nothing else).
+        """
+        while seconds > 0:
+            self.traveller.shift(timedelta(seconds=min(HEARTBEAT_SECONDS, seconds)))
+            seconds -= HEARTBEAT_SECONDS
+            up = self.agents_where("up")
+            if not up:
+                continue
+            NodeSession.objects.filter(node_id__in=[a.node_id for a in up[1:]]).update(last_seen_at=self.now)
+            for agent in up[1:]:
+                agent.last_report = self.now
+                self.failed_down.discard(agent.node_id)
+            self.report(up[0], up[0].running)
+
+    def fleet_heard(self) -> bool:
+        """The server has heard the fleet without a silence for a whole online window: its offline verdicts hold."""
+        return self.heard_since is not None and self.now - self.heard_since >= ONLINE_WINDOW
 
     def claimed_nodes(self) -> set[UUID]:
-        """Nodes a new rollout may not take: in an active or paused rollout, or with an upgrade in flight."""
+        """Nodes a new rollout may not take (CONTRACT 4.4): those in an active or paused rollout.
+
+        In-flight nodes of an aborted rollout are in no active rollout: a fix-forward takes them.
+        """
         active = {rid for rid, state in self.rollout_states.items() if state in Rollout.ACTIVE_STATES}
-        return set(
-            NodeUpgrade.objects.filter(rollout__tenant=self.tenant)
-            .filter(rollout_id__in=active)
-            .values_list("node_id", flat=True)
-        ) | set(
-            NodeUpgrade.objects.filter(rollout__tenant=self.tenant, state=S.IN_FLIGHT).values_list("node_id", flat=True)
-        )
+        return set(NodeUpgrade.objects.filter(rollout_id__in=active).values_list("node_id", flat=True))
 
     def create(self, *, waves, ratio, soak, timeout, seed) -> None:
         _next_rollout_id[:] = [UUID(int=seed)]
@@ -242,7 +271,7 @@ class ControllerModel(RuleBasedStateMachine):
             refused = exc
         _next_rollout_id.clear()
         if refused is not None:
-            assert claimed, f"create refused with {refused.code} though no node is claimed"
+            assert claimed, f"create refused ({refused.code}) though no node is in an active or paused rollout (4.4)"
             assert {UUID(n) for n in refused.extra["nodeIds"]} == claimed, "the conflict names other nodes"
             return
         assert not claimed, f"create took nodes {sorted(map(str, claimed))} that another rollout holds"
@@ -338,7 +367,9 @@ class ControllerModel(RuleBasedStateMachine):
             tasks.rollout_timeouts_due(str(row["rollout_id"]))
         else:
             tasks.node_upgrade_timeout(row["id"])
-        assert not NodeUpgrade.objects.filter(pk=row["id"], state=S.IN_FLIGHT).exists(), (
+        # While the server has not heard the fleet for a whole window, offline verdicts are not trusted
+        # (CONTRACT 5, liveness): an overdue node that looks offline may then wait.
+        assert not (self.fleet_heard() and NodeUpgrade.objects.filter(pk=row["id"], state=S.IN_FLIGHT).exists()), (
             f"{how} left an overdue node in flight"
         )
 
@@ -355,6 +386,37 @@ class ControllerModel(RuleBasedStateMachine):
         if agent.status != "down":
             self.leave(agent)
         self.report(agent, specs[agent.node_id])
+
+    @rule(rounds=st.integers(1, 4), outcomes=st.lists(OUTCOMES, min_size=1, max_size=12))
+    def progress(self, rounds, outcomes) -> None:
+        """The world runs for a while: ticks, agents acting on what they are told, time passing.
+
+        Invariants are checked after each round too: a round must not hide a transient violation.
+        """
+        for n in range(rounds):
+            self.step = f"progress round {n}: tick_all"
+            rollouts_tick_all()
+            self.model_invariants()
+            self.agents_follow(outcomes[n::rounds] or outcomes)
+            self.model_invariants()
+            self.step = f"progress round {n}: wait 10s"
+            self.advance(10)
+            self.model_invariants()
+
+    @rule(outcomes=st.lists(OUTCOMES, max_size=6))
+    def agents_follow(self, outcomes) -> None:
+        """Every agent told to run another version acts at once, each with its own outcome (in node order)."""
+        specs = self.spec_versions()
+        told = [a for a in self.agents.values() if specs[a.node_id] not in (None, a.running) and a.status != "down"]
+        self.step = f"agents_follow {outcomes}"
+        for agent, outcome in zip(told, outcomes, strict=False):
+            if outcome == "slow":  # not restarted yet
+                continue
+            self.leave(agent)
+            if outcome == "upgrade":
+                self.report(agent, specs[agent.node_id])
+            elif outcome == "old_version":
+                self.report(agent, agent.running)
 
     @rule(i=PICK, rejoin=st.booleans())
     def fail_upgrade(self, i, rejoin) -> None:
@@ -411,21 +473,18 @@ class ControllerModel(RuleBasedStateMachine):
         assert before in legal_from, f"{name} of a {before} rollout was accepted"
         return rollout_id
 
-    @rule(i=PICK)
-    def pause(self, i) -> None:
-        self._rollout_action(i, "pause", (R.ACTIVE,), lambda rid: rollout_pause(rollout_id=rid))
-
-    @rule(i=PICK)
-    def resume(self, i) -> None:
-        self._rollout_action(i, "resume", (R.PAUSED,), lambda rid: rollout_resume(rollout_id=rid))
-
-    @rule(i=PICK, rollback=st.booleans())
-    def abort(self, i, rollback) -> None:
+    # One rule, weighted: an abort ends a rollout's story, so it comes less often than pause and resume.
+    @rule(i=PICK, action=st.sampled_from(["pause", "resume", "pause", "resume", "abort", "abort_rollback"]))
+    def operator(self, i, action) -> None:
+        if action == "pause":
+            self._rollout_action(i, "pause", (R.ACTIVE,), lambda rid: rollout_pause(rollout_id=rid))
+            return
+        if action == "resume":
+            self._rollout_action(i, "resume", (R.PAUSED,), lambda rid: rollout_resume(rollout_id=rid))
+            return
+        rollback = action == "abort_rollback"
         rollout_id = self._rollout_action(
-            i,
-            f"abort(rollback={rollback})",
-            Rollout.ACTIVE_STATES,
-            lambda rid: rollout_abort(rollout_id=rid, rollback=rollback),
+            i, action, Rollout.ACTIVE_STATES, lambda rid: rollout_abort(rollout_id=rid, rollback=rollback)
         )
         if rollout_id is None:
             return
@@ -470,7 +529,11 @@ class ControllerModel(RuleBasedStateMachine):
         del self.workflows[workflow_id]
         self.finished_workflows.append(workflow_id)
 
-    @precondition(lambda self: len(self.rollouts) < 3)
+    @precondition(
+        lambda self: (
+            len(self.rollouts) < 3 and not any(state in Rollout.ACTIVE_STATES for state in self.rollout_states.values())
+        )
+    )
     @rule(waves=WAVES, ratio=RATIOS, soak=SOAKS, timeout=TIMEOUTS, seed=SEEDS)
     def create_rollout(self, waves, ratio, soak, timeout, seed) -> None:
         """Another rollout of the same pools: refused exactly while a node is still held."""
@@ -480,7 +543,7 @@ class ControllerModel(RuleBasedStateMachine):
     # --- the invariants ------------------------------------------------------------------
 
     @invariant()
-    def invariants(self) -> None:
+    def model_invariants(self) -> None:
         now = self.now
         rows = list(
             NodeUpgrade.objects.filter(rollout__tenant=self.tenant).values(
@@ -517,6 +580,7 @@ class ControllerModel(RuleBasedStateMachine):
         assert online == model_online, "harness: the model's online nodes differ from the fleet's"
 
         # (5) legal moves, rows and rollouts.
+        created = bool(set(rollouts) - set(self.rollout_states))
         moved: list[tuple[dict, str]] = []
         for row in rows:
             before = self.rows.get(row["id"])
@@ -524,13 +588,16 @@ class ControllerModel(RuleBasedStateMachine):
                 assert row["state"] == S.PENDING, f"after {step}: a new row is {row['state']}, not pending"
                 continue
             if before != row["state"]:
-                convergence = (before, row["state"]) == (S.SKIPPED, S.IN_FLIGHT) and rollouts[row["rollout_id"]][
-                    "state"
-                ] == R.COMPLETED  # CONTRACT 9.6
-                assert (before, row["state"]) in LEGAL_ROW_MOVES or convergence, (
+                finished = rollouts[row["rollout_id"]]["state"] in Rollout.TERMINAL_STATES
+                # CONTRACT 9.6: a skipped node of a completed rollout converges when it comes back.
+                convergence = (before, row["state"]) == (S.SKIPPED, S.IN_FLIGHT) and finished
+                # A new rollout takes the in-flight nodes of a finished one (they are in no active rollout).
+                superseded = (before, row["state"]) == (S.IN_FLIGHT, S.CANCELLED) and finished and created
+                assert (before, row["state"]) in LEGAL_ROW_MOVES or convergence or superseded, (
                     f"after {step}: node upgrade {row['id']} moved {before} -> {row['state']}"
                 )
                 moved.append((row, before))
+                event(f"node upgrade {before} -> {row['state']}")  # --hypothesis-show-statistics: what was reached
         for rollout_id, rollout in rollouts.items():
             before = self.rollout_states.get(rollout_id)
             if before is None:
@@ -539,6 +606,7 @@ class ControllerModel(RuleBasedStateMachine):
                 assert (before, rollout["state"]) in LEGAL_ROLLOUT_MOVES, (
                     f"after {step}: rollout moved {before} -> {rollout['state']}"
                 )
+                event(f"rollout {before} -> {rollout['state']}")
 
         by_rollout: dict[UUID, list[dict]] = {}
         for row in rows:
@@ -597,7 +665,7 @@ class ControllerModel(RuleBasedStateMachine):
 
         # (4) succeeded nodes keep the target; failed and rolled-back ones were sent back (latest started row rules).
         latest: dict[UUID, dict] = {}
-        for row in sorted((r for r in rows if r["started_at"]), key=lambda r: r["started_at"]):
+        for row in sorted((r for r in rows if r["started_at"]), key=lambda r: (r["started_at"], r["id"])):
             latest[row["node_id"]] = row
         for node_id, row in latest.items():
             version = ((specs[node_id] or {}).get("daemon") or {}).get("version")
@@ -647,20 +715,22 @@ def test_the_controller_keeps_its_invariants_under_random_interleavings(releases
 def test_a_failed_node_that_never_came_back_keeps_its_budget_slot(tenant, releases):
     """The smallest case the model found (CONTRACT 5, Start): a node whose upgrade failed and that has not been
     online since is still down and still uses the budget; the slot frees when its agent reports again."""
-    fleet(tenant, {"a": (4, "0.25")})  # allowed 1
-    rollout = rollout_create(
-        tenant=tenant, spec=rollout_spec(version=NEW, waves=[100], max_failure_ratio=1, upgrade_timeout_seconds=60)
-    )
     with time_machine.travel(START, tick=False) as traveller:
-        heartbeat_all()
+        nodes = fleet(tenant, {"a": (4, "0.25")}, now=START)["a"]  # allowed 1
+        spec = rollout_spec(version=NEW, waves=[100], max_failure_ratio=1, upgrade_timeout_seconds=60)
+        rollout = rollout_create(tenant=tenant, spec=spec)
         assert tick(rollout).started == 1
         (upgrade,) = in_flight(rollout)
-        node = Node.objects.select_related("session").get(pk=upgrade.node_id)
-        agent_session_leave(node=node)  # restarting into the new binary, and it never comes back
-        traveller.shift(timedelta(seconds=61))
-        heartbeat_all()
+        agent_session_leave(node=Node.objects.get(pk=upgrade.node_id))  # restarting, and it never comes back
+        others = [node for node in nodes if node.id != upgrade.node_id]
+        for _ in range(7):  # 70 s of the others heartbeating through the real path: the server hears the fleet
+            traveller.shift(timedelta(seconds=10))
+            for node in others:
+                node = Node.objects.select_related("session").get(pk=node.id)
+                agent_session_report(node=node, daemon_version=OLD, protocol_version=PROTOCOL)
         result = tick(rollout)
         assert result.failed == 1
         assert result.started == 0, "a node started while a failed node that never came back still used the slot"
-        agent_session_report(node=node, daemon_version=OLD, protocol_version=PROTOCOL)
+        node = Node.objects.select_related("session").get(pk=upgrade.node_id)
+        agent_session_report(node=node, daemon_version=OLD, protocol_version=PROTOCOL)  # back, on its old version
         assert tick(rollout).started == 1
