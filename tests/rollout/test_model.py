@@ -73,9 +73,10 @@ from fleet.tokens import new_token, token_hash
 from rollout import tasks
 from rollout.models import NodeUpgrade, Rollout, RolloutWave
 from rollout.services.controller import rollout_tick, rollouts_tick_all
+from rollout.services.create import rollout_create
 from rollout.services.plan import rollout_spec
 from rollout.services.releases import daemon_section
-from rollout.services.rollouts import rollout_abort, rollout_create, rollout_pause, rollout_resume
+from rollout.services.rollouts import rollout_abort, rollout_pause, rollout_resume
 from tests.factories import fleet
 from tests.rollout.helpers import in_flight, tick
 
