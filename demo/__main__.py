@@ -5,7 +5,7 @@ filesystem broker (the same tasks and schedule as production), SQLite, 200
 simulated bcd agents in 4 pools over HTTP, throwaway release keys, signed
 releases registered through the API, and a rollout with short soak and timeout.
 
-``--fail-canary``: the new release's agents never come back, the canary fails,
+``--fail-canary``: the new release's agents come back on the old version, the canary fails,
 the rollout pauses; the demo aborts it with rollback and rolls forward to a
 fixed release with a higher sequence, which completes.
 
@@ -357,7 +357,7 @@ def main() -> int:
         demo.release("1.1.0", 2)
         agents = demo.enroll()
         configs = build_agent_configs(
-            agents, daemon_version="1.0.0", fail_version="1.1.0" if args.fail_canary else None, fail_mode="never_rejoin"
+            agents, daemon_version="1.0.0", fail_version="1.1.0" if args.fail_canary else None, fail_mode="rejoin_old"
         )
         fleet = Fleet(demo.url, configs, sequences=demo.sequences, heartbeat_seconds=2.0, restart_delay=0.5,
                       restart_jitter=0.5, seed=7)  # fmt: skip

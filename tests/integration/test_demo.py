@@ -14,7 +14,7 @@ BASE_DIR = Path(__file__).resolve().parents[2]
 def test_the_demo_pauses_at_the_canary_and_rolls_forward_on_the_embedded_default(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # nothing from the test run: SQLite, no Redis
     done = subprocess.run(
-        [sys.executable, "-m", "demo", "--fail-canary", "--agents-per-pool", "11", "--run-dir", str(tmp_path)],
+        [sys.executable, "-m", "demo", "--fail-canary", "--agents-per-pool", "5", "--run-dir", str(tmp_path)],
         cwd=BASE_DIR,
         env=env,
         capture_output=True,
