@@ -63,7 +63,7 @@ NODE_CODES = (
     "awaiting_rejoin",
     "proving_ready",
 )
-#: Rollout blocker codes (CONTRACT 10.1, the rollout representation).
+#: Rollout blocker codes (CONTRACT 10.1, the rollout representation); rollout.metrics repeats them.
 ROLLOUT_CODES = ("paused", "soaking", "outside_window", "budget_full", "awaiting_nodes")
 
 

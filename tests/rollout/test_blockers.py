@@ -279,3 +279,44 @@ def test_rollout_list_query_count_is_flat(api, tenant, releases):
     assert len(listed) == 4
     assert {row["blocker"]["code"] if row["blocker"] else None for row in listed} == {None, "awaiting_nodes"}
     assert _queries(api, "/api/compute/rollouts/", limit=1) == _queries(api, "/api/compute/rollouts/", limit=100)
+
+
+def _blocked_samples(client) -> dict[tuple[str, str], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    samples = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            if sample.name == "rollout_blocked":
+                samples[sample.labels["rollout"], sample.labels["code"]] = sample.value
+    return samples
+
+
+def test_prometheus_gauge_of_the_rollout_blocker(client, tenant, releases, monkeypatch):
+    from rollout.metrics import ROLLOUT_CODES as METRIC_CODES
+    from rollout.services.blockers import ROLLOUT_CODES
+
+    assert METRIC_CODES == ROLLOUT_CODES
+    monkeypatch.setenv("METRICS_PUBLIC", "1")
+    monkeypatch.delenv("METRICS_TOKEN", raising=False)
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    nodes = fleet(tenant, {f"p{i}": (4, "0.25") for i in range(3)})
+    held = create(tenant, pool_ids=[str(nodes["p0"][0].pool_id)])
+    workflow_start(tenant=tenant, node_id=nodes["p0"][0].pk, kind="remediation")
+    tick(held)
+    samples = _blocked_samples(client)
+    assert samples[str(held.id), "budget_full"] == 1
+    assert sum(value for (rollout, _), value in samples.items() if rollout == str(held.id)) == 1
+    with CaptureQueriesContext(connection) as one:
+        _blocked_samples(client)
+    moving = create(tenant, pool_ids=[str(nodes["p1"][0].pool_id)])  # not ticked: moving
+    paused = create(tenant, pool_ids=[str(nodes["p2"][0].pool_id)])
+    rollout_pause(rollout_id=paused.id, tenant=tenant)
+    with CaptureQueriesContext(connection) as three:
+        samples = _blocked_samples(client)
+    assert len(three) == len(one)  # a constant number of queries whatever the rollouts
+    assert {code for (rollout, code), value in samples.items() if rollout == str(moving.id) and value} == set()
+    assert samples[str(paused.id), "paused"] == 1
+    assert len(samples) == 3 * len(ROLLOUT_CODES)
