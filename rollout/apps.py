@@ -14,8 +14,9 @@ class RolloutConfig(AppConfig):
         # runs at worker start): the web publishes by name (rollout/dispatch.py) and got NotRegistered.
         from rollout import checks, hooks, schedules, tasks  # noqa: F401  (checks register themselves)
         from rollout.metrics import RolloutCollector, WebhookCollector
+        from rollout.services.blockers import rollout_blockers
 
         hooks.connect()
-        register_collector(RolloutCollector())
+        register_collector(RolloutCollector(blockers=rollout_blockers))
         register_collector(WebhookCollector())
         post_migrate.connect(schedules.on_post_migrate, sender=self, dispatch_uid="rollout.periodic_tick")

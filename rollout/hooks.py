@@ -5,32 +5,19 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import QuerySet
 
 from fleet.interface import (
-    NodeSession,
     node_session_reported,
     register_daemon_resolver,
     register_disruption_source,
 )
-from rollout.models import NodeUpgrade
+from rollout.selectors import upgrades_disrupting_in
 
 
 def upgrades_disrupting(pool_id: UUID) -> QuerySet:
-    """Disruption source: nodes of a pool that a rollout upgrade disrupts (any rollout, CONTRACT 5).
-
-    An upgrade in flight, or a failed upgrade whose node has not been online since
-    it failed: a node that never came back is still down, and still uses the budget.
-    """
-    back_since_failure = Exists(
-        NodeSession.objects.filter(node_id=OuterRef("node_id"), last_seen_at__gte=OuterRef("settled_at"))
-    )
-    failed_and_not_back = Q(state=NodeUpgrade.State.FAILED) & ~back_since_failure
-    return (
-        NodeUpgrade.objects.filter(pool_id=pool_id)
-        .filter(Q(state=NodeUpgrade.State.IN_FLIGHT) | failed_and_not_back)
-        .values("node_id")
-    )
+    """Disruption source: nodes of a pool that a rollout upgrade disrupts (rollout.selectors.upgrades_disrupting_in)."""
+    return upgrades_disrupting_in([pool_id])
 
 
 def daemon_section_for(version: str, arch: str) -> dict | None:

@@ -15,6 +15,7 @@ from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import re_path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
@@ -32,6 +33,7 @@ from rollout.admin.display import (
 from rollout.forms import RolloutCreateForm
 from rollout.models import NodeUpgrade, Rollout
 from rollout.selectors import rollout_waves
+from rollout.services.blockers import rollout_blocker_words
 from rollout.services.create import rollout_create, rollout_plan
 from rollout.services.plan import RolloutPlan
 
@@ -226,6 +228,8 @@ class RolloutAdmin(TenantScopedAdmin):
             ],
             "upgrades_url": filtered({}),
             "rollout_actions": actions,
+            # CONTRACT 10.1: what holds the rollout, in plain words (None while nodes are moving).
+            "rollout_blocker": rollout_blocker_words(rollout, now=timezone.now()),
         }
 
     # actions

@@ -6,8 +6,10 @@ checked once, in rollout/services/plan.py, for the API and the admin alike.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, cast
 
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -23,6 +25,7 @@ from core.fields import (
 from rollout import conf
 from rollout.api.schema import ReleaseBinarySerializer
 from rollout.models import NodeUpgrade, Release, Rollout, RolloutEvent, Webhook, WebhookDelivery
+from rollout.services.blockers import NODE_CODES, ROLLOUT_CODES, Blocker, node_blockers, rollout_blockers
 from rollout.services.blocks import block_json, blocks_for
 from rollout.services.plan import MAX_POOL_IDS, MAX_WAVES, RolloutSpec, rollout_spec
 
@@ -115,6 +118,50 @@ class AbortSerializer(StrictSerializer):
     rollback = StrictBooleanField(required=False, default=False)
 
 
+class NodeBlockerSerializer(serializers.Serializer):
+    """What a node waits for (CONTRACT 10.1): ``code``, ``detail`` and the code's extra fields."""
+
+    code = serializers.ChoiceField(choices=NODE_CODES)
+    detail = serializers.CharField(help_text="A human sentence.")
+    pausedReason = serializers.CharField(required=False, help_text="rollout_paused")
+    wave = serializers.IntegerField(required=False, help_text="wave_not_started: the current wave")
+    until = serializers.DateTimeField(required=False, help_text="soaking, proving_ready")
+    nextWindowAt = serializers.DateTimeField(required=False, help_text="outside_window")
+    lastSeenAt = serializers.DateTimeField(required=False, allow_null=True, help_text="offline")
+    poolId = serializers.CharField(required=False, help_text="budget_full")
+    disrupted = serializers.IntegerField(required=False, help_text="budget_full")
+    allowed = serializers.IntegerField(required=False, help_text="budget_full")
+    deadline = serializers.DateTimeField(required=False, help_text="awaiting_rejoin")
+
+
+class RolloutBlockerSerializer(serializers.Serializer):
+    """What holds a rollout (CONTRACT 10.1); null while nodes are moving."""
+
+    code = serializers.ChoiceField(choices=ROLLOUT_CODES)
+    detail = serializers.CharField(help_text="A human sentence.")
+    pausedReason = serializers.CharField(required=False, help_text="paused")
+    until = serializers.DateTimeField(required=False, help_text="soaking")
+    nextWindowAt = serializers.DateTimeField(required=False, help_text="outside_window")
+    poolIds = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="outside_window, budget_full"
+    )
+    inFlight = serializers.IntegerField(required=False, help_text="awaiting_nodes: nodes in flight")
+
+
+_DATETIME = serializers.DateTimeField()
+
+
+def blocker_json(blocker: Blocker | None) -> dict[str, Any] | None:
+    """A blocker as the API shows it: ``{"code", "detail", ...extra}`` (times as the API writes them)."""
+    if blocker is None:
+        return None
+    extra = {
+        key: _DATETIME.to_representation(value) if isinstance(value, datetime) else value
+        for key, value in blocker.extra.items()
+    }
+    return {"code": blocker.code, "detail": blocker.detail, **extra}
+
+
 class RolloutWaveSerializer(serializers.Serializer):
     """One wave of a rollout with its nodes counted by upgrade state (a rollout.selectors.WaveStats)."""
 
@@ -148,6 +195,7 @@ class RolloutSerializer(ResponseModelSerializer):
     pausedReason = serializers.CharField(source="paused_reason", allow_null=True)
     createdAt = serializers.DateTimeField(source="created_at")
     completedAt = serializers.DateTimeField(source="completed_at", allow_null=True)
+    blocker = serializers.SerializerMethodField()
 
     class Meta:
         model = Rollout
@@ -166,7 +214,15 @@ class RolloutSerializer(ResponseModelSerializer):
             "pausedReason",
             "createdAt",
             "completedAt",
+            "blocker",
         ]
+
+    @extend_schema_field(RolloutBlockerSerializer(allow_null=True))
+    def get_blocker(self, rollout: Rollout) -> dict[str, Any] | None:
+        blockers = self.context.get("blockers")  # a list passes its page's (constant queries)
+        if blockers is None:
+            blockers = rollout_blockers([rollout], now=timezone.now())
+        return blocker_json(blockers.get(rollout.id))
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_poolIds(self, rollout: Rollout) -> list[str]:
@@ -219,6 +275,7 @@ class NodeUpgradeSerializer(ResponseModelSerializer):
     previousVersion = serializers.CharField(source="previous_version", allow_null=True)
     startedAt = serializers.DateTimeField(source="started_at", allow_null=True)
     settledAt = serializers.DateTimeField(source="settled_at", allow_null=True)
+    blocker = serializers.SerializerMethodField()
 
     class Meta:
         model = NodeUpgrade
@@ -233,7 +290,15 @@ class NodeUpgradeSerializer(ResponseModelSerializer):
             "deadline",
             "settledAt",
             "reason",
+            "blocker",
         ]
+
+    @extend_schema_field(NodeBlockerSerializer(allow_null=True))
+    def get_blocker(self, upgrade: NodeUpgrade) -> dict[str, Any] | None:
+        blockers = self.context.get("blockers")  # the list passes its page's (constant queries)
+        if blockers is None:
+            blockers = node_blockers([upgrade], now=timezone.now())
+        return blocker_json(blockers.get(upgrade.pk))
 
 
 class RolloutEventSerializer(ResponseModelSerializer):

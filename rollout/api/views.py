@@ -10,6 +10,7 @@ from django.db.models import QuerySet
 from django.http import FileResponse, HttpRequest, JsonResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404
+from django.utils import timezone
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -47,6 +48,7 @@ from rollout.api.serializers import (
 from rollout.models import NodeUpgrade, Release, Rollout, Webhook
 from rollout.release.dsse import MAX_ENVELOPE_BYTES
 from rollout.selectors import rollout_waves
+from rollout.services.blockers import node_blockers, rollout_blockers
 from rollout.services.blocks import blocks_for, release_block, release_unblock
 from rollout.services.create import rollout_create, rollout_plan
 from rollout.services.releases import release_binary_open, release_list, release_register
@@ -239,7 +241,11 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
         return {**super().get_serializer_context(), "waves": {}}
 
     def _represent(self, rollouts: list[Rollout]) -> list[dict[str, Any]]:
-        context = {**self.get_serializer_context(), "waves": rollout_waves(rollouts)}
+        context = {
+            **self.get_serializer_context(),
+            "waves": rollout_waves(rollouts),
+            "blockers": rollout_blockers(rollouts, now=timezone.now()),
+        }
         # many=True builds a ListSerializer, whose data is a list (the stubs type the call as one Serializer).
         return cast(list[dict[str, Any]], RolloutSerializer(rollouts, many=True, context=context).data)
 
@@ -313,7 +319,27 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
         )
         if not upgrades.is_valid():
             raise ValidationError(upgrades.errors)
-        return self.paginated_response(upgrades.qs, lambda page: NodeUpgradeSerializer(page, many=True).data)
+        return self.paginated_response(upgrades.qs.select_related("rollout"), _represent_upgrades)
+
+    @extend_schema(
+        parameters=[
+            ROLLOUT_ID,
+            OpenApiParameter("node_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The node's id."),
+        ],
+        responses={200: NodeUpgradeSerializer, **error_responses("RolloutNode", not_found=["not_found"])},
+    )
+    @action(detail=True, methods=["get"], url_path=r"nodes/(?P<node_id>[^/]+)")
+    def node(self, request: Request, pk: str | None = None, node_id: str | None = None) -> Response:
+        """One node's row of the rollout, with its blocker (CONTRACT 10.1); 404 when the rollout has no such node."""
+        rollout = self.get_object()
+        try:
+            node_uuid = UUID(str(node_id))
+        except ValueError as exc:
+            raise NotFound("No such node in this rollout.") from exc
+        upgrade = NodeUpgrade.objects.filter(rollout=rollout, node_id=node_uuid).select_related("rollout").first()
+        if upgrade is None:
+            raise NotFound("No such node in this rollout.")
+        return Response(_represent_upgrades([upgrade])[0])
 
     @extend_schema(
         filters=False,
@@ -451,6 +477,12 @@ class WebhookViewSet(PaginatedViewMixin, viewsets.ViewSet):
     def deliveries(self, request: Request, pk: str) -> Response:
         rows = deliveries_for(tenant=_principal(request).tenant, webhook_id=_webhook_id(pk))
         return self.paginated_response(rows, lambda page: WebhookDeliverySerializer(page, many=True).data)
+
+
+def _represent_upgrades(page: list[NodeUpgrade]) -> list[dict[str, Any]]:
+    """Node rows with their blockers, computed for the page at once (a constant number of queries)."""
+    blockers = node_blockers(page, now=timezone.now())
+    return cast(list[dict[str, Any]], NodeUpgradeSerializer(page, many=True, context={"blockers": blockers}).data)
 
 
 def _actor(request: Request) -> Actor:

@@ -242,7 +242,7 @@ def test_list_filter_detail_nodes_and_events(api, tenant, releases):
     assert len(rows) == 10
     assert set(rows[0]) == {
         "nodeId", "poolId", "wave", "position", "state", "previousVersion", "startedAt", "deadline", "settledAt",
-        "reason",
+        "reason", "blocker",
     }  # fmt: skip
     assert len(api.get(f"{URL}{rollout_id}/nodes/?wave=0").json()["results"]) == 2
     assert len(api.get(f"{URL}{rollout_id}/nodes/?state=pending&wave=1").json()["results"]) == 8
