@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.database import DEFAULT_DATABASE_URL, database_urls, recreate_database
-from benchmarks.heartbeat_probes import children, percentile
+from benchmarks.heartbeat_probes import CpuSampler, children, percentile, pg_snapshot
 from demo.processes import free_port
 from rollout.services.plan import rollout_spec
 
@@ -40,40 +40,54 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 BENCH_DB = "rollout_bench_efficiency"
 
 
-class RssSampler(threading.Thread):
-    """Peak resident memory of process trees (a process and its children), sampled every ``every`` seconds."""
+class ProcessSampler(threading.Thread):
+    """Peak resident memory and CPU seconds of process trees (a process and its children), every ``every`` s.
 
-    def __init__(self, roots: dict[str, int], every: float = 1.0):
-        super().__init__(daemon=True, name="rss-sampler")
+    ``postgres``: the database's backends (connections come and go) are sampled for CPU too.
+    """
+
+    def __init__(self, roots: dict[str, int], *, database_url: str, database: str, every: float = 1.0):
+        super().__init__(daemon=True, name="process-sampler")
         self.roots = roots
         self.every = every
         self.peak_kib = dict.fromkeys(roots, 0)
+        self.cpu = {name: CpuSampler(lambda pid=pid: self.tree(pid)) for name, pid in roots.items()}
+        self.cpu["simulator"] = CpuSampler(lambda: [os.getpid()])  # this process: the agents, and the polling
+        self.cpu["postgres"] = CpuSampler(lambda: pg_snapshot(database_url, database)[1])
         self._halt = threading.Event()
 
     @staticmethod
-    def tree_rss_kib(pid: int) -> int:
-        total, todo = 0, [pid]
+    def tree(pid: int) -> list[int]:
+        pids, todo = [], [pid]
         while todo:
             one = todo.pop()
+            pids.append(one)
             todo.extend(children(one))
-            try:
-                for line in Path(f"/proc/{one}/status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1])
-                        break
-            except OSError:
-                continue  # gone meanwhile
-        return total
+        return pids
+
+    @staticmethod
+    def rss_kib(pid: int) -> int:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        except OSError:
+            pass  # gone meanwhile
+        return 0
 
     def run(self) -> None:
         while not self._halt.is_set():
             for name, pid in self.roots.items():
-                self.peak_kib[name] = max(self.peak_kib[name], self.tree_rss_kib(pid))
+                self.peak_kib[name] = max(self.peak_kib[name], sum(map(self.rss_kib, self.tree(pid))))
+            for sampler in self.cpu.values():
+                sampler.sample()
             self._halt.wait(self.every)
 
     def stop(self) -> None:
         self._halt.set()
-        self.join(timeout=5)
+        self.join(timeout=10)
+        for sampler in self.cpu.values():
+            sampler.sample()
 
 
 def is_5xx(kind: str) -> bool:
@@ -103,6 +117,7 @@ def run(
     worker_concurrency: int = 4,
     measure: bool = False,
     progress: bool = False,
+    start_spread: float | None = None,
 ) -> dict:
     """One rollout over ``agents`` simulated agents, whole system; the rows to print (name -> value).
 
@@ -194,7 +209,8 @@ def run(
         env, queue=env["CELERY_TASK_DEFAULT_QUEUE"], concurrency=worker_concurrency, log_path=logs / "worker.log"
     )
     beat = celery_beat(env, log_path=logs / "beat.log")
-    sampler = RssSampler({"worker": worker.pid, "web": web.pid}) if measure else None
+    roots = {"worker": worker.pid, "web": web.pid, "beat": beat.pid}
+    sampler = ProcessSampler(roots, database_url=database_url, database=bench_db) if measure else None
     try:
         import httpx
 
@@ -215,8 +231,9 @@ def run(
             restart_delay=restart_delay,
             seed=3,
             record_latencies=measure,
+            start_spread=start_spread,
         )
-        online_timeout = 120 + 2 * heartbeat
+        online_timeout = 120 + 2 * max(heartbeat, start_spread or 0)
         with fleet.start_thread(timeout=online_timeout + timeout + 120) as running:
             if not running.wait_for(lambda f: f.online_count() == agents, timeout=online_timeout, poll=0.5):
                 raise SystemExit(f"only {fleet.online_count()} of {agents} agents came online: {fleet.status_line()}")
@@ -294,6 +311,9 @@ def run(
                 "agent errors": f"{stats.errors} (during the rollout {errors_during}; {kinds})",
                 "peak RSS, Celery worker": f"{sampler.peak_kib['worker'] / 1024:.0f} MiB",
                 "peak RSS, gunicorn (all)": f"{sampler.peak_kib['web'] / 1024:.0f} MiB",
+                "CPU during the rollout (cores)": ", ".join(
+                    f"{name} {cpu.seconds() / window:.2f}" for name, cpu in sampler.cpu.items()
+                ),
             }
         )
         result["_failed"] = bool(server_errors or stats.errors or states.keys() - {"succeeded"})
