@@ -267,9 +267,9 @@ def run(
             latencies = stats.latencies[latencies_before:]
             errors_during = stats.errors - errors_before
     finally:
+        stop(worker, beat, web)  # first: nothing may leave them running
         if sampler:
             sampler.stop()
-        stop(worker, beat, web)
 
     actual = (rollout.completed_at - rollout.created_at).total_seconds()
     allowed = {pool.id: math.ceil(budget * agents / pools - 1e-9) for pool in pool_rows}
