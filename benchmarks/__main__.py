@@ -2,6 +2,8 @@
 
 ``make bench`` runs this with DATABASE_URL pointing at PostgreSQL; ``make bench
 ARGS="engine --quick"`` passes arguments. Exits non-zero when a benchmark fails.
+``all`` (the default) runs every benchmark but the long ones (``fleet10k``), which
+run when named.
 """
 
 from __future__ import annotations
@@ -39,7 +41,14 @@ BENCHMARKS: dict[str, tuple[str, str, list[str]]] = {
         "plain heartbeats: the agent endpoint against a hand-written SELECT + UPDATE view (ratio)",
         [],  # the module's QUICK_ARGV
     ),
+    "fleet10k": (
+        "benchmarks.fleet10k",
+        "a whole rollout over 10,000 simulated agents: efficiency, hb/s, p99, 5xx, worker RSS (long: run by name)",
+        [],  # the module's QUICK_ARGV
+    ),
 }
+# Left out of ``all`` (several minutes each): run them by name.
+LONG = {"fleet10k"}
 
 
 def load_module(name: str) -> Any:
@@ -136,7 +145,10 @@ def main(argv: list[str] | None = None) -> int:
         description="Run benchmarks and print their tables. Arguments after `--` go to every chosen benchmark.",
     )
     parser.add_argument(
-        "names", nargs="*", metavar="name", help=f"{', '.join(BENCHMARKS)} or all (default: all available)"
+        "names",
+        nargs="*",
+        metavar="name",
+        help=f"{', '.join(BENCHMARKS)} or all (default: all available but {', '.join(sorted(LONG))})",
     )
     parser.add_argument("--quick", action="store_true", help="a smaller, shorter run of each benchmark")
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
@@ -159,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown benchmark(s): {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)} or all")
     chosen: list[str] = []
     for name in names:
-        for one in [n for n in BENCHMARKS if available[n]] if name == "all" else [name]:
+        for one in [n for n in BENCHMARKS if available[n] and n not in LONG] if name == "all" else [name]:
             if one not in chosen:
                 chosen.append(one)
     missing = [n for n in chosen if available[n] is None]

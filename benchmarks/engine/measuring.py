@@ -19,6 +19,7 @@ class Sample:
     queries: int = 0
     sql_seconds: float = 0.0
     messages: int = 0
+    dropped: int = 0  # messages dispatch.publish did not send (beyond the visibility timeout, broker error)
     commit_hooks_seconds: float = 0.0
     value: Any = None
 
@@ -45,18 +46,28 @@ class Series:
 
 @contextmanager
 def count_messages() -> Iterator[list[int]]:
-    from celery.signals import before_task_publish
+    """[published, not published]: the messages ``rollout.dispatch.publish`` sent to the broker, and those it
+    dropped (due past the visibility timeout, or the broker refused them).
 
-    counter = [0]
+    Every task the controller sends goes through ``rollout.dispatch.publish`` (called by the on-commit
+    hooks of ``publish_on_commit``, which look it up in the module at call time), so it is counted there,
+    with its outcome, rather than on a Celery signal that a dropped message never reaches.
+    """
+    from rollout import dispatch
 
-    def count(**_: Any) -> None:
-        counter[0] += 1
+    counter = [0, 0]
+    original = dispatch.publish
 
-    before_task_publish.connect(count, weak=False)
+    def counting(name: str, **kwargs: Any) -> bool:
+        sent = original(name, **kwargs)
+        counter[0 if sent else 1] += 1
+        return sent
+
+    dispatch.publish = counting
     try:
         yield counter
     finally:
-        before_task_publish.disconnect(count)
+        dispatch.publish = original
 
 
 @contextmanager
@@ -91,7 +102,7 @@ def measure(fn: Callable[[], Any]) -> Sample:
         value = fn()
         seconds = time.perf_counter() - start
     sql_seconds = sum(float(q["time"]) for q in queries.captured_queries)
-    return Sample(seconds, len(queries.captured_queries), sql_seconds, messages[0], hooks[0], value)
+    return Sample(seconds, len(queries.captured_queries), sql_seconds, messages[0], messages[1], hooks[0], value)
 
 
 def print_profile(title: str, fn: Callable[[], Any], top: int = 25) -> None:

@@ -77,6 +77,8 @@ def bench_tick(nodes: int, repeat: int, profile: bool, fleet: tuple[Any, list] |
         got = {name: getattr(sample.value, name) for name in counts}
         if got != counts:
             raise RuntimeError(f"{nodes:,} nodes, {what} tick: {got}, expected {counts}")
+        if sample.dropped:
+            raise RuntimeError(f"{nodes:,} nodes, {what} tick: {sample.dropped} message(s) not published")
 
     for i in range(repeat):
         if i:
@@ -135,7 +137,22 @@ def tick_table(results: list[TickResult], repeat: int) -> str:
     legend = (
         "first: starts the first 5 %; settle: after the in-flight nodes' sessions report the target version,\n"
         "settles them and starts the next 5 %; no-op: nothing to settle or start. sql s: time in SQL statements\n"
-        "(CaptureQueriesContext); messages / on-commit s: Celery messages published on commit (a timeout task\n"
-        "per started node + tick requests) and the time that took; python s: the rest."
+        "(CaptureQueriesContext); messages / on-commit s: Celery messages rollout.dispatch.publish sent to the\n"
+        "broker on commit (one rollout/timeouts-due per tick that starts nodes, tick requests) and the time that\n"
+        "took; python s: the rest."
     )
-    return f"{title}\n\n{table(headers, rows)}\n{legend}"
+    largest = max(results, key=lambda r: r.nodes)
+    headline = (
+        f"tick that starts {largest.started_per_tick:,} nodes of {largest.nodes:,}: "
+        f"{largest.first.median('seconds'):.3f} s (first), {largest.settle.median('seconds'):.3f} s (settle); "
+        f"CONTRACT 8 target <= 1.5 s at 100,000\n"
+        f"messages per tick (first / settle / no-op), by fleet size: "
+        + ", ".join(
+            f"{r.nodes:,}: {r.first.median('messages'):.0f} / {r.settle.median('messages'):.0f} / "
+            f"{r.noop.median('messages'):.0f}"
+            for r in results
+        )
+        + "\nqueries of a no-op tick, by fleet size: "
+        + ", ".join(f"{r.nodes:,}: {r.noop.median('queries'):.0f}" for r in results)
+    )
+    return f"{title}\n\n{table(headers, rows)}\n{legend}\n\n{headline}"

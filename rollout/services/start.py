@@ -14,7 +14,7 @@ from uuid import UUID
 
 import structlog
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from fleet.interface import (
@@ -54,22 +54,21 @@ def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
         return 0, 0
     release = rollout.release
     sha256_of_arch = dict(ReleaseBinary.objects.filter(release=release).values_list("arch", "sha256"))
-    online = Exists(Node.objects.filter(online_node_q(now=now), pk=OuterRef("node_id")))
+    # On the session row the chunk joins anyway: an EXISTS here was planned as a hash of every
+    # session of the fleet, once per pool (0.3 s per pool at 100,000 nodes).
+    online = ExpressionWrapper(_on_node(online_node_q(now=now)), output_field=BooleanField())
     timeout = timedelta(seconds=rollout.upgrade_timeout_seconds)
     minimum_protocol = min_protocol_version()
     # Right after the server could not hear its fleet (its database or web tier was down), a
     # node that looks offline may well be running: wait for it instead of skipping it.
     offline_is_down = offline_verdicts_trusted(now=now)
 
-    to_start: dict[datetime, list[tuple[int, UUID]]] = defaultdict(list)  # start time -> (upgrade, node) ids
+    to_start: list[tuple[int, UUID]] = []  # (upgrade, node) ids
     sections: list[tuple[UUID, dict[str, Any]]] = []
     old_agents: list[tuple[UUID, dict[str, Any]]] = []
     skipped: dict[str, list[int]] = defaultdict(list)
     for pool_id in pool_ids:  # sorted: every worker takes pool locks in the same order
         room = pool_budget(pool_id=pool_id, lock=True).available
-        # Start time is read under the pool lock: a node is never recorded as
-        # started before the settle that freed its slot committed.
-        started_at = max(now, timezone.now())
         cursor = -1
         while room > 0:
             limit = room + START_LOOKAHEAD
@@ -100,7 +99,7 @@ def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
                     skipped[NodeUpgrade.Reason.NO_BINARY].append(row["id"])
                     continue
                 section = daemon_section(version=release.version, arch=arch, sha256=sha256_of_arch[arch])
-                to_start[started_at].append((row["id"], row["node_id"]))
+                to_start.append((row["id"], row["node_id"]))
                 sections.append((row["node_id"], section))
                 if (row["node__session__protocol_version"] or 0) < minimum_protocol:
                     old_agents.append((row["node_id"], section))
@@ -111,12 +110,22 @@ def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
     for reason, ids in skipped.items():
         skip_upgrades(rollout=rollout, ids=ids, reason=reason, at=now)
     started = 0
-    for started_at, starts in to_start.items():
-        started += start_upgrades(rollout=rollout, starts=starts, started_at=started_at, deadline=started_at + timeout)
+    if to_start:
+        # Start time is read under every pool lock: a node is never recorded as started before
+        # the settle that freed its slot committed. One time for the tick: one UPDATE, one sweep.
+        started_at = max(now, timezone.now())
+        started = start_upgrades(rollout=rollout, starts=to_start, started_at=started_at, deadline=started_at + timeout)
         _timeouts_due(rollout_id=rollout.id, at=started_at + timeout)
     if started:
         _send_out(sections=sections, old_agents=old_agents)
     return started, sum(len(ids) for ids in skipped.values())
+
+
+def _on_node(q: Q, prefix: str = "node__") -> Q:
+    """``q``, a Q on Node, as a Q on rows that reference the node (``node__`` before each lookup)."""
+    # A Q's leaves are (lookup, value) pairs.
+    children = [_on_node(c, prefix) if isinstance(c, Q) else (prefix + c[0], c[1]) for c in q.children]  # type: ignore[index]
+    return Q(*children, _connector=q.connector, _negated=q.negated)
 
 
 def _timeouts_due(*, rollout_id: UUID, at: datetime) -> None:

@@ -47,6 +47,8 @@ from rollout.services.events import event_record
 log = structlog.get_logger("rollout")
 
 State = NodeUpgrade.State
+#: Nodes named per ``node_upgrade.started`` log line.
+STARTED_LOG_BATCH = 200
 
 
 def claims_node(rollout_state: str) -> bool:
@@ -190,14 +192,18 @@ def start_upgrades(
         previous_daemon=Subquery(Node.objects.filter(pk=OuterRef("node_id")).values("spec__daemon")[:1]),
         previous_version=Subquery(NodeSession.objects.filter(node_id=OuterRef("node_id")).values("daemon_version")[:1]),
     )
-    for _, node_id in starts:
+    # One line per batch of nodes, not per node: a tick that starts 5,000 nodes spent a second formatting
+    # 5,000 lines (CONTRACT 8: at most 1.5 s). Each line names its nodes, so a node's start is still found.
+    node_ids = [str(node_id) for _, node_id in starts]
+    for first in range(0, len(node_ids), STARTED_LOG_BATCH):
         log.info(
             "node_upgrade.started",
             tenant=rollout.tenant_id,
             rollout=str(rollout.id),
-            node=str(node_id),
+            nodes=node_ids[first : first + STARTED_LOG_BATCH],
             version=rollout.release.version,
             wave=rollout.current_wave,
+            deadline=deadline.isoformat(),
         )
     return started
 

@@ -14,8 +14,9 @@ from fleet.models import Node, NodeSession, Pool
 from fleet.services.sessions import agent_session_leave
 from fleet.services.workflows import workflow_start
 from rollout.models import NodeUpgrade
+from rollout.services.create import rollout_create
 from rollout.services.plan import rollout_spec
-from rollout.services.rollouts import rollout_create, rollout_pause
+from rollout.services.rollouts import rollout_pause
 from tests.factories import fleet
 from tests.rollout.helpers import heartbeat_all, in_flight, rejoin, tick
 

@@ -128,6 +128,17 @@ def test_a_tick_publishes_the_same_messages_whatever_it_starts(tenant, other_ten
     assert messages_of_first_tick(tenant, 2) == messages_of_first_tick(other_tenant, 200) == 1
 
 
+def test_a_tick_publishes_one_timeout_sweep_whatever_its_pools(tenant, releases, published):
+    fleet(tenant, {f"p{i}": (20, "0.1") for i in range(5)})
+    rollout = create(tenant)
+    published.clear()
+    assert tick(rollout).started == 10  # 2 in each of the 5 pools
+    sweeps = [eta for name, _, eta in published if name == dispatch.TIMEOUTS_DUE_TASK]
+    deadlines = set(rollout.node_upgrades.filter(state="in_flight").values_list("deadline", flat=True))
+    assert len(published) == 1
+    assert sweeps == list(deadlines)  # one start time for the tick: every started node is due at the sweep
+
+
 # --- 7: a broker that is down never fails a request whose rows are committed -----------------------
 
 

@@ -1,4 +1,4 @@
-"""The number of SQL queries of one tick does not grow with the fleet."""
+"""The number of SQL queries of one tick does not grow with the fleet (CONTRACT 8: a no-op tick is O(1))."""
 
 import pytest
 from django.db import connection
@@ -27,7 +27,9 @@ def queries_of_ticks(tenant, nodes: int) -> list[int]:
         rollout_tick(rollout_id=rollout.id)
     counts.append(len(second))
     with CaptureQueriesContext(connection) as third:
-        rollout_tick(rollout_id=rollout.id)
+        noop = rollout_tick(rollout_id=rollout.id)
+    # The budget is full and nothing rejoined: nothing to settle, start, skip or advance.
+    assert (noop.started, noop.succeeded, noop.failed, noop.skipped, noop.advanced) == (0, 0, 0, 0, False)
     counts.append(len(third))
     return counts
 
