@@ -99,7 +99,7 @@ class PoolSerializer(serializers.Serializer):
     policy = serializers.SerializerMethodField()
     defaultDaemonVersion = serializers.CharField(source="default_daemon_version", allow_null=True)
 
-    @extend_schema_field(PolicySerializer)
+    @extend_schema_field(PoolPolicySerializer)  # as shown: windows normalised, the MaintenanceWindow component
     def get_policy(self, pool) -> dict:
         return pool_policy(pool)
 

@@ -264,7 +264,10 @@ class AuditListView(generics.ListAPIView):
             OpenApiParameter("action", str, description="only entries of this action, e.g. rollout.pause"),
             OpenApiParameter("objectId", str, description="only entries about this object"),
         ],
-        responses={200: s.AuditEntrySerializer(many=True), **error_responses("AuditList")},
+        responses={
+            200: s.AuditEntrySerializer(many=True),
+            **error_responses("AuditList", bad_request=["invalid_input"]),
+        },
     )
     def get(self, request: Request, *args, **kwargs) -> Response:
         return super().get(request, *args, **kwargs)

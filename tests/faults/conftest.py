@@ -424,6 +424,37 @@ def shared_fault_stack(private_postgres, private_redis, tmp_path_factory) -> Ite
                 print(f"--- {log.name} (tail) ---\n{text}")
 
 
+class RestartPolicy(threading.Thread):
+    """docker-compose.yml's ``restart: unless-stopped`` for worker and beat: one that exits on its own is started
+    again (a test's deliberate SIGKILL removes the process from the stack first, so it is not restarted here).
+
+    A Celery worker can exit by itself when Redis goes away under it (kombu's Redis transport raises an
+    AttributeError while restoring unacknowledged messages on close: an "Unrecoverable error"); production
+    relies on the container's restart policy for that, and so does this stack. Restarts are reported.
+    """
+
+    def __init__(self, stack: FaultStack):
+        super().__init__(name="restart-policy", daemon=True)
+        self.stack = stack
+        self.restarts: list[str] = []
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop.wait(0.5):
+            for name in ("worker", "beat"):
+                process = self.stack.processes.get(name)
+                if process is not None and process.poll() is not None:
+                    self.restarts.append(name)
+                    print(f"[faults] {name} exited by itself (code {process.returncode}): restarted, as compose would")
+                    {"worker": self.stack.start_worker, "beat": self.stack.start_beat}[name](
+                        **({"ready": False} if name == "worker" else {})
+                    )
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.join(timeout=5)
+
+
 @pytest.fixture
 def fault_stack(shared_fault_stack) -> Iterator[FaultStack]:
     """The shared system, as a test expects it: its services up, web, one worker and one beat running."""
@@ -437,7 +468,12 @@ def fault_stack(shared_fault_stack) -> Iterator[FaultStack]:
         if process is None or process.poll() is not None:
             print(f"[faults] {name} was not running after the previous test: restarted")
             {"web": stack.start_web, "worker": stack.start_worker, "beat": stack.start_beat}[name]()
-    yield stack
+    policy = RestartPolicy(stack)
+    policy.start()
+    try:
+        yield stack
+    finally:
+        policy.stop()
     # Extra processes a test started (a second beat, a second worker) end with it.
     extra = [name for name in stack.processes if name not in CORE]
     stop(*(stack.processes.pop(name) for name in extra), timeout=3)

@@ -1,0 +1,253 @@
+"""Rollouts (CONTRACT 4.4, 4.5, 9.4, 10.1)."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+from uuid import UUID
+
+from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from core.errors import NotFound
+from core.pagination import PaginatedViewMixin
+from rollout.api.filters import NodeUpgradeFilter, RolloutFilter
+from rollout.api.schema import (
+    DRY_RUN,
+    error_responses,
+)
+from rollout.api.serializers import (
+    AbortSerializer,
+    NodeUpgradeSerializer,
+    RolloutCreateSerializer,
+    RolloutEventSerializer,
+    RolloutPlanSerializer,
+    RolloutSerializer,
+)
+from rollout.api.views.common import caller_actor, caller_principal, represent_upgrades
+from rollout.models import NodeUpgrade, Rollout
+from rollout.selectors import rollout_waves
+from rollout.services.blockers import rollout_blockers
+from rollout.services.create import rollout_create, rollout_plan
+from rollout.services.rollouts import rollout_abort, rollout_pause, rollout_promote, rollout_resume, rollouts_for
+
+
+def _is_true(value: str | None) -> bool:
+    return (value or "").lower() in {"1", "true", "yes"}
+
+
+ROLLOUT_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The rollout's id.")
+ROLLOUT_ACTION_RESPONSES = {
+    200: RolloutSerializer,
+    **error_responses("RolloutAction", not_found=["not_found"], conflict=["invalid_state"]),
+}
+ROLLOUT_RESUME_RESPONSES = {
+    200: RolloutSerializer,
+    **error_responses("RolloutResume", not_found=["not_found"], conflict=["invalid_state", "release_blocked"]),
+}
+
+
+class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Wave rollouts of the caller's tenant. Another tenant's rollout is a 404."""
+
+    serializer_class = RolloutSerializer
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = RolloutFilter
+    lookup_value_regex = "[0-9a-fA-F-]{32,36}"
+
+    def get_queryset(self) -> QuerySet[Rollout]:
+        if getattr(self, "swagger_fake_view", False):  # drf-spectacular: no caller, only the model
+            return Rollout.objects.none()
+        return rollouts_for(tenant=caller_principal(self.request).tenant)
+
+    def get_object(self) -> Rollout:
+        try:
+            rollout_id = UUID(self.kwargs["pk"])
+        except ValueError as exc:
+            raise NotFound("No such rollout.") from exc
+        return get_object_or_404(self.get_queryset(), pk=rollout_id)
+
+    def get_serializer_context(self) -> dict:
+        return {**super().get_serializer_context(), "waves": {}}
+
+    def _represent(self, rollouts: list[Rollout]) -> list[dict[str, Any]]:
+        context = {
+            **self.get_serializer_context(),
+            "waves": rollout_waves(rollouts),
+            "blockers": rollout_blockers(rollouts, now=timezone.now()),
+        }
+        # many=True builds a ListSerializer, whose data is a list (the stubs type the call as one Serializer).
+        return cast(list[dict[str, Any]], RolloutSerializer(rollouts, many=True, context=context).data)
+
+    @extend_schema(
+        responses={200: RolloutSerializer(many=True), **error_responses("RolloutList", bad_request=["invalid_input"])}
+    )
+    def list(self, request: Request) -> Response:
+        # Waves are built for the page's rollouts only: a constant number of queries per page.
+        return self.paginated_response(self.filter_queryset(self.get_queryset()), self._represent)
+
+    @extend_schema(
+        parameters=[ROLLOUT_ID],
+        responses={200: RolloutSerializer, **error_responses("RolloutRetrieve", not_found=["not_found"])},
+    )
+    def retrieve(self, request: Request, pk: str | None = None) -> Response:
+        return Response(self._represent([self.get_object()])[0])
+
+    def _fresh(self, rollout_id: UUID) -> dict[str, Any]:
+        return self._represent([self.get_queryset().get(pk=rollout_id)])[0]
+
+    @extend_schema(
+        request=RolloutCreateSerializer,
+        parameters=[DRY_RUN],
+        responses={
+            201: OpenApiResponse(RolloutSerializer, description="Created (the rollout, CONTRACT 4.5)."),
+            200: OpenApiResponse(RolloutPlanSerializer, description="`?dryRun=true`: the plan; nothing written."),
+            **error_responses(
+                "RolloutCreate",
+                json_body=True,
+                bad_request=[
+                    "invalid_input",
+                    "invalid_waves",
+                    "unknown_version",
+                    "unknown_pool",
+                    "no_nodes",
+                    "release_blocked",
+                ],
+                conflict=["conflict"],
+                unavailable=["no_downloads_url"],
+            ),
+        },
+    )
+    def create(self, request: Request) -> Response:
+        serializer = RolloutCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        tenant = caller_principal(request).tenant
+        spec = serializer.spec()
+        if _is_true(request.query_params.get("dryRun")):
+            plan = rollout_plan(tenant=tenant, spec=spec)
+            return Response(RolloutPlanSerializer(plan).data, status=status.HTTP_200_OK)
+        rollout = rollout_create(
+            tenant=tenant, spec=spec, created_by=caller_principal(request).user, actor=caller_actor(request)
+        )
+        return Response(self._fresh(rollout.id), status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        filters=False,
+        parameters=[
+            ROLLOUT_ID,
+            OpenApiParameter("state", str, enum=NodeUpgrade.State.values, description="only nodes in this state"),
+            OpenApiParameter("wave", int, description="only nodes of this wave (0-based)"),
+        ],
+        responses={
+            200: NodeUpgradeSerializer(many=True),
+            **error_responses("RolloutNodes", bad_request=["invalid_input"], not_found=["not_found"]),
+        },
+    )
+    @action(detail=True, methods=["get"])
+    def nodes(self, request: Request, pk: str | None = None) -> Response:
+        rollout = self.get_object()
+        upgrades = NodeUpgradeFilter(
+            request.query_params, queryset=NodeUpgrade.objects.filter(rollout=rollout).order_by("position")
+        )
+        if not upgrades.is_valid():
+            raise ValidationError(upgrades.errors)
+        return self.paginated_response(upgrades.qs.select_related("rollout"), represent_upgrades)
+
+    @extend_schema(
+        parameters=[
+            ROLLOUT_ID,
+            OpenApiParameter("node_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The node's id."),
+        ],
+        responses={200: NodeUpgradeSerializer, **error_responses("RolloutNode", not_found=["not_found"])},
+    )
+    @action(detail=True, methods=["get"], url_path=r"nodes/(?P<node_id>[^/]+)")
+    def node(self, request: Request, pk: str | None = None, node_id: str | None = None) -> Response:
+        """One node's row of the rollout, with its blocker (CONTRACT 10.1); 404 when the rollout has no such node."""
+        rollout = self.get_object()
+        try:
+            node_uuid = UUID(str(node_id))
+        except ValueError as exc:
+            raise NotFound("No such node in this rollout.") from exc
+        upgrade = NodeUpgrade.objects.filter(rollout=rollout, node_id=node_uuid).select_related("rollout").first()
+        if upgrade is None:
+            raise NotFound("No such node in this rollout.")
+        return Response(represent_upgrades([upgrade])[0])
+
+    @extend_schema(
+        filters=False,
+        parameters=[ROLLOUT_ID],
+        responses={
+            200: RolloutEventSerializer(many=True),
+            **error_responses("RolloutEvents", bad_request=["invalid_input"], not_found=["not_found"]),
+        },
+    )
+    @action(detail=True, methods=["get"])
+    def events(self, request: Request, pk: str | None = None) -> Response:
+        rollout = self.get_object()
+        events = rollout.events.order_by("at", "id")
+        return self.paginated_response(events, lambda page: RolloutEventSerializer(page, many=True).data)
+
+    @extend_schema(request=None, parameters=[ROLLOUT_ID], responses=ROLLOUT_ACTION_RESPONSES)
+    @action(detail=True, methods=["post"])
+    def pause(self, request: Request, pk: str | None = None) -> Response:
+        rollout = rollout_pause(
+            rollout_id=self.get_object().id, tenant=caller_principal(request).tenant, actor=caller_actor(request)
+        )
+        return Response(self._fresh(rollout.id))
+
+    @extend_schema(request=None, parameters=[ROLLOUT_ID], responses=ROLLOUT_RESUME_RESPONSES)
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, pk: str | None = None) -> Response:
+        rollout = rollout_resume(
+            rollout_id=self.get_object().id, tenant=caller_principal(request).tenant, actor=caller_actor(request)
+        )
+        return Response(self._fresh(rollout.id))
+
+    @extend_schema(
+        request=None,
+        parameters=[ROLLOUT_ID],
+        responses=ROLLOUT_ACTION_RESPONSES,
+        description="End the current wave's soak now: the next wave starts at the next tick (`rollout.promoted`, "
+        "then `rollout.wave`). 409 `invalid_state` unless the rollout is active and its current wave is soaking "
+        "(settled, not the last wave, the next one not yet due).",
+    )
+    @action(detail=True, methods=["post"])
+    def promote(self, request: Request, pk: str | None = None) -> Response:
+        rollout = rollout_promote(
+            rollout_id=self.get_object().id, tenant=caller_principal(request).tenant, actor=caller_actor(request)
+        )
+        return Response(self._fresh(rollout.id))
+
+    @extend_schema(
+        request=AbortSerializer,
+        parameters=[ROLLOUT_ID],
+        responses={
+            200: RolloutSerializer,
+            **error_responses(
+                "RolloutAbort",
+                json_body=True,
+                bad_request=["invalid_input"],
+                not_found=["not_found"],
+                conflict=["invalid_state"],
+            ),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def abort(self, request: Request, pk: str | None = None) -> Response:
+        serializer = AbortSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        rollout = rollout_abort(
+            rollout_id=self.get_object().id,
+            tenant=caller_principal(request).tenant,
+            rollback=serializer.validated_data["rollback"],
+            actor=caller_actor(request),
+        )
+        return Response(self._fresh(rollout.id))
