@@ -168,7 +168,7 @@ class Demo:
 
         now = timezone.now()
         opens = (now + timedelta(seconds=75)).replace(second=0, microsecond=0)
-        pool = next(p for p in self.api.get("/api/compute/pools/").json() if p["name"] == pool_name)
+        pool = next(p for p in self.api.get("/api/compute/pools/").json()["results"] if p["name"] == pool_name)
         window = {"days": [opens.strftime("%a").lower()], "start": opens.strftime("%H:%M"), "durationMinutes": 30}
         body = {"policy": {"maintenanceWindows": [window]}}
         response = self.api.patch(f"/api/compute/pools/{pool['id']}/", json=body)

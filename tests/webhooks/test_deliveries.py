@@ -121,7 +121,7 @@ def test_link_local_is_refused_even_with_http_allowed(api, allow_http):
 
 # --- deliveries ----------------------------------------------------------------------------------
 @pytest.mark.usefixtures("releases")
-def test_failed_delivery_is_retried_with_the_same_id_and_a_valid_signature(api, tenant, serve, allow_http):
+def test_failed_delivery_is_retried_with_the_same_id_and_a_valid_signature(api, tenant, serve, allow_http, monkeypatch):
     receiver = serve(status=500)
     hook = _subscribe(api, receiver.url(), secret=SECRET)
     rollout_id = _rollout(api, tenant)
@@ -169,6 +169,7 @@ def test_failed_delivery_is_retried_with_the_same_id_and_a_valid_signature(api, 
             "deliveredAt": rows[0]["deliveredAt"],
         }
     ]
+    monkeypatch.setenv("METRICS_PUBLIC", "1")  # /metrics is closed unless a token or this is set
     metrics = api.get("/metrics").content.decode()
     assert 'rollout_webhook_deliveries{status="delivered",tenant="acme"} 1.0' in metrics
 
