@@ -198,7 +198,7 @@ class Monitor:
         self.failed_polls = 0
         self.violations: list[str] = []
         self.peak: dict[str, tuple[int, int]] = {}  # pool -> (most disrupted seen, allowed)
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self._thread = threading.Thread(target=self._main, name="fault-monitor", daemon=True)
 
     def __enter__(self) -> Monitor:
@@ -207,7 +207,7 @@ class Monitor:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
+        self._halt.set()
         self._thread.join(10)
 
     def _main(self) -> None:
@@ -437,10 +437,10 @@ class RestartPolicy(threading.Thread):
         super().__init__(name="restart-policy", daemon=True)
         self.stack = stack
         self.restarts: list[str] = []
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.wait(0.5):
+        while not self._halt.wait(0.5):
             for name in ("worker", "beat"):
                 process = self.stack.processes.get(name)
                 if process is not None and process.poll() is not None:
@@ -451,7 +451,7 @@ class RestartPolicy(threading.Thread):
                     )
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(timeout=5)
 
 
