@@ -547,3 +547,24 @@ def report(title: str, **numbers: Any) -> None:
         f"\n[faults] {title}: "
         + ", ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in numbers.items())
     )
+
+
+def create_two_wave_rollout(stack: FaultStack, pools: Iterable[str]) -> str:
+    """The scenarios' rollout over ``pools``: a 10 % wave then the rest, short soak, 60 s timeout."""
+    return stack.create(
+        version="1.0.0",
+        poolIds=[pool_id(stack, name) for name in pools],
+        waves=[10, 100],
+        soakSeconds=1,
+        upgradeTimeoutSeconds=60,
+        maxFailureRatio=0.1,
+    )
+
+
+def wait_last_wave(monitor: Monitor, rollout: str, *, succeeded: int) -> None:
+    """Until the rollout's last wave is under way: ``succeeded`` nodes done (the first wave's and more)."""
+    monitor.wait(
+        lambda poll: poll.counts.get(rollout, {}).get("succeeded", 0) >= succeeded,
+        timeout=90,
+        what="the last wave to be under way",
+    )

@@ -14,11 +14,12 @@ from tests.faults.conftest import (
     Monitor,
     agents_fleet,
     assert_rollout_proof,
+    create_two_wave_rollout,
     errors_seen,
     hold,
-    pool_id,
     report,
     server_errors,
+    wait_last_wave,
 )
 
 pytestmark = pytest.mark.integration
@@ -30,19 +31,8 @@ def test_a_database_outage_answers_503_at_worst_and_skips_no_healthy_node(fault_
     fleet = agents_fleet(stack, pools, seed=13)
     with Monitor(stack.db_url, pools=pools) as monitor, fleet.start_thread(timeout=240) as running:
         assert running.wait_for(lambda f: f.online_count() == 20, timeout=30)
-        rollout = stack.create(
-            version="1.0.0",
-            poolIds=[pool_id(stack, name) for name in pools],
-            waves=[10, 100],
-            soakSeconds=1,
-            upgradeTimeoutSeconds=60,
-            maxFailureRatio=0.1,
-        )
-        monitor.wait(
-            lambda poll: poll.counts.get(rollout, {}).get("succeeded", 0) >= 4,
-            timeout=90,
-            what="the last wave to be under way",
-        )
+        rollout = create_two_wave_rollout(stack, pools)
+        wait_last_wave(monitor, rollout, succeeded=4)
 
         before = errors_seen(running)
         stack.postgres.stop("fast")  # terminates every session: web, worker, beat, the monitor

@@ -10,8 +10,8 @@ from tests.faults.conftest import (
     Monitor,
     agents_fleet,
     assert_rollout_proof,
+    create_two_wave_rollout,
     errors_seen,
-    pool_id,
     report,
     server_errors,
 )
@@ -28,14 +28,7 @@ def test_two_beats_double_the_ticks_and_no_node_starts_twice_nor_beyond_the_budg
     with Monitor(stack.db_url, pools=pools) as monitor, fleet.start_thread(timeout=240) as running:
         assert running.wait_for(lambda f: f.online_count() == 20, timeout=30)
         began, offset = time.monotonic(), log.stat().st_size
-        rollout = stack.create(
-            version="1.0.0",
-            poolIds=[pool_id(stack, name) for name in pools],
-            waves=[10, 100],
-            soakSeconds=1,
-            upgradeTimeoutSeconds=60,
-            maxFailureRatio=0.1,
-        )
+        rollout = create_two_wave_rollout(stack, pools)
         monitor.wait(lambda poll: poll.rollouts.get(rollout) == "completed", timeout=120, what="the rollout")
         elapsed = time.monotonic() - began
         ticks = log.read_bytes()[offset:].count(b"Task rollout/all[")

@@ -11,10 +11,11 @@ from tests.faults.conftest import (
     Monitor,
     agents_fleet,
     assert_rollout_proof,
+    create_two_wave_rollout,
     errors_seen,
-    pool_id,
     report,
     server_errors,
+    wait_last_wave,
 )
 
 pytestmark = pytest.mark.integration
@@ -44,20 +45,9 @@ def test_a_worker_killed_mid_tick_and_mid_rollout_is_replaced_and_the_rollout_co
     with Monitor(stack.db_url, pools=pools) as monitor, fleet.start_thread(timeout=240) as running:
         assert running.wait_for(lambda f: f.online_count() == 20, timeout=30)
         began = time.monotonic()
-        rollout = stack.create(
-            version="1.0.0",
-            poolIds=[pool_id(stack, name) for name in pools],
-            waves=[10, 100],
-            soakSeconds=1,
-            upgradeTimeoutSeconds=60,
-            maxFailureRatio=0.1,
-        )
+        rollout = create_two_wave_rollout(stack, pools)
         # Mid-rollout: the last wave under way, with nodes still pending. Mid-tick: see kill_mid_transaction.
-        monitor.wait(
-            lambda poll: poll.counts.get(rollout, {}).get("succeeded", 0) >= 5,
-            timeout=90,
-            what="the last wave to be under way",
-        )
+        wait_last_wave(monitor, rollout, succeeded=5)
         caught = kill_mid_transaction(stack)
         killed_at = time.monotonic()
         started = monitor.last.started
