@@ -14,19 +14,24 @@ DEFAULT_EVERY = 30
 
 
 @dataclass(frozen=True)
-class RolloutOptions:
+class ModuleSettings:
+    """settings.ROLLOUT, read with defaults (the seed's rolloutModule(options)).
+
+    Not a rollout's options: those are rollout.services.plan.RolloutOptions.
+    """
+
     pins: tuple[str, ...]
     threshold: int | None  # None when misconfigured (the system checks say why)
     downloads_url: str | None
     every: int
 
 
-def options() -> RolloutOptions:
+def options() -> ModuleSettings:
     raw = getattr(settings, "ROLLOUT", {}) or {}
     release = raw.get("release") or {}
     threshold = release.get("threshold", 1)
     every = raw.get("every", DEFAULT_EVERY)
-    return RolloutOptions(
+    return ModuleSettings(
         pins=tuple(release.get("pins") or ()),
         # Never fall back to a weaker threshold: a bad one disables registering.
         threshold=threshold if type(threshold) is int and threshold >= 1 else None,
