@@ -48,7 +48,7 @@ register_codes(
     {
         "unknown_pool": {"poolIds": serializers.ListField(child=serializers.CharField(), required=False)},
         "budget_exhausted": {"disrupted": serializers.IntegerField(), "allowed": serializers.IntegerField()},
-        "invalid_window": {"field": serializers.CharField(help_text="The window field at fault.")},
+        "invalid_window": {"field": serializers.CharField(required=False, help_text="The window field at fault.")},
     },
 )
 
