@@ -48,9 +48,10 @@ def test_the_node_list_says_what_each_node_waits_for(root, tenant, releases):
 
 def test_the_rollout_page_says_budget_full_with_who_holds_it(root, tenant, releases):
     rollout = make_rollout(tenant, {"gpu-a": (10, "0.3")}, waves=[100], max_failure_ratio=1)  # budget: 3 nodes
-    nodes = list(Node.objects.filter(pool__name="gpu-a").order_by("name"))
-    for node in nodes[:2]:
-        workflow_start(tenant=tenant, node_id=node.pk, kind="remediation")
+    # Workflows on the last two nodes of the rollout's order, so the tick's one free slot goes to another node.
+    last = NodeUpgrade.objects.filter(rollout=rollout).order_by("-position").values_list("node_id", flat=True)[:2]
+    for node_id in last:
+        workflow_start(tenant=tenant, node_id=node_id, kind="remediation")
     tick(rollout)
     (upgrade,) = in_flight(rollout)
     assert "waiting for 1 node in flight" in page(root, rollout)  # its own upgrade fills the last slot

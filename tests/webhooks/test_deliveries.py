@@ -222,7 +222,7 @@ def test_a_dead_receiver_never_slows_the_api_or_the_tick(api, tenant, serve, all
     rollout_id = _rollout(api, tenant)
     controller.rollout_tick(rollout_id=rollout_id)
     assert api.post(f"/api/compute/rollouts/{rollout_id}/pause/").status_code == 200
-    assert time.monotonic() - started < 5  # well under one delivery timeout (10 s)
+    assert time.monotonic() - started < 10  # under one delivery timeout (10 s): no call waited for the receiver
     assert receiver.requests == []  # the POSTs happen only in the delivery task
     assert WebhookDelivery.objects.filter(status="pending").count() == 2
 
