@@ -212,7 +212,7 @@ class Monitor:
 
     def _main(self) -> None:
         conn: psycopg.Connection | None = None
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             try:
                 if conn is None:
                     conn = psycopg.connect(self.url, autocommit=True, connect_timeout=1)
@@ -223,7 +223,7 @@ class Monitor:
                     with contextlib.suppress(Exception):
                         conn.close()
                 conn = None
-            self._stop.wait(self.interval)
+            self._halt.wait(self.interval)
         if conn is not None:
             conn.close()
 
