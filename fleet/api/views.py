@@ -251,12 +251,13 @@ class AuditListView(generics.ListAPIView):
 
     def get_queryset(self):
         entries = AuditEntry.objects.filter(tenant=cast(Principal, self.request.auth).tenant).order_by("-seq")
-        action = self.request.query_params.get("action")
-        if action is not None:
-            entries = entries.filter(action=action)
-        object_id = self.request.query_params.get("objectId")
-        if object_id is not None:
-            entries = entries.filter(object_id=object_id)
+        for param, column in (("action", "action"), ("objectId", "object_id")):
+            value = self.request.query_params.get(param)
+            if value is None:
+                continue
+            if "\x00" in value:  # PostgreSQL refuses NUL in any string: a 400, not a 500
+                raise InvalidInput(f"{param} holds a NUL character.", code="invalid_input", field=param)
+            entries = entries.filter(**{column: value})
         return entries
 
     @extend_schema(

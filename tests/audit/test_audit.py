@@ -115,6 +115,13 @@ def test_a_refused_change_writes_no_entry(api):
     assert AuditEntry.objects.count() == before
 
 
+@pytest.mark.parametrize("param", ["objectId", "action"])
+def test_a_nul_character_in_a_filter_is_a_400_not_a_500(api, param):
+    response = api.get("/api/compute/audit/", {param: "a\x00b"})
+    assert response.status_code == 400, response.content
+    assert (response.json()["code"], response.json()["field"]) == ("invalid_input", param)
+
+
 def test_postgres_refuses_update_and_delete(tenant):
     audit_record(tenant=tenant, actor=Actor.api("ops"), action="pool.create", object_type="pool", object_id="p")
     for sql in ("UPDATE fleet_auditentry SET action = 'x'", "DELETE FROM fleet_auditentry"):
