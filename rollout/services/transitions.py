@@ -31,6 +31,7 @@ nodes keep their node until they settle).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -342,17 +343,27 @@ def cancel_pending_upgrades(*, rollout: Rollout, at: datetime) -> int:
     return cancelled
 
 
-def supersede_upgrades(*, node_ids: Sequence[UUID], at: datetime) -> int:
+def supersede_upgrades(*, node_ids: AbstractSet[UUID], at: datetime) -> int:
     """in_flight (of a finished rollout) -> cancelled (``superseded``): a new rollout takes the node.
 
     An aborted rollout's in-flight nodes keep their node only until a newer
     rollout needs it (a fix-forward), and so does a completed rollout's node
     converging after completion (CONTRACT 9.6). They are not sent back: the new
     rollout sets the node's spec.daemon when it starts it.
+
+    The rows are found from the in-flight side, which the pools' budgets keep
+    small (a partial index), not from ``node_ids``: a rollout over 100,000 nodes
+    would otherwise send them all as parameters (docs/benchmarks.md).
     """
-    superseded = NodeUpgrade.objects.filter(
-        node_id__in=node_ids, state=State.IN_FLIGHT, rollout__state__in=Rollout.TERMINAL_STATES
-    ).update(state=State.CANCELLED, reason=NodeUpgrade.Reason.SUPERSEDED, settled_at=at, claims_node=False)
+    candidates = NodeUpgrade.objects.filter(state=State.IN_FLIGHT, rollout__state__in=Rollout.TERMINAL_STATES)
+    ids = [pk for pk, node_id in candidates.values_list("id", "node_id") if node_id in node_ids]
+    if not ids:
+        return 0
+    # Terminal rollouts start nothing, so no row joins the set meanwhile; the state test guards a
+    # row that settled since it was read.
+    superseded = NodeUpgrade.objects.filter(id__in=ids, state=State.IN_FLIGHT).update(
+        state=State.CANCELLED, reason=NodeUpgrade.Reason.SUPERSEDED, settled_at=at, claims_node=False
+    )
     if superseded:
         log.info("node_upgrade.superseded", count=superseded)
     return superseded

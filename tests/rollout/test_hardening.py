@@ -201,6 +201,21 @@ def test_a_new_rollout_takes_the_in_flight_nodes_of_an_aborted_one(tenant, relea
     assert NodeUpgrade.objects.filter(claims_node=True).count() == 4  # one writer each, the new rollout's
 
 
+def test_a_fix_forward_over_one_pool_leaves_the_other_pools_in_flight_nodes_alone(tenant, releases):
+    pools = fleet(tenant, {"a": (3, "1"), "b": (2, "1")})
+    first = create(tenant)
+    tick(first)
+    rollout_abort(rollout_id=first.id, rollback=False)
+    pool_a = pools["a"][0].pool_id
+
+    second = create(tenant, version="0.9.0", pool_ids=[str(pool_a)])
+
+    rows = NodeUpgrade.objects.filter(rollout=first)
+    assert sorted(rows.filter(node__pool_id=pool_a).values_list("state", "reason")) == [("cancelled", "superseded")] * 3
+    assert set(rows.exclude(node__pool_id=pool_a).values_list("state", flat=True)) == {"in_flight"}
+    assert states(second) == {"pending": 3}
+
+
 def test_an_active_rollout_still_conflicts(tenant, releases):
     fleet(tenant, {"a": (4, "1")})
     first = create(tenant)
