@@ -28,7 +28,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from benchmarks.database import DEFAULT_DATABASE_URL, database_urls, recreate_database
@@ -43,16 +43,25 @@ BENCH_DB = "rollout_bench_efficiency"
 class ProcessSampler(threading.Thread):
     """Peak resident memory and CPU seconds of process trees (a process and its children), every ``every`` s.
 
-    ``postgres``: the database's backends (connections come and go) are sampled for CPU too.
+    ``postgres``: the database's backends (connections come and go) are sampled for CPU too;
+    ``simulator``: this process (the harness) and the simulator's processes, ``simulator_pids()``.
     """
 
-    def __init__(self, roots: dict[str, int], *, database_url: str, database: str, every: float = 1.0):
+    def __init__(
+        self,
+        roots: dict[str, int],
+        *,
+        database_url: str,
+        database: str,
+        simulator_pids: Callable[[], list[int]],
+        every: float = 1.0,
+    ):
         super().__init__(daemon=True, name="process-sampler")
         self.roots = roots
         self.every = every
         self.peak_kib = dict.fromkeys(roots, 0)
         self.cpu = {name: CpuSampler(lambda pid=pid: self.tree(pid)) for name, pid in roots.items()}
-        self.cpu["simulator"] = CpuSampler(lambda: [os.getpid()])  # this process: the agents, and the polling
+        self.cpu["simulator"] = CpuSampler(lambda: [os.getpid(), *simulator_pids()])
         self.cpu["postgres"] = CpuSampler(lambda: pg_snapshot(database_url, database)[1])
         self._halt = threading.Event()
 
@@ -118,11 +127,13 @@ def run(
     measure: bool = False,
     progress: bool = False,
     start_spread: float | None = None,
+    simulator_processes: int = 1,
 ) -> dict:
     """One rollout over ``agents`` simulated agents, whole system; the rows to print (name -> value).
 
     With ``measure``: also the heartbeat rate, latency (p50/p99) and errors during the
     rollout, the agents' 5xx answers, and the peak RSS of the Celery worker and gunicorn.
+    The agents run in ``simulator_processes`` child processes (``simulator.ShardedFleet``).
     """
     database_url, admin_url = database_urls(os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL, bench_db)
     recreate_database(admin_url, bench_db)
@@ -169,7 +180,7 @@ def run(
     from rollout.release.manifest import manifest_for, manifest_to_bytes
     from rollout.services.create import rollout_create
     from rollout.services.releases import release_binary_store, release_register
-    from simulator import Fleet, build_agent_configs
+    from simulator import ShardedFleet, build_agent_configs
 
     call_command("migrate", verbosity=0)
     tenant = tenant_create(slug="bench")
@@ -210,7 +221,17 @@ def run(
     )
     beat = celery_beat(env, log_path=logs / "beat.log")
     roots = {"worker": worker.pid, "web": web.pid, "beat": beat.pid}
-    sampler = ProcessSampler(roots, database_url=database_url, database=bench_db) if measure else None
+    fleet: ShardedFleet | None = None
+    sampler = (
+        ProcessSampler(
+            roots,
+            database_url=database_url,
+            database=bench_db,
+            simulator_pids=lambda: fleet.pids if fleet else [],
+        )
+        if measure
+        else None
+    )
     try:
         import httpx
 
@@ -222,9 +243,10 @@ def run(
 
         wait_until(answers, timeout=60, what="gunicorn")
         configs = build_agent_configs(tokens, daemon_version="1.0.0")
-        fleet = Fleet(
+        fleet = ShardedFleet(
             f"http://127.0.0.1:{port}",
             configs,
+            processes=simulator_processes,
             api_key=api_key,
             sequences=sequences,
             heartbeat_seconds=heartbeat,
@@ -234,14 +256,15 @@ def run(
             start_spread=start_spread,
         )
         online_timeout = 120 + 2 * max(heartbeat, start_spread or 0)
-        with fleet.start_thread(timeout=online_timeout + timeout + 120) as running:
-            if not running.wait_for(lambda f: f.online_count() == agents, timeout=online_timeout, poll=0.5):
+        with fleet.start(timeout=online_timeout + timeout + 120):
+            if not fleet.wait_for(lambda f: f.online_count() == agents, timeout=online_timeout, poll=0.5):
                 raise SystemExit(f"only {fleet.online_count()} of {agents} agents came online: {fleet.status_line()}")
             if sampler:
                 sampler.start()
-            beats_before, latencies_before, errors_before = (
+            beats_before, latencies_before, round_trips_before, errors_before = (
                 fleet.stats.heartbeats,
                 len(fleet.stats.latencies),
+                len(fleet.stats.round_trips),
                 fleet.stats.errors,
             )
             started = time.monotonic()
@@ -265,6 +288,7 @@ def run(
             stats = fleet.stats
             beats = stats.heartbeats - beats_before
             latencies = stats.latencies[latencies_before:]
+            round_trips = stats.round_trips[round_trips_before:]
             errors_during = stats.errors - errors_before
     finally:
         stop(worker, beat, web)  # first: nothing may leave them running
@@ -304,7 +328,10 @@ def run(
             {
                 "minimum + half a heartbeat per round": f"{reference:.1f} s (actual / that: {actual / reference:.2f})",
                 "heartbeats/s during the rollout": f"{beats / window:.0f} (offered {agents / heartbeat:.0f})",
-                "heartbeat latency p50 / p99": (
+                "heartbeat round trip p50 / p99": (
+                    f"{1000 * percentile(round_trips, 0.5):.0f} ms / {1000 * percentile(round_trips, 0.99):.0f} ms"
+                ),
+                "  as the agent sees it (with its wait for a connection)": (
                     f"{1000 * percentile(latencies, 0.5):.0f} ms / {1000 * percentile(latencies, 0.99):.0f} ms"
                 ),
                 "5xx answers": str(server_errors),

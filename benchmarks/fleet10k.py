@@ -1,12 +1,13 @@
 """A whole rollout over 10,000 simulated agents on this machine (CONTRACT 8, end to end).
 
 The efficiency benchmark's harness (``benchmarks/efficiency.py`` ``run``), larger: gunicorn, a
-Celery worker and beat on PostgreSQL and Redis, 10,000 simulated agents (one ``simulator.Fleet``,
-one asyncio loop in this process) in 10 pools of 1,000 with a 5 % disruption budget (50 nodes per
-pool at a time), a rollout of a new release with waves 1 / 10 / 50 / 100 %, a short soak and
-short restarts. It prints the completion time and its ratio to the budget's physical minimum, the
-heartbeats per second sustained during the rollout and their p50 / p99 latency (client side, as an
-agent sees it), 5xx answers and agent errors (both must be 0: the run fails otherwise), and the
+Celery worker and beat on PostgreSQL and Redis, 10,000 simulated agents (``simulator.ShardedFleet``:
+two child processes of 5,000, one asyncio loop each) in 10 pools of 1,000 with a 5 % disruption
+budget (50 nodes per pool at a time), a rollout of a new release with waves 1 / 10 / 50 / 100 %, a
+short soak and short restarts. It prints the completion time and its ratio to the budget's physical
+minimum, the heartbeats per second sustained during the rollout and their p50 / p99 latency (the
+HTTP round trip, and as an agent sees it: with its wait for one of its process's 16 connections),
+5xx answers and agent errors (both must be 0: the run fails otherwise), and the
 peak RSS of the Celery worker and of gunicorn (sampled every second).
 
 First beats (joins) are spread over max(heartbeat, agents / 100) seconds. Agents heartbeat every
@@ -39,13 +40,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--soak", type=float, default=10.0)
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds for the rollout to complete")
     parser.add_argument("--web-workers", type=int, default=3)
+    parser.add_argument(
+        "--simulator-processes", type=int, default=2, help="processes the agents are split over (one event loop each)"
+    )
     parser.add_argument("--quick", action="store_true", help="2,000 agents, 6 s heartbeats (same offered rate)")
     args = parser.parse_args(argv)
     if args.quick:
         args.agents, args.heartbeat = 2_000, 6.0
     print(
         f"{args.agents:,} agents, heartbeat {args.heartbeat:g} s, restart {args.restart_delay:g} s, "
-        f"soak {args.soak:g} s: starting (several minutes)",
+        f"soak {args.soak:g} s, {args.simulator_processes} simulator process(es): starting (several minutes)",
         flush=True,
     )
     result = run(
@@ -58,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         soak=args.soak,
         bench_db=BENCH_DB,
         web_workers=args.web_workers,
+        simulator_processes=args.simulator_processes,
         measure=True,
         progress=True,
         # Joins take the full path (DRF, session row, settle check): at most about 100 a second.

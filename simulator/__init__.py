@@ -55,6 +55,7 @@ from simulator.config import (
 from simulator.enrolment import EnrolledNode, enroll, read_tokens, write_tokens
 from simulator.fleet import Fleet, FleetThread, default_max_connections
 from simulator.releases import BinaryCache, SequenceBook
+from simulator.shards import ShardedFleet
 from simulator.stats import FleetStats
 
 __all__ = [
@@ -68,6 +69,7 @@ __all__ = [
     "FleetStats",
     "FleetThread",
     "SequenceBook",
+    "ShardedFleet",
     "SimulatorError",
     "add_arguments",
     "build_agent_configs",

@@ -161,6 +161,7 @@ class Agent:
             return self._interval()
         if fleet.record_latencies:
             fleet.stats.latencies.append(time.perf_counter() - started)
+            fleet.stats.round_trips.append(response.elapsed.total_seconds())
         try:
             body = response.json()
             spec = body.get("spec") or {}

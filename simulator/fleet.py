@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 
 from simulator.agent import Agent
-from simulator.config import DEFAULT_HEARTBEAT_SECONDS, SPEC_MIN_PROTOCOL_VERSION, AgentConfig, AgentState
+from simulator.config import DEFAULT_HEARTBEAT_SECONDS, SPEC_MIN_PROTOCOL_VERSION, AgentConfig
 from simulator.releases import BinaryCache, SequenceBook
-from simulator.stats import FleetStats
+from simulator.stats import FleetStats, status_line
 
 logger = logging.getLogger(__name__)
 
@@ -144,22 +144,16 @@ class Fleet:
     def status_line(self) -> str:
         """One line: elapsed, agents online, versions, heartbeats/s since the last call, errors, upgrades."""
         now = time.monotonic()
-        elapsed = now - self.started_at if self.started_at is not None else 0.0
         mark_at, mark_beats = self._rate_mark or (self.started_at or now, 0)
-        rate = (self.stats.heartbeats - mark_beats) / (now - mark_at) if now > mark_at else 0.0
         self._rate_mark = (now, self.stats.heartbeats)
-        versions = " ".join(f"{version}={count}" for version, count in sorted(self.versions().items())) or "-"
-        states = self.states()
-        errors = self.stats.errors
-        kinds = ",".join(f"{kind}={count}" for kind, count in self.stats.errors_by_kind.most_common(3))
-        return (
-            f"[{elapsed:7.1f}s] online {self.online_count()}/{len(self.agents)}"
-            f" | versions {versions}"
-            f" | {rate:.1f} hb/s"
-            f" | errors {errors}{f' ({kinds})' if kinds else ''}"
-            f" | upgrades {self.stats.upgrades} failed {self.stats.failed_upgrades}"
-            f" refusals {self.stats.refusals} down {states.get(AgentState.DOWN, 0)}"
-            f" offline {states.get(AgentState.OFFLINE, 0)} away {states.get(AgentState.AWAY, 0)}"
+        return status_line(
+            elapsed=now - self.started_at if self.started_at is not None else 0.0,
+            online=self.online_count(),
+            agents=len(self.agents),
+            versions=self.versions(),
+            states=self.states(),
+            rate=(self.stats.heartbeats - mark_beats) / (now - mark_at) if now > mark_at else 0.0,
+            stats=self.stats,
         )
 
     def start_spread(self) -> float:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from simulator.config import AgentState
+
 
 @dataclass(frozen=True)
 class Refusal:
@@ -41,8 +43,28 @@ class FleetStats:
     release_refreshes: int = 0
     errors: int = 0
     errors_by_kind: Counter = field(default_factory=Counter)
-    latencies: list[float] = field(default_factory=list)  # heartbeat latencies, when recorded
+    # When recorded: each heartbeat as the agent sees it (its wait for one of the fleet's
+    # connections included), and its HTTP round trip alone (httpx's ``Response.elapsed``).
+    latencies: list[float] = field(default_factory=list)
+    round_trips: list[float] = field(default_factory=list)
 
     def error(self, kind: str) -> None:
         self.errors += 1
         self.errors_by_kind[kind] += 1
+
+
+def status_line(
+    *, elapsed: float, online: int, agents: int, versions: Counter, states: Counter, rate: float, stats: FleetStats
+) -> str:
+    """One progress line: elapsed, agents online, versions, heartbeats/s, errors, upgrades, agents not up."""
+    shown = " ".join(f"{version}={count}" for version, count in sorted(versions.items())) or "-"
+    kinds = ",".join(f"{kind}={count}" for kind, count in stats.errors_by_kind.most_common(3))
+    return (
+        f"[{elapsed:7.1f}s] online {online}/{agents}"
+        f" | versions {shown}"
+        f" | {rate:.1f} hb/s"
+        f" | errors {stats.errors}{f' ({kinds})' if kinds else ''}"
+        f" | upgrades {stats.upgrades} failed {stats.failed_upgrades}"
+        f" refusals {stats.refusals} down {states.get(AgentState.DOWN, 0)}"
+        f" offline {states.get(AgentState.OFFLINE, 0)} away {states.get(AgentState.AWAY, 0)}"
+    )

@@ -1,0 +1,76 @@
+"""A fleet split over child processes (``ShardedFleet``), against pytest-django's live_server."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from demo.processes import wait_until
+from fleet.models import NodeSession
+from fleet.services.nodes import nodes_set_daemon
+from simulator import AgentConfig, ShardedFleet
+from tests.simulator.conftest import make_nodes
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A child that exited but was not reaped yet is a zombie: not running.
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split(") ", 1)[1][0] != "Z"
+
+
+def test_agents_split_over_two_processes_upgrade_and_report_into_one_view(live_server, pool, binaries):
+    nodes = make_nodes(pool, 12)
+    section = binaries.add("1.1.0", b"bcd 1.1.0\n" * 1024)
+    configs = [AgentConfig(token=token, name=node.name) for node, token in nodes]
+    fleet = ShardedFleet(
+        live_server.url,
+        configs,
+        processes=2,
+        report_every=0.1,
+        sequences={"1.0.0": 1, "1.1.0": 2},
+        heartbeat_seconds=0.3,
+        restart_delay=0.1,
+        record_latencies=True,
+    )
+    assert [len(part) for part in fleet.slices] == [6, 6]
+
+    with fleet.start(timeout=120):
+        pids = fleet.pids
+        assert len(pids) == 2
+        assert os.getpid() not in pids
+        assert fleet.wait_for(lambda f: f.online_count() == 12, timeout=30), fleet.status_line()
+        # Two agents of each process upgrade (slices take every other agent).
+        upgraded = [nodes[i][0] for i in (0, 1, 2, 3)]
+        nodes_set_daemon(node_ids=[node.pk for node in upgraded], daemon=section)
+        assert fleet.wait_for(lambda f: f.versions() == {"1.0.0": 8, "1.1.0": 4}, timeout=30), fleet.status_line()
+        wait_until(
+            lambda: NodeSession.objects.filter(daemon_version="1.1.0", left_at__isnull=True).count() == 4,
+            what="four sessions on 1.1.0",
+        )
+        line = fleet.status_line()
+
+    assert not any(alive(pid) for pid in pids)
+    assert "online 12/12" in line
+    assert "1.1.0=4" in line
+    stats = fleet.stats
+    assert stats.upgrades == 4
+    assert stats.joins >= 12 + 4  # first joins, then the upgraded agents' rejoins
+    assert stats.errors == 0, stats.errors_by_kind
+    # Every answered heartbeat's latencies came back from the children, the last report included.
+    assert len(stats.latencies) == len(stats.round_trips) == stats.heartbeats > 12
+    # Each process sends both lists' new entries at once: concatenated, they stay paired.
+    assert all(0 < trip <= seen for trip, seen in zip(stats.round_trips, stats.latencies, strict=True))
+
+
+def test_a_child_that_cannot_start_its_fleet_is_reported_not_waited_for(live_server):
+    # A negative heartbeat is refused by Fleet() in the child: the parent raises, it does not hang.
+    fleet = ShardedFleet(live_server.url, [AgentConfig(token="at_x" * 8)], processes=1, heartbeat_seconds=-1)
+    with pytest.raises(RuntimeError, match="heartbeat_seconds must be positive"), fleet.start(timeout=30):
+        fleet.wait_for(lambda f: f.online_count() == 1, timeout=30)
