@@ -34,6 +34,17 @@ def tenant_id_of(request: HttpRequest) -> int | None:
         return None
 
 
+def in_tenant_scope(queryset: QuerySet, request: HttpRequest, tenant_path: str) -> QuerySet:
+    """``queryset`` limited to what the console user may see: all for a superuser, else their tenant's
+    rows (``tenant_path`` leads to the tenant id, e.g. ``rollout__tenant_id``), none without one."""
+    if request.user.is_superuser:
+        return queryset
+    tenant_id = tenant_id_of(request)
+    if tenant_id is None:
+        return queryset.none()
+    return queryset.filter(**{tenant_path: tenant_id})
+
+
 def is_fleet_admin(request: HttpRequest) -> bool:
     """May this console user write? Superusers always; others need ``compute:fleet:admin`` on their tenant.
 
@@ -83,13 +94,7 @@ class TenantScopedAdmin(admin.ModelAdmin):
         return super().has_delete_permission(request, obj) and is_fleet_admin(request)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
-        queryset = super().get_queryset(request)
-        if request.user.is_superuser:
-            return queryset
-        tenant_id = tenant_id_of(request)
-        if tenant_id is None:
-            return queryset.none()
-        return queryset.filter(**{self.tenant_path: tenant_id})
+        return in_tenant_scope(super().get_queryset(request), request, self.tenant_path)
 
     def formfield_for_foreignkey(self, db_field, request: HttpRequest, **kwargs):
         if not request.user.is_superuser:

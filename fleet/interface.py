@@ -7,7 +7,14 @@ admin on the host's tenant-scoped admin classes. It never writes fleet rows any
 other way.
 """
 
-from fleet.admin_base import ReadOnlyMixin, TenantScopedAdmin, is_fleet_admin, staff_user, tenant_id_of
+from fleet.admin_base import (
+    ReadOnlyMixin,
+    TenantScopedAdmin,
+    in_tenant_scope,
+    is_fleet_admin,
+    staff_user,
+    tenant_id_of,
+)
 from fleet.models import Command, Node, NodeSession, Pool, Tenant
 from fleet.plugins import (
     node_session_reported,
@@ -39,6 +46,7 @@ __all__ = [
     "changed_fields",
     "commands_enqueue",
     "finish_after_open_seconds",
+    "in_tenant_scope",
     "is_fleet_admin",
     "next_opening",
     "node_session_reported",

@@ -12,7 +12,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from fleet.interface import Pool, ReadOnlyMixin, TenantScopedAdmin, tenant_id_of
+from fleet.interface import Pool, ReadOnlyMixin, TenantScopedAdmin, in_tenant_scope
 from rollout.admin.display import (
     rollout_label,
     rollout_link,
@@ -31,9 +31,9 @@ class RolloutFilter(admin.SimpleListFilter):
     limit = 30
 
     def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin):
-        rollouts = Rollout.objects.select_related("release").order_by("-created_at")
-        if not request.user.is_superuser:
-            rollouts = rollouts.filter(tenant_id=tenant_id_of(request) or 0)
+        rollouts = in_tenant_scope(
+            Rollout.objects.select_related("release").order_by("-created_at"), request, "tenant_id"
+        )
         shown = list(rollouts[: self.limit])
         chosen = uuid_or_none(self.value())
         if chosen is not None and all(rollout.id != chosen for rollout in shown):
@@ -58,12 +58,10 @@ class WaveFilter(admin.SimpleListFilter):
     parameter_name = "wave"
 
     def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin):
-        waves = RolloutWave.objects.all()
+        waves = in_tenant_scope(RolloutWave.objects.all(), request, "rollout__tenant_id")
         chosen = _chosen_rollout(request)
         if chosen is not None:
             waves = waves.filter(rollout_id=chosen)
-        if not request.user.is_superuser:
-            waves = waves.filter(rollout__tenant_id=tenant_id_of(request) or 0)
         indexes = waves.order_by("index").values_list("index", flat=True).distinct()
         return [(str(index), str(index + 1)) for index in indexes]
 
@@ -81,12 +79,12 @@ class PoolFilter(admin.SimpleListFilter):
     parameter_name = "pool"
 
     def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin):
-        pools = Pool.objects.select_related("tenant").order_by("tenant__slug", "name")
+        pools = in_tenant_scope(
+            Pool.objects.select_related("tenant").order_by("tenant__slug", "name"), request, "tenant_id"
+        )
         chosen = _chosen_rollout(request)
         if chosen is not None:
             pools = pools.filter(rollouts=chosen)
-        if not request.user.is_superuser:
-            pools = pools.filter(tenant_id=tenant_id_of(request) or 0)
         label = (lambda p: f"{p.tenant.slug} / {p.name}") if request.user.is_superuser else (lambda p: p.name)
         return [(str(pool.id), label(pool)) for pool in pools]
 
