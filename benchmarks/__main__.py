@@ -2,8 +2,7 @@
 
 ``make bench`` runs this with DATABASE_URL pointing at PostgreSQL; ``make bench
 ARGS="engine --quick"`` passes arguments. Exits non-zero when a benchmark fails.
-``all`` (the default) runs every benchmark but the long ones (``fleet10k``), which
-run when named.
+``all`` (the default) runs every benchmark, ``fleet10k`` (about 11 minutes) last.
 """
 
 from __future__ import annotations
@@ -43,12 +42,10 @@ BENCHMARKS: dict[str, tuple[str, str, list[str]]] = {
     ),
     "fleet10k": (
         "benchmarks.fleet10k",
-        "a whole rollout over 10,000 simulated agents: efficiency, hb/s, p99, 5xx, worker RSS (long: run by name)",
+        "a whole rollout over 10,000 simulated agents: efficiency, hb/s, p99, 5xx, worker RSS (~11 min)",
         [],  # the module's QUICK_ARGV
     ),
 }
-# Left out of ``all`` (several minutes each): run them by name.
-LONG = {"fleet10k"}
 
 
 def load_module(name: str) -> Any:
@@ -148,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         "names",
         nargs="*",
         metavar="name",
-        help=f"{', '.join(BENCHMARKS)} or all (default: all available but {', '.join(sorted(LONG))})",
+        help=f"{', '.join(BENCHMARKS)} or all (default: all available)",
     )
     parser.add_argument("--quick", action="store_true", help="a smaller, shorter run of each benchmark")
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
@@ -171,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown benchmark(s): {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)} or all")
     chosen: list[str] = []
     for name in names:
-        for one in [n for n in BENCHMARKS if available[n] and n not in LONG] if name == "all" else [name]:
+        for one in [n for n in BENCHMARKS if available[n]] if name == "all" else [name]:
             if one not in chosen:
                 chosen.append(one)
     missing = [n for n in chosen if available[n] is None]
