@@ -62,9 +62,12 @@ class ShardReport:
 def _child_main(conn: Connection, base_url: str, configs: list[AgentConfig], options: dict[str, Any]) -> None:
     """A child process: one Fleet until the parent says stop (or closes the pipe); reports as it runs."""
     import asyncio
+    import signal
 
     from simulator.fleet import Fleet
 
+    # The parent decides when to stop (a Ctrl-C reaches the whole process group): no traceback here.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     report_every = options.pop("report_every")
     timeout = options.pop("timeout")
     try:
@@ -198,6 +201,11 @@ class ShardedFleet:
             setattr(self.stats, name, sum(r.counters.get(name, 0) for r in self.reports))
         self.stats.errors_by_kind = sum((r.errors_by_kind for r in self.reports), Counter())
 
+    def finished(self) -> bool:
+        """Has every child ended (its timeout passed, or it stopped)?"""
+        with self._lock:
+            return all(r.finished for r in self.reports)
+
     @property
     def pids(self) -> list[int]:
         return [p.pid for p in self._processes if p.pid is not None]
@@ -241,9 +249,7 @@ class ShardedFleet:
             self._raise_if_crashed()
             if predicate(self):
                 return True
-            with self._lock:
-                ended = all(r.finished for r in self.reports)
-            if time.monotonic() >= deadline or ended:
+            if time.monotonic() >= deadline or self.finished():
                 return predicate(self)
             time.sleep(poll)
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 
 import pytest
+from django.core.management import call_command
 
 from demo.processes import wait_until
 from fleet.models import NodeSession
 from fleet.services.nodes import nodes_set_daemon
-from simulator import AgentConfig, ShardedFleet
+from simulator import AgentConfig, EnrolledNode, ShardedFleet, write_tokens
 from tests.simulator.conftest import make_nodes
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -74,3 +75,34 @@ def test_a_child_that_cannot_start_its_fleet_is_reported_not_waited_for(live_ser
     fleet = ShardedFleet(live_server.url, [AgentConfig(token="at_x" * 8)], processes=1, heartbeat_seconds=-1)
     with pytest.raises(RuntimeError, match="heartbeat_seconds must be positive"), fleet.start(timeout=30):
         fleet.wait_for(lambda f: f.online_count() == 1, timeout=30)
+
+
+def test_the_command_runs_its_agents_in_several_processes(live_server, pool, tmp_path, capsys):
+    nodes = make_nodes(pool, 6)
+    tokens_file = tmp_path / "tokens.json"
+    write_tokens(
+        tokens_file, [EnrolledNode(name=node.name, id=str(node.pk), pool_id=str(pool.pk), token=t) for node, t in nodes]
+    )
+
+    call_command(
+        "simulate_agents",
+        "--server",
+        live_server.url,
+        "--tokens-file",
+        str(tokens_file),
+        "--heartbeat-seconds",
+        "0.2",
+        "--processes",
+        "2",
+        "--duration",
+        "3",
+        "--stats-every",
+        "0.5",
+    )
+
+    out = capsys.readouterr().out
+    assert "simulating 6 agents" in out
+    assert "(2 processes)" in out
+    assert "online 6/6" in out
+    assert out.splitlines()[-1].endswith(", 0 errors")
+    assert NodeSession.objects.filter(node__pool=pool, left_at__isnull=True).count() == 6
