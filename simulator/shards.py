@@ -103,12 +103,12 @@ def _child_main(conn: Connection, base_url: str, configs: list[AgentConfig], opt
         # Called on the fleet's loop between agent steps: a consistent snapshot, no locks needed.
         nonlocal reported_at
         now = time.monotonic()
-        if now - reported_at >= report_every:
-            reported_at = now
-            report()
         try:
+            if now - reported_at >= report_every:
+                reported_at = now
+                report()
             return conn.poll()  # any message from the parent means stop
-        except (EOFError, OSError):
+        except (EOFError, OSError):  # BrokenPipeError included
             return True  # the parent is gone
 
     error = None
