@@ -13,9 +13,11 @@
 Same gunicorn (``-w 3 -k gthread``, ``DATABASE_CONN_MAX_AGE=60``: persistent connections), same
 database, same nodes, same load generator: ``--connections`` keep-alive HTTP/1.1 connections from
 one asyncio loop, each sending its next request as soon as the answer is read (closed loop, so the
-server is saturated), cycling through the nodes' tokens. The two endpoints are measured in
-alternating rounds (real, floor, real, floor, ...) so that other load on the machine falls on both;
-the ratio is of the summed rates.
+server is saturated), cycling through the nodes' tokens. Both endpoints are first warmed up
+(unmeasured: gunicorn's workers import lazily, each database connection prepares its statement),
+then measured in rounds that alternate which goes first (real, floor; floor, real; ...: an even
+number of rounds, so neither always meets what the machine did just before), so that other load
+on the machine falls on both; the ratio is of the summed rates.
 
 The real endpoint is measured at its WORST case for write coalescing: the server's
 ``FLEET_HEARTBEAT_SECONDS`` is 1 and there are enough nodes that each one's heartbeats are more than
@@ -205,7 +207,9 @@ async def load(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks heartbeat-floor", description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=10000, help="nodes (each heartbeats >1 s apart: all due)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of (real, floor)")
+    parser.add_argument(
+        "--rounds", type=int, default=4, help="rounds of both endpoints, alternating which goes first (even)"
+    )
     parser.add_argument("--seconds", type=float, default=8.0, help="measured seconds per endpoint and round")
     parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds before each measurement")
     parser.add_argument("--connections", type=int, default=24)
@@ -213,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--database", default="rollout_bench_floor", help="dedicated database, dropped and recreated")
     options = parser.parse_args(argv)
+    if options.rounds < 2 or options.rounds % 2:
+        parser.error("--rounds must be even (each endpoint goes first in half of them)")
 
     base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/rollout")
     db_url, admin_url = database_urls(base, options.database)
@@ -251,9 +257,11 @@ def main(argv: list[str] | None = None) -> int:
     cursors = {name: [0] for name in requests}  # ok, seconds, bad, session rows updated
     try:
         wait_for_http(f"http://127.0.0.1:{port}/api/compute/pools/", 60, server, log)
+        for name in ("real", "floor"):  # the cold start, paid by neither measurement
+            asyncio.run(load(port, requests[name], options.connections, 3 * options.warmup, cursors[name]))
         print(f"\n{'round':<6} {'endpoint':<8} {'hb/s':>8} {'errors':>7} {'written':>8}")
         for round_index in range(options.rounds):
-            for name in ("real", "floor"):
+            for name in ("real", "floor") if round_index % 2 == 0 else ("floor", "real"):
                 asyncio.run(load(port, requests[name], options.connections, options.warmup, cursors[name]))
                 updates = session_updates(db_url)
                 ok, bad, seconds = asyncio.run(

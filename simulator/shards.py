@@ -66,8 +66,10 @@ def _child_main(conn: Connection, base_url: str, configs: list[AgentConfig], opt
 
     from simulator.fleet import Fleet
 
-    # The parent decides when to stop (a Ctrl-C reaches the whole process group): no traceback here.
+    # The parent decides when to stop and tells this child (a Ctrl-C, or a SIGTERM to the process
+    # group, reaches every process): the agents then stop as the parent's options say.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     report_every = options.pop("report_every")
     timeout = options.pop("timeout")
     try:
@@ -160,32 +162,40 @@ class ShardedFleet:
         """Spawn the children; each stops by itself after ``timeout`` seconds (None: when told)."""
         context = multiprocessing.get_context("spawn")
         self.started_at = time.monotonic()
-        for index, configs in enumerate(self.slices):
-            parent_end, child_end = context.Pipe()
-            options = {**self.fleet_options, "report_every": self.report_every, "timeout": timeout}
-            options["seed"] = options.get("seed", 0) * 1000 + index
-            process = context.Process(
-                target=_child_main,
-                args=(child_end, self.base_url, configs, options),
-                name=f"simulated-agents-{index}",
-                daemon=True,
-            )
-            process.start()
-            child_end.close()
-            reader = threading.Thread(target=self._read, args=(index, parent_end), daemon=True)
-            reader.start()
-            self._processes.append(process)
-            self._connections.append(parent_end)
-            self._readers.append(reader)
+        try:
+            for index, configs in enumerate(self.slices):
+                parent_end, child_end = context.Pipe()
+                self._connections.append(parent_end)
+                options = {**self.fleet_options, "report_every": self.report_every, "timeout": timeout}
+                options["seed"] = options.get("seed", 0) * 1000 + index
+                process = context.Process(
+                    target=_child_main,
+                    args=(child_end, self.base_url, configs, options),
+                    name=f"simulated-agents-{index}",
+                    daemon=True,
+                )
+                process.start()
+                self._processes.append(process)
+                child_end.close()
+                reader = threading.Thread(target=self._read, args=(index, parent_end), daemon=True)
+                reader.start()
+                self._readers.append(reader)
+        except BaseException:
+            with contextlib.suppress(RuntimeError):  # what failed here is the error to see
+                self.stop(timeout=5.0)
+            raise
         return self
 
     def _read(self, index: int, conn: Connection) -> None:
+        """This thread's child's reports, until its last one (or its pipe closes: it died)."""
         while True:
             try:
                 report: ShardReport = conn.recv()
-            except (EOFError, OSError):
+            except Exception as exc:  # EOFError, OSError: the child is gone without its last report
                 with self._lock:
-                    self.reports[index].finished = True
+                    last = self.reports[index]
+                    last.finished = True
+                    last.error = last.error or f"simulator process {index} ended without its last report ({exc!r})"
                 return
             with self._lock:
                 self.stats.latencies.extend(report.latencies)
@@ -223,6 +233,9 @@ class ShardedFleet:
         stuck = [p for p in self._processes if p.is_alive()]
         for process in stuck:
             process.kill()
+            process.join(5.0)
+        for conn in self._connections:
+            conn.close()
         if stuck:
             raise RuntimeError(f"{len(stuck)} simulator process(es) did not stop in time")
         self._raise_if_crashed()
@@ -239,8 +252,13 @@ class ShardedFleet:
     def __enter__(self) -> ShardedFleet:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
+        if exc_type is None:
+            self.stop()
+            return
+        # The block's own exception is the one to see; the children are stopped all the same.
+        with contextlib.suppress(RuntimeError):
+            self.stop()
 
     def wait_for(self, predicate: Callable[[ShardedFleet], bool], timeout: float, *, poll: float = 0.25) -> bool:
         """Poll ``predicate(self)`` until it holds (True) or ``timeout`` passes or every child ended (False)."""
@@ -250,6 +268,7 @@ class ShardedFleet:
             if predicate(self):
                 return True
             if time.monotonic() >= deadline or self.finished():
+                self._raise_if_crashed()
                 return predicate(self)
             time.sleep(poll)
 

@@ -262,7 +262,7 @@ def rollout_create(
         )
         wave_of_position = [wave.index for wave in waves_planned for _ in range(wave.total)]
         # An aborted rollout's nodes still in flight give way to this one (a fix-forward).
-        supersede_upgrades(node_ids=pool_of.keys(), at=now)
+        supersede_upgrades(tenant_id=tenant.id, node_ids=pool_of.keys(), at=now)
         try:
             with transaction.atomic():
                 _insert_upgrades(

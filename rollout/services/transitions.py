@@ -343,7 +343,7 @@ def cancel_pending_upgrades(*, rollout: Rollout, at: datetime) -> int:
     return cancelled
 
 
-def supersede_upgrades(*, node_ids: AbstractSet[UUID], at: datetime) -> int:
+def supersede_upgrades(*, tenant_id: int, node_ids: AbstractSet[UUID], at: datetime) -> int:
     """in_flight (of a finished rollout) -> cancelled (``superseded``): a new rollout takes the node.
 
     An aborted rollout's in-flight nodes keep their node only until a newer
@@ -351,16 +351,18 @@ def supersede_upgrades(*, node_ids: AbstractSet[UUID], at: datetime) -> int:
     converging after completion (CONTRACT 9.6). They are not sent back: the new
     rollout sets the node's spec.daemon when it starts it.
 
-    The rows are found from the in-flight side, which the pools' budgets keep
-    small (a partial index), not from ``node_ids``: a rollout over 100,000 nodes
-    would otherwise send them all as parameters (docs/benchmarks.md).
+    The rows are found from the in-flight side (the tenant's finished rollouts' in-flight rows,
+    which the pools' budgets keep few) and matched against ``node_ids`` here: a rollout over
+    100,000 nodes would otherwise send them all as parameters (docs/benchmarks.md).
     """
-    candidates = NodeUpgrade.objects.filter(state=State.IN_FLIGHT, rollout__state__in=Rollout.TERMINAL_STATES)
+    candidates = NodeUpgrade.objects.filter(
+        state=State.IN_FLIGHT, rollout__tenant_id=tenant_id, rollout__state__in=Rollout.TERMINAL_STATES
+    )
     ids = [pk for pk, node_id in candidates.values_list("id", "node_id") if node_id in node_ids]
     if not ids:
         return 0
-    # Terminal rollouts start nothing, so no row joins the set meanwhile; the state test guards a
-    # row that settled since it was read.
+    # A row settled since it was read is left alone. A rollout that finishes meanwhile keeps its
+    # in-flight rows' claims: the caller's insert then meets them at the one-writer index (a 409).
     superseded = NodeUpgrade.objects.filter(id__in=ids, state=State.IN_FLIGHT).update(
         state=State.CANCELLED, reason=NodeUpgrade.Reason.SUPERSEDED, settled_at=at, claims_node=False
     )

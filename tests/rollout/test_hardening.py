@@ -216,6 +216,25 @@ def test_a_fix_forward_over_one_pool_leaves_the_other_pools_in_flight_nodes_alon
     assert states(second) == {"pending": 3}
 
 
+def test_superseding_sends_no_node_ids_to_the_database(tenant, releases):
+    """The fix-forward check of a create over 100,000 nodes must not send 100,000 parameters."""
+    import uuid
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    from rollout.services.transitions import supersede_upgrades
+
+    def sql_sent(count: int) -> int:
+        node_ids = {uuid.uuid4() for _ in range(count)}
+        with CaptureQueriesContext(connection) as queries:
+            assert supersede_upgrades(tenant_id=tenant.id, node_ids=node_ids, at=timezone.now()) == 0
+        return sum(len(query["sql"]) for query in queries.captured_queries)
+
+    assert sql_sent(5) == sql_sent(5000)
+
+
 def test_an_active_rollout_still_conflicts(tenant, releases):
     fleet(tenant, {"a": (4, "1")})
     first = create(tenant)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 from django.core.management import call_command
@@ -39,6 +40,7 @@ def test_agents_split_over_two_processes_upgrade_and_report_into_one_view(live_s
         heartbeat_seconds=0.3,
         restart_delay=0.1,
         record_latencies=True,
+        leave_on_stop=True,
     )
     assert [len(part) for part in fleet.slices] == [6, 6]
 
@@ -61,6 +63,9 @@ def test_agents_split_over_two_processes_upgrade_and_report_into_one_view(live_s
     assert "online 12/12" in line
     assert "1.1.0=4" in line
     stats = fleet.stats
+    # The agents leave only once told to stop: only each process's last report can carry these.
+    assert stats.leaves == 4 + 12
+    assert not NodeSession.objects.filter(left_at__isnull=True).exists()
     assert stats.upgrades == 4
     assert stats.joins >= 12 + 4  # first joins, then the upgraded agents' rejoins
     assert stats.errors == 0, stats.errors_by_kind
@@ -68,6 +73,19 @@ def test_agents_split_over_two_processes_upgrade_and_report_into_one_view(live_s
     assert len(stats.latencies) == len(stats.round_trips) == stats.heartbeats > 12
     # Each process sends both lists' new entries at once: concatenated, they stay paired.
     assert all(0 < trip <= seen for trip, seen in zip(stats.round_trips, stats.latencies, strict=True))
+
+
+def test_a_child_that_dies_without_its_last_report_is_an_error_not_a_finish(live_server, pool):
+    nodes = make_nodes(pool, 2)
+    fleet = ShardedFleet(live_server.url, [AgentConfig(token=t) for _, t in nodes], processes=1, heartbeat_seconds=0.3)
+    fleet.start(timeout=60)
+    assert fleet.wait_for(lambda f: f.online_count() == 2, timeout=30)
+    os.kill(fleet.pids[0], signal.SIGKILL)
+
+    with pytest.raises(RuntimeError, match="ended without its last report"):
+        fleet.wait_for(lambda f: False, timeout=30)
+    with pytest.raises(RuntimeError, match="crashed"):
+        fleet.stop()
 
 
 def test_a_child_that_cannot_start_its_fleet_is_reported_not_waited_for(live_server):
