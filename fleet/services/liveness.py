@@ -43,7 +43,11 @@ def _online_window() -> timedelta:
 
 
 def pulse_heard(*, now: datetime) -> None:
-    """A heartbeat (or join) was recorded at ``now``: note that the fleet is being heard (one UPDATE)."""
+    """A heartbeat (or join) was recorded at ``now``: note that the fleet is being heard (one UPDATE).
+
+    The plain heartbeat applies the same rule inside its one SQL statement (the ``heard`` CTE of
+    ``fleet/services/sessions.py``): a change here is a change there.
+    """
     global _last_written_at
     if _last_written_at is not None and timedelta(0) <= now - _last_written_at < PULSE_EVERY:
         return
