@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connections
 
 from rollout.models import Rollout
 from rollout.services.controller import rollout_tick
@@ -48,6 +49,10 @@ def browser_page(tmp_path):
             yield page
         finally:
             browser.close()
+            # While Playwright's event loop runs in this thread, the test's ORM calls get database
+            # connections of their own (asgiref's context-local storage): close them here, or the
+            # test database cannot be dropped at the end of the session.
+            connections.close_all()
 
 
 def test_an_operator_pauses_a_running_rollout_in_the_admin(live_server, browser_page, tenant, releases, tmp_path):
