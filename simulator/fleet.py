@@ -17,7 +17,7 @@ import httpx
 from simulator.agent import Agent
 from simulator.config import DEFAULT_HEARTBEAT_SECONDS, SPEC_MIN_PROTOCOL_VERSION, AgentConfig
 from simulator.releases import BinaryCache, SequenceBook
-from simulator.stats import FleetStats, status_line
+from simulator.stats import FleetStats, FleetStatus
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def default_max_connections(agents: int) -> int:
     return max(8, min(16, math.ceil(agents / 64)))
 
 
-class Fleet:
+class Fleet(FleetStatus):
     """N simulated agents sharing one ``httpx.AsyncClient`` (HTTP/1.1, keep-alive).
 
     Arguments:
@@ -109,6 +109,7 @@ class Fleet:
         )
         self.stats = FleetStats()
         self.agents = [Agent(self, config, index) for index, config in enumerate(agents)]
+        self.agent_count = len(self.agents)
         self._sequence_mapping = dict(sequences or {})
         self._release_refresh_interval = release_refresh_interval
         self._given_client = client
@@ -121,7 +122,6 @@ class Fleet:
         self._stop_requested = threading.Event()
         self.started_at: float | None = None
         self.finished = threading.Event()
-        self._rate_mark: tuple[float, int] | None = None
 
     # -- observation ---------------------------------------------------------------------
 
@@ -140,21 +140,6 @@ class Fleet:
 
     def states(self) -> Counter:
         return Counter(str(agent.state) for agent in self.agents)
-
-    def status_line(self) -> str:
-        """One line: elapsed, agents online, versions, heartbeats/s since the last call, errors, upgrades."""
-        now = time.monotonic()
-        mark_at, mark_beats = self._rate_mark or (self.started_at or now, 0)
-        self._rate_mark = (now, self.stats.heartbeats)
-        return status_line(
-            elapsed=now - self.started_at if self.started_at is not None else 0.0,
-            online=self.online_count(),
-            agents=len(self.agents),
-            versions=self.versions(),
-            states=self.states(),
-            rate=(self.stats.heartbeats - mark_beats) / (now - mark_at) if now > mark_at else 0.0,
-            stats=self.stats,
-        )
 
     def start_spread(self) -> float:
         if self._start_spread is not None:

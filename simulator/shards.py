@@ -17,6 +17,7 @@ one report old; ``stats.latencies`` and ``stats.round_trips`` are the children's
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import multiprocessing
 import threading
 import time
@@ -27,21 +28,10 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from simulator.config import AgentConfig
-from simulator.stats import FleetStats, status_line
+from simulator.stats import FleetStats, FleetStatus
 
-COUNTERS = (
-    "heartbeats",
-    "joins",
-    "leaves",
-    "acks",
-    "upgrades",
-    "failed_upgrades",
-    "refusals",
-    "downloads",
-    "download_cache_hits",
-    "release_refreshes",
-    "errors",
-)
+# FleetStats' counters (its int fields): what each child sends and the parent sums.
+COUNTERS = tuple(f.name for f in dataclasses.fields(FleetStats) if f.type == "int")
 
 
 @dataclass
@@ -123,7 +113,7 @@ def _child_main(conn: Connection, base_url: str, configs: list[AgentConfig], opt
     conn.close()
 
 
-class ShardedFleet:
+class ShardedFleet(FleetStatus):
     """``processes`` child processes of simulated agents (a ``Fleet`` each), observed from here.
 
     ``fleet_options`` are ``Fleet``'s keyword arguments (``heartbeat_seconds``, ``restart_delay``,
@@ -144,7 +134,7 @@ class ShardedFleet:
             raise ValueError("processes must be at least 1")
         self.base_url = base_url
         self.slices = [list(agents[i::processes]) for i in range(min(processes, len(agents)) or 1)]
-        self.size = len(agents)
+        self.agent_count = len(agents)
         self.report_every = report_every
         self.fleet_options = fleet_options
         self.reports = [ShardReport() for _ in self.slices]
@@ -154,7 +144,6 @@ class ShardedFleet:
         self._processes: list[multiprocessing.process.BaseProcess] = []
         self._connections: list[Connection] = []
         self._readers: list[threading.Thread] = []
-        self._rate_mark: tuple[float, int] | None = None
 
     # -- running ---------------------------------------------------------------------------
 
@@ -285,17 +274,3 @@ class ShardedFleet:
     def states(self) -> Counter:
         with self._lock:
             return sum((r.states for r in self.reports), Counter())
-
-    def status_line(self) -> str:
-        now = time.monotonic()
-        mark_at, mark_beats = self._rate_mark or (self.started_at or now, 0)
-        self._rate_mark = (now, self.stats.heartbeats)
-        return status_line(
-            elapsed=now - (self.started_at or now),
-            online=self.online_count(),
-            agents=self.size,
-            versions=self.versions(),
-            states=self.states(),
-            rate=(self.stats.heartbeats - mark_beats) / (now - mark_at) if now > mark_at else 0.0,
-            stats=self.stats,
-        )

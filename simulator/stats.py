@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -53,18 +54,41 @@ class FleetStats:
         self.errors_by_kind[kind] += 1
 
 
-def status_line(
-    *, elapsed: float, online: int, agents: int, versions: Counter, states: Counter, rate: float, stats: FleetStats
-) -> str:
-    """One progress line: elapsed, agents online, versions, heartbeats/s, errors, upgrades, agents not up."""
-    shown = " ".join(f"{version}={count}" for version, count in sorted(versions.items())) or "-"
-    kinds = ",".join(f"{kind}={count}" for kind, count in stats.errors_by_kind.most_common(3))
-    return (
-        f"[{elapsed:7.1f}s] online {online}/{agents}"
-        f" | versions {shown}"
-        f" | {rate:.1f} hb/s"
-        f" | errors {stats.errors}{f' ({kinds})' if kinds else ''}"
-        f" | upgrades {stats.upgrades} failed {stats.failed_upgrades}"
-        f" refusals {stats.refusals} down {states.get(AgentState.DOWN, 0)}"
-        f" offline {states.get(AgentState.OFFLINE, 0)} away {states.get(AgentState.AWAY, 0)}"
-    )
+class FleetStatus:
+    """``status_line()`` for a fleet of simulated agents (``Fleet``, ``ShardedFleet``), from what both observe."""
+
+    stats: FleetStats
+    started_at: float | None
+    agent_count: int
+    _rate_mark: tuple[float, int] | None = None  # (when, heartbeats) at the previous status line
+
+    def online_count(self) -> int:
+        raise NotImplementedError
+
+    def versions(self) -> Counter:
+        raise NotImplementedError
+
+    def states(self) -> Counter:
+        raise NotImplementedError
+
+    def status_line(self) -> str:
+        """One line: elapsed, agents online, versions, heartbeats/s since the last call, errors, upgrades,
+        agents not up."""
+        now = time.monotonic()
+        started_at = self.started_at if self.started_at is not None else now
+        mark_at, mark_beats = self._rate_mark or (started_at, 0)
+        stats = self.stats
+        self._rate_mark = (now, stats.heartbeats)
+        rate = (stats.heartbeats - mark_beats) / (now - mark_at) if now > mark_at else 0.0
+        versions, states = self.versions(), self.states()
+        shown = " ".join(f"{version}={count}" for version, count in sorted(versions.items())) or "-"
+        kinds = ",".join(f"{kind}={count}" for kind, count in stats.errors_by_kind.most_common(3))
+        return (
+            f"[{now - started_at:7.1f}s] online {self.online_count()}/{self.agent_count}"
+            f" | versions {shown}"
+            f" | {rate:.1f} hb/s"
+            f" | errors {stats.errors}{f' ({kinds})' if kinds else ''}"
+            f" | upgrades {stats.upgrades} failed {stats.failed_upgrades}"
+            f" refusals {stats.refusals} down {states.get(AgentState.DOWN, 0)}"
+            f" offline {states.get(AgentState.OFFLINE, 0)} away {states.get(AgentState.AWAY, 0)}"
+        )
