@@ -199,42 +199,26 @@ def _distinct_pins(pins: Sequence[str]) -> list[str]:
     return distinct
 
 
-def verify_envelope(
-    raw: bytes,
-    *,
-    pins: Sequence[str],
-    threshold: int,
-    public_keys: Iterable[PublicKey | bytes] = (),
-) -> VerifiedRelease:
-    """Verify a release envelope and return its manifest.
+@dataclass(frozen=True)
+class Signers:
+    """What ``count_signers`` found: the distinct pinned keys that signed, in order, and whether any
+    signature's key (carried or given) was pinned at all."""
 
-    Checks, in order: the size and shape of the envelope; the payloadType;
-    the number of signatures; that at least ``threshold`` distinct pinned
-    keys made a valid signature over ``PAE(payloadType, payload)``; and only
-    then the manifest. A key counts once however many times it signs.
+    pins: tuple[str, ...]
+    any_pinned_key: bool
+
+
+def count_signers(envelope: Envelope, *, pins: Sequence[str], public_keys: Iterable[PublicKey | bytes] = ()) -> Signers:
+    """The distinct pinned keys that made a valid signature over ``PAE(payloadType, payload)``.
 
     A pinned key's public key is taken from the signatures' key extensions
     (used only when its SHA-256 equals a pin) or from ``public_keys`` (keys,
     or their PEM/DER bytes; those not pinned are ignored). A signature whose
     key extension or keyid names a pin is tried against that key only; any
-    other signature is tried against every pinned key not yet counted.
-
-    Raises ReleaseError with one of the codes in errors.CODES. Raises
-    ValueError for a malformed pin or a threshold below 1 (configuration
-    errors, which the system checks report at start-up).
+    other signature is tried against every pinned key not yet counted. A key
+    counts once however many times it signs. ValueError for a malformed pin.
     """
-    if type(threshold) is not int or threshold < 1:
-        raise ValueError(f"threshold must be an integer >= 1, not {threshold!r}")
     pinned = _distinct_pins(pins)
-
-    envelope = _parse(raw)
-    if envelope.payload_type != PAYLOAD_TYPE:
-        raise ReleaseError(
-            WRONG_PAYLOAD_TYPE,
-            f"The envelope's payloadType is {shown(envelope.payload_type)}; expected {PAYLOAD_TYPE!r}.",
-        )
-    _check_count(envelope)
-
     known: dict[str, PublicKey] = {}
     for candidate in public_keys:
         public_key = _as_public_key(candidate)
@@ -264,22 +248,66 @@ def verify_envelope(
             if keys_module.verify_signature(known[pin], signature.sig, message):
                 counted.append(pin)
                 break
+    return Signers(pins=tuple(counted), any_pinned_key=bool(known))
 
-    if len(counted) < threshold:
-        detail = (
-            f"Valid signatures from {len(counted)} of the {threshold} required distinct pinned keys "
-            f"({len(pinned)} key(s) pinned, {len(envelope.signatures)} signature(s) in the envelope)."
+
+def threshold_detail(envelope: Envelope, *, signers: Signers, pins: Sequence[str], threshold: int) -> str:
+    """The sentence of a ``threshold_not_met`` refusal: how many of how many."""
+    detail = (
+        f"Valid signatures from {len(signers.pins)} of the {threshold} required distinct pinned keys "
+        f"({len(set(pins))} key(s) pinned, {len(envelope.signatures)} signature(s) in the envelope)."
+    )
+    if not signers.any_pinned_key:
+        detail += " No signature carries a public key whose pin is configured."
+    return detail
+
+
+def check_threshold(threshold: int) -> None:
+    """ValueError unless ``threshold`` is an integer >= 1 (a configuration error, not a refusal)."""
+    if type(threshold) is not int or threshold < 1:
+        raise ValueError(f"threshold must be an integer >= 1, not {threshold!r}")
+
+
+def verify_envelope(
+    raw: bytes,
+    *,
+    pins: Sequence[str],
+    threshold: int,
+    public_keys: Iterable[PublicKey | bytes] = (),
+) -> VerifiedRelease:
+    """Verify a release envelope and return its manifest.
+
+    Checks, in order: the size and shape of the envelope; the payloadType;
+    the number of signatures; that at least ``threshold`` distinct pinned
+    keys made a valid signature over ``PAE(payloadType, payload)``
+    (``count_signers``); and only then the manifest.
+
+    Raises ReleaseError with one of the codes in errors.CODES. Raises
+    ValueError for a malformed pin or a threshold below 1 (configuration
+    errors, which the system checks report at start-up).
+    """
+    check_threshold(threshold)
+    _distinct_pins(pins)
+
+    envelope = _parse(raw)
+    if envelope.payload_type != PAYLOAD_TYPE:
+        raise ReleaseError(
+            WRONG_PAYLOAD_TYPE,
+            f"The envelope's payloadType is {shown(envelope.payload_type)}; expected {PAYLOAD_TYPE!r}.",
         )
-        if not known:
-            detail += " No signature carries a public key whose pin is configured."
-        raise ReleaseError(THRESHOLD_NOT_MET, detail)
+    _check_count(envelope)
+    signers = count_signers(envelope, pins=pins, public_keys=public_keys)
+    if len(signers.pins) < threshold:
+        raise ReleaseError(
+            THRESHOLD_NOT_MET, threshold_detail(envelope, signers=signers, pins=pins, threshold=threshold)
+        )
 
     manifest = parse_manifest(envelope.payload)
     return VerifiedRelease(
         manifest=manifest,
         payload=envelope.payload,
         payload_sha256=hashlib.sha256(envelope.payload).hexdigest(),
-        signer_pins=tuple(counted),
+        signer_pins=signers.pins,
     )
 
 
@@ -297,8 +325,10 @@ def _signature_object(private_key: PrivateKey, message: bytes) -> dict[str, Any]
     }
 
 
-def sign_envelope(payload: bytes, private_keys: Iterable[PrivateKey]) -> dict[str, Any]:
-    """A new release envelope around ``payload``, signed by every key (keyid = the key's pin)."""
+def sign_envelope(
+    payload: bytes, private_keys: Iterable[PrivateKey], *, payload_type: str = PAYLOAD_TYPE
+) -> dict[str, Any]:
+    """A new envelope (a release's by default) around ``payload``, signed by every key (keyid = the key's pin)."""
     keys = list(private_keys)
     if not keys:
         raise ValueError("at least one private key is needed to sign")
@@ -307,19 +337,21 @@ def sign_envelope(payload: bytes, private_keys: Iterable[PrivateKey]) -> dict[st
     pins = [keys_module.spki_pin(key.public_key()) for key in keys]
     if len(set(pins)) != len(pins):
         raise ValueError("the same key was given twice; each key signs once")
-    message = pae(PAYLOAD_TYPE, payload)
+    message = pae(payload_type, payload)
     return {
-        "payloadType": PAYLOAD_TYPE,
+        "payloadType": payload_type,
         "payload": _b64encode(payload),
         "signatures": [_signature_object(key, message) for key in keys],
     }
 
 
-def add_signature(envelope: dict[str, Any], private_key: PrivateKey) -> dict[str, Any]:
+def add_signature(
+    envelope: dict[str, Any], private_key: PrivateKey, *, payload_type: str = PAYLOAD_TYPE
+) -> dict[str, Any]:
     """A copy of ``envelope`` with one more signature, by ``private_key``.
 
     The payload is kept exactly as carried. Raises ReleaseError when the
-    envelope is malformed, of another payloadType or already holds
+    envelope is malformed, not of ``payload_type`` or already holds
     MAX_SIGNATURES signatures, and ValueError when this key already signed.
     """
     try:
@@ -327,10 +359,10 @@ def add_signature(envelope: dict[str, Any], private_key: PrivateKey) -> dict[str
     except (TypeError, ValueError):
         raise _invalid("The envelope is not JSON-serialisable.") from None
     parsed = parse_envelope(raw)
-    if parsed.payload_type != PAYLOAD_TYPE:
+    if parsed.payload_type != payload_type:
         raise ReleaseError(
             WRONG_PAYLOAD_TYPE,
-            f"The envelope's payloadType is {shown(parsed.payload_type)}; expected {PAYLOAD_TYPE!r}.",
+            f"The envelope's payloadType is {shown(parsed.payload_type)}; expected {payload_type!r}.",
         )
     if len(parsed.signatures) >= MAX_SIGNATURES:
         raise ReleaseError(TOO_MANY_SIGNATURES, f"The envelope already holds {MAX_SIGNATURES} signatures.")

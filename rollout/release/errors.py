@@ -1,4 +1,4 @@
-"""The refusals of release verification, each with a stable code.
+"""The refusals of release and root verification, each with a stable code.
 
 The codes are the API's: the server answers 400 ``{"code": <code>, "detail": <detail>}``.
 """
@@ -11,9 +11,14 @@ WRONG_PAYLOAD_TYPE = "wrong_payload_type"
 WRONG_PRODUCT = "wrong_product"
 THRESHOLD_NOT_MET = "threshold_not_met"
 TOO_MANY_SIGNATURES = "too_many_signatures"
+# The root chain (docs/signing.md#rotating-the-release-keys).
+INVALID_ROOT = "invalid_root"
+ROOT_VERSION = "root_version"
 
 CODES = frozenset(
     {
+        INVALID_ROOT,
+        ROOT_VERSION,
         INVALID_ENVELOPE,
         INVALID_MANIFEST,
         WRONG_PAYLOAD_TYPE,

@@ -1,7 +1,8 @@
-"""The release manifest: the signed payload of a release envelope (CONTRACT 3.2).
+"""The release manifest: the signed payload of a release envelope (docs/signing.md#the-manifest).
 
 Parsing is strict: a manifest is refused unless it is exactly the documented
-shape. The strict JSON reader here is shared with the envelope parser.
+shape. The strict JSON reader and the timestamp parser here are shared with
+the envelope and root parsers.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from rollout.release.errors import INVALID_MANIFEST, WRONG_PRODUCT, ReleaseError
@@ -25,9 +27,11 @@ MAX_ARCH_LENGTH = 32
 VERSION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 PLATFORM_RE = re.compile(r"linux-([a-z0-9_]{1,%d})" % MAX_ARCH_LENGTH)  # noqa: UP031 (a regex, not a message)
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
+# RFC 3339 in UTC, ending in Z: 2030-01-31T12:00:00Z, with an optional fraction of 1 to 9 digits.
+TIMESTAMP_RE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,9}))?Z")
 
 REQUIRED_FIELDS = ("product", "version", "sequence", "binaries")
-OPTIONAL_FIELDS = ("protocolVersion", "notes")
+OPTIONAL_FIELDS = ("protocolVersion", "notes", "expires")
 BINARY_FIELDS = ("sha256", "size")
 
 
@@ -45,6 +49,11 @@ class Manifest:
     protocol_version: int | None
     binaries: dict[str, Binary]
     notes: str | None
+    #: After this instant no node may install the release (docs/signing.md#expiry); None: never expires.
+    expires: datetime | None = None
+
+    def expired(self, now: datetime) -> bool:
+        return self.expires is not None and self.expires <= now
 
 
 def shown(text: str, limit: int = 64) -> str:
@@ -101,6 +110,29 @@ def loads_strict(raw: bytes) -> Any:
 
 def _invalid(detail: str) -> ReleaseError:
     return ReleaseError(INVALID_MANIFEST, detail)
+
+
+def parse_timestamp(value: Any) -> datetime:
+    """An RFC 3339 timestamp in UTC ending in ``Z`` (``2030-01-31T12:00:00Z``), as an aware datetime.
+
+    Strict: ``T`` and ``Z`` upper case, no offset other than ``Z``, a fraction of at most 9 digits
+    (kept to the microsecond, rounded down), no leap second. ValueError otherwise.
+    """
+    match = TIMESTAMP_RE.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
+        raise ValueError("must be an RFC 3339 timestamp in UTC ending in Z, for example 2030-01-31T12:00:00Z")
+    year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
+    microsecond = int((match.group(7) or "0").ljust(6, "0")[:6])
+    try:
+        return datetime(year, month, day, hour, minute, second, microsecond, tzinfo=UTC)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a valid date and time") from None
+
+
+def format_timestamp(at: datetime) -> str:
+    """``at`` as RFC 3339 in UTC ending in Z (no fraction when it has none), as ``parse_timestamp`` reads it."""
+    text = at.astimezone(UTC).replace(tzinfo=None).isoformat()
+    return text + "Z"
 
 
 def _is_int(value: Any) -> bool:
@@ -162,7 +194,7 @@ def _binary(platform: str, value: Any) -> Binary:
 
 
 def manifest_from_dict(data: Any) -> Manifest:
-    """Validate a decoded manifest (CONTRACT 3.2). Raises ReleaseError."""
+    """Validate a decoded manifest (docs/signing.md#the-manifest). Raises ReleaseError."""
     if not isinstance(data, dict):
         raise _invalid(f"The manifest must be a JSON object, not {_describe(data)}.")
 
@@ -221,6 +253,13 @@ def manifest_from_dict(data: Any) -> Manifest:
         if not _safe_text(notes):
             raise _invalid("The manifest field 'notes' contains a NUL character or a lone surrogate.")
 
+    expires = None
+    if "expires" in data:
+        try:
+            expires = parse_timestamp(data["expires"])
+        except ValueError as exc:
+            raise _invalid(f"The manifest field 'expires' {exc}.") from None
+
     return Manifest(
         product=product,
         version=version,
@@ -228,6 +267,7 @@ def manifest_from_dict(data: Any) -> Manifest:
         protocol_version=protocol_version,
         binaries=binaries,
         notes=notes,
+        expires=expires,
     )
 
 
@@ -247,6 +287,7 @@ def manifest_for(
     binaries: Mapping[str, bytes],
     protocol_version: int | None = None,
     notes: str | None = None,
+    expires: datetime | None = None,
 ) -> Manifest:
     """A bcd manifest describing binaries held in memory (``{"linux-amd64": bytes}``), validated as any other."""
     body: dict[str, Any] = {
@@ -262,6 +303,8 @@ def manifest_for(
         body["protocolVersion"] = protocol_version
     if notes is not None:
         body["notes"] = notes
+    if expires is not None:
+        body["expires"] = format_timestamp(expires)
     return manifest_from_dict(body)
 
 
@@ -280,6 +323,8 @@ def manifest_to_dict(manifest: Manifest) -> dict[str, Any]:
         data["protocolVersion"] = manifest.protocol_version
     if manifest.notes is not None:
         data["notes"] = manifest.notes
+    if manifest.expires is not None:
+        data["expires"] = format_timestamp(manifest.expires)
     return data
 
 
