@@ -2,9 +2,9 @@
 
 A plug-in imports the host only from here (the import contract in pyproject.toml
 enforces it). It reads fleet models (Tenant, Pool, Node, NodeSession, Command),
-calls these services, registers its hooks (fleet/plugins.py) and builds its
-admin on the host's tenant-scoped admin classes. It never writes fleet rows any
-other way.
+calls these services, registers its hooks (fleet/plugins.py), builds its
+admin on the host's tenant-scoped admin classes and its agent endpoints on the
+host's agent-token authentication. It never writes fleet rows any other way.
 """
 
 from fleet.admin_base import (
@@ -15,11 +15,15 @@ from fleet.admin_base import (
     staff_user,
     tenant_id_of,
 )
+from fleet.api.agent_auth import AgentTokenAuthentication, IsAgent
 from fleet.models import Command, Node, NodeSession, Pool, Tenant
 from fleet.plugins import (
+    node_daemon_refused,
     node_session_reported,
     register_daemon_resolver,
     register_disruption_source,
+    register_refusal_codes,
+    register_session_fields,
 )
 from fleet.services.audit import Actor, audit_record, changed_fields
 from fleet.services.budget import PoolBudget, pool_budget, pool_budgets
@@ -32,7 +36,9 @@ from fleet.windows import MaintenanceWindow, finish_after_open_seconds, next_ope
 
 __all__ = [
     "Actor",
+    "AgentTokenAuthentication",
     "Command",
+    "IsAgent",
     "MaintenanceWindow",
     "Node",
     "NodeSession",
@@ -49,6 +55,7 @@ __all__ = [
     "in_tenant_scope",
     "is_fleet_admin",
     "next_opening",
+    "node_daemon_refused",
     "node_session_reported",
     "nodes_set_daemon",
     "offline_verdicts_trusted",
@@ -60,6 +67,8 @@ __all__ = [
     "pools_set_default_daemon_version",
     "register_daemon_resolver",
     "register_disruption_source",
+    "register_refusal_codes",
+    "register_session_fields",
     "staff_user",
     "tenant_id_of",
     "tenant_slugs",

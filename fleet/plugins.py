@@ -12,25 +12,41 @@ Plug-ins never reach into fleet internals; they use what is here:
   with an upgrade in flight). The disruption budget counts them with active
   workflows.
 - ``register_daemon_resolver(fn)``: ``fn(version, arch)`` returns the daemon
-  section {"version", "url", "sha256"} for a version, or None. Used to give a
+  section {"version", "url", "sha256", ...} for a version, or None. Used to give a
   node created in a pool with a default daemon version its desired daemon.
+- ``node_daemon_refused``: a Django signal sent synchronously, before the session
+  answer is built, when an agent reports on its session call that it refused
+  the daemon its spec named (``"refused": {"version", "code", "detail"}``).
+  Arguments: ``node_id``, ``version``, ``code``, ``detail``. A receiver that
+  changes the node's spec (sends it back) has the change in that very answer.
+- ``register_refusal_codes(codes)``: the ``refused.code`` values the agent API
+  accepts (none until a plug-in registers some: the host knows no release trust).
+- ``register_session_fields(fn)``: ``fn()`` returns top-level fields added to
+  every session answer (the plain-heartbeat fast path included), such as
+  ``{"rootVersion": 3}``. Called on every heartbeat: it must not query the
+  database each time (cache, with a bound on staleness it documents).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 from uuid import UUID
 
 from django.db.models import QuerySet
 from django.dispatch import Signal
 
 node_session_reported = Signal()
+node_daemon_refused = Signal()
 
 DisruptionSource = Callable[[UUID], QuerySet]
 DaemonResolver = Callable[[str, str], dict | None]
+SessionFields = Callable[[], dict[str, Any]]
 
 _disruption_sources: list[DisruptionSource] = []
 _daemon_resolvers: list[DaemonResolver] = []
+_refusal_codes: set[str] = set()
+_session_fields: list[SessionFields] = []
 
 
 def register_disruption_source(source: DisruptionSource) -> None:
@@ -53,3 +69,24 @@ def resolve_daemon_section(version: str, arch: str) -> dict | None:
         if section is not None:
             return section
     return None
+
+
+def register_refusal_codes(codes: Iterable[str]) -> None:
+    _refusal_codes.update(codes)
+
+
+def refusal_codes() -> frozenset[str]:
+    return frozenset(_refusal_codes)
+
+
+def register_session_fields(fields: SessionFields) -> None:
+    if fields not in _session_fields:
+        _session_fields.append(fields)
+
+
+def session_fields() -> dict[str, Any]:
+    """The plug-ins' fields of a session answer (see ``register_session_fields``)."""
+    merged: dict[str, Any] = {}
+    for fields in _session_fields:
+        merged.update(fields())
+    return merged

@@ -19,6 +19,7 @@ which keeps a malformed integer as its raw string so that it is reported here.
 | rollout.W001 | no pins: registering answers 503 no_release_keys |
 | rollout.W002 | no downloads URL: creating a rollout answers 503 no_downloads_url |
 | rollout.W003 | a pin is listed twice (it counts once) |
+| rollout.W004 | the configured pins or threshold differ from the recorded root 1 (it changes nothing) |
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
+from django.db import DatabaseError, transaction
 
 from rollout.release.keys import parse_pin
 
@@ -261,3 +263,44 @@ def check_min_protocol_version(app_configs: Any = None, **kwargs: Any) -> list[C
             )
         ]
     return []
+
+
+@register(TAG)
+def check_recorded_root(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Root 1 of the key chain is the configuration as it was the first time it was needed; later
+    configuration changes nothing (docs/signing.md#rotating-the-release-keys). Say so when they differ.
+
+    It reads the database (one query) when it can: a database that is down, not migrated yet or
+    not to be touched here (another alias asked for, a test without database access) has nothing
+    recorded to disagree with, and a check never crashes the command that runs it.
+    """
+    from rollout.models import ReleaseRoot
+
+    if databases is not None and "default" not in databases:
+        return []
+    try:
+        with transaction.atomic():
+            rows = ReleaseRoot.objects.filter(version=1).values("pins", "threshold")
+            recorded = rows.first()
+            newest = ReleaseRoot.objects.order_by("-version").values_list("version", flat=True).first()
+    except (DatabaseError, RuntimeError):  # RuntimeError: database access is blocked (pytest-django)
+        return []
+    if recorded is None:
+        return []
+    options, _ = _release_options()
+    release = (options or {}).get("release") or {}
+    pins = release.get("pins") if isinstance(release, dict) else None
+    threshold = release.get("threshold", 1) if isinstance(release, dict) else None
+    configured = set(pins) if isinstance(pins, list | tuple) else None
+    if configured == set(recorded["pins"]) and threshold == recorded["threshold"]:
+        return []
+    return [
+        Warning(
+            f"ROLLOUT_RELEASE_PINS / ROLLOUT_RELEASE_THRESHOLD differ from root 1 of the key chain, recorded "
+            f"when it was first needed ({recorded['threshold']} of {len(recorded['pins'])} pins). The "
+            f"configuration changes nothing: releases register against root {newest}, the newest of the chain.",
+            hint="Rotate keys by registering a new root (python -m rollout.release root sign, then POST "
+            "/api/compute/release-roots/; docs/signing.md), or set the configuration back to root 1.",
+            id="rollout.W004",
+        )
+    ]

@@ -8,10 +8,14 @@ from uuid import UUID
 from django.db.models import QuerySet
 
 from fleet.interface import (
+    node_daemon_refused,
     node_session_reported,
     register_daemon_resolver,
     register_disruption_source,
+    register_refusal_codes,
+    register_session_fields,
 )
+from rollout.release.agent import REFUSAL_CODES
 from rollout.selectors import upgrades_disrupting_in
 
 
@@ -21,9 +25,11 @@ def upgrades_disrupting(pool_id: UUID) -> QuerySet:
 
 
 def daemon_section_for(version: str, arch: str) -> dict | None:
-    from rollout.services.releases import daemon_section
+    """Daemon resolver: the section of a registered version (a node created in a pool with a default)."""
+    from rollout.services.daemons import registered_daemon_section
 
-    return daemon_section(version=version, arch=arch)
+    section = registered_daemon_section(version=version, arch=arch)
+    return section if section is not None and section["url"] is not None else None
 
 
 def on_node_session_reported(sender: Any, *, node_id: UUID, daemon_version: str, **kwargs: Any) -> None:
@@ -33,7 +39,24 @@ def on_node_session_reported(sender: Any, *, node_id: UUID, daemon_version: str,
     node_upgrade_settle_reported(node_id=node_id, daemon_version=daemon_version)
 
 
+def on_node_daemon_refused(sender: Any, *, node_id: UUID, version: str, code: str, detail: str, **kwargs: Any) -> None:
+    """A node's agent refused the release it was sent: its upgrade fails at once and its spec goes back."""
+    from rollout.services.refusals import node_upgrade_settle_refused
+
+    node_upgrade_settle_refused(node_id=node_id, version=version, code=code, detail=detail)
+
+
+def session_fields() -> dict[str, Any]:
+    """Every session answer carries the newest root's version, so that agents follow the chain."""
+    from rollout.services.roots import root_version_cached
+
+    return {"rootVersion": root_version_cached()}
+
+
 def connect() -> None:
     register_disruption_source(upgrades_disrupting)
     register_daemon_resolver(daemon_section_for)
+    register_refusal_codes(REFUSAL_CODES)
+    register_session_fields(session_fields)
     node_session_reported.connect(on_node_session_reported, dispatch_uid="rollout.settle_on_join")
+    node_daemon_refused.connect(on_node_daemon_refused, dispatch_uid="rollout.settle_on_refusal")

@@ -33,6 +33,8 @@ class Release(models.Model):
     payload_sha256 = models.CharField(max_length=64, unique=True)
     envelope = models.TextField()
     signer_pins = models.JSONField(default=list, help_text="Pins of the keys whose signatures counted.")
+    # The signed manifest's "expires" (docs/signing.md#expiry): no node starts on it afterwards.
+    expires_at = models.DateTimeField(null=True, blank=True)
     registered_at = models.DateTimeField()
     registered_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -44,6 +46,43 @@ class Release(models.Model):
 
     def __str__(self) -> str:
         return f"bcd {self.version} (#{self.sequence})"
+
+
+class ReleaseRoot(models.Model):
+    """One version of the root chain: which release keys count (docs/signing.md#rotating-the-release-keys).
+
+    Version 1 is the configured pins and threshold, recorded the first time it
+    is needed, without an envelope. Each later version was verified against
+    the one before it (its keys and its own) and keeps its envelope exactly as
+    received, for the agents that follow the chain. Immutable once recorded.
+    """
+
+    version = models.BigIntegerField(unique=True)
+    pins = models.JSONField()
+    threshold = models.PositiveIntegerField()
+    expires_at = models.DateTimeField(null=True, blank=True)
+    envelope = models.TextField(null=True, blank=True)
+    payload_sha256 = models.CharField(max_length=64, null=True, blank=True, unique=True)
+    signer_pins = models.JSONField(default=list, help_text="Pins that counted: of the previous root, then its own.")
+    recorded_at = models.DateTimeField()
+    recorded_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["version"]
+        constraints = [
+            models.CheckConstraint(condition=Q(version__gte=1), name="release_root_version_positive"),
+            models.CheckConstraint(condition=Q(threshold__gte=1), name="release_root_threshold_positive"),
+            # Root 1 is the configuration; every later root arrived as a signed envelope.
+            models.CheckConstraint(
+                condition=Q(version=1, envelope__isnull=True) | Q(version__gt=1, envelope__isnull=False),
+                name="release_root_envelope_after_one",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"root {self.version} ({self.threshold} of {len(self.pins)})"
 
 
 class ReleaseBinary(models.Model):
@@ -85,6 +124,7 @@ class Rollout(models.Model):
         FAILURE_RATIO = "failure_ratio", "failure ratio exceeded"
         OPERATOR = "operator", "paused by an operator"
         RELEASE_BLOCKED = "release_blocked", "the release is blocked in this tenant"
+        RELEASE_EXPIRED = "release_expired", "the release has expired"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="rollouts")
@@ -185,6 +225,13 @@ class NodeUpgrade(models.Model):
         PREVIOUS_NOT_REGISTERED = "previous_not_registered", "no registered previous release to roll back to"
         SUPERSEDED = "superseded", "a newer rollout took the node after this one was aborted"
         NOT_READY = "not_ready", "the node left, went offline or changed version before minReadySeconds passed"
+        # The node's agent refused to run the release (docs/signing.md#what-an-agent-checks): "refused:<code>".
+        REFUSED_BAD_ROOT = "refused:bad_root", "the node refused it: the server offered a root it could not verify"
+        REFUSED_BAD_SIGNATURE = "refused:bad_signature", "the node refused it: not signed by the keys it trusts"
+        REFUSED_WRONG_VERSION = "refused:wrong_version", "the node refused it: the signed release is another version"
+        REFUSED_EXPIRED = "refused:expired", "the node refused it: the release has expired"
+        REFUSED_SEQUENCE_ROLLBACK = "refused:sequence_rollback", "the node refused it: older than a release it ran"
+        REFUSED_DIGEST_MISMATCH = "refused:digest_mismatch", "the node refused it: the bytes are not the signed ones"
 
     id = models.BigAutoField(primary_key=True)
     rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="node_upgrades")
@@ -266,6 +313,8 @@ class RolloutEvent(models.Model):
         PROMOTED = "rollout.promoted", "rollout.promoted"
         COMPLETED = "rollout.completed", "rollout.completed"
         ABORTED = "rollout.aborted", "rollout.aborted"
+        # A node's agent refused the release (docs/signing.md#what-an-agent-checks); not a webhook event.
+        NODE_UPGRADE_REFUSED = "node_upgrade.refused", "node_upgrade.refused"
 
     id = models.BigAutoField(primary_key=True)
     rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="events")

@@ -17,6 +17,14 @@ def _fresh_pulse_throttle(monkeypatch):
     monkeypatch.setattr(liveness, "_last_written_at", None)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_root_version(monkeypatch):
+    """Each test starts with this process's cached root version unset (it is per process, not per test)."""
+    from rollout.services import roots
+
+    monkeypatch.setattr(roots, "_cached_version", None)
+
+
 @pytest.fixture
 def tenant(db) -> Tenant:
     return tenant_create(slug="acme")

@@ -20,6 +20,7 @@ from core.fields import (
 from fleet.api.schema import AgentCommandSerializer, NodeSpecSerializer
 from fleet.models import Workflow
 from fleet.models.fleet import DEFAULT_DISRUPTION_BUDGET
+from fleet.plugins import refusal_codes
 from fleet.services.audit import entry_representation
 from fleet.services.nodes import node_is_online, node_session
 from fleet.services.pools import pool_policy
@@ -162,9 +163,24 @@ class WorkflowSerializer(serializers.Serializer):
 
 
 # --- agent -----------------------------------------------------------------------------
+class AgentRefusalSerializer(StrictSerializer):
+    """The agent refused the daemon its spec named (docs/fleet.md#refusals); codes are the plug-ins'."""
+
+    version = StrictRegexField(VERSION_REGEX, max_length=64, trim_whitespace=False)
+    code = StrictCharField(max_length=64, trim_whitespace=False)
+    detail = StrictCharField(max_length=1000, allow_blank=True, trim_whitespace=False)
+
+    def validate_code(self, value: str) -> str:
+        codes = refusal_codes()
+        if value not in codes:
+            raise serializers.ValidationError(f"One of: {', '.join(sorted(codes)) or '(none)'}.")
+        return value
+
+
 class AgentSessionInSerializer(StrictSerializer):
     daemonVersion = StrictRegexField(VERSION_REGEX, max_length=64, trim_whitespace=False)
     protocolVersion = StrictIntegerField(min_value=1, max_value=PG_INT_MAX)
+    refused = AgentRefusalSerializer(required=False)
 
 
 class AgentSessionSerializer(serializers.Serializer):

@@ -25,6 +25,7 @@ from fleet.api import serializers as s
 from fleet.api.agent_auth import AgentTokenAuthentication, IsAgent
 from fleet.api.schema import error_responses
 from fleet.models import AuditEntry, Node, Pool, Tenant, Workflow
+from fleet.plugins import session_fields
 from fleet.services.audit import Actor
 from fleet.services.commands import command_ack
 from fleet.services.iam import Principal
@@ -314,7 +315,12 @@ def _plain_heartbeat(request: HttpRequest) -> HttpResponse | None:
     report = agent_heartbeat(token_hash=token_hash(token), daemon_version=version, protocol_version=protocol)
     if report is None:
         return None
-    body = {"spec": report.spec, "commands": report.commands, "heartbeatSeconds": report.heartbeat_seconds}
+    body = {
+        "spec": report.spec,
+        "commands": report.commands,
+        "heartbeatSeconds": report.heartbeat_seconds,
+        **session_fields(),
+    }
     # As DRF's JSONRenderer writes it (compact, UTF-8).
     return HttpResponse(
         json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(), content_type="application/json"
@@ -349,10 +355,18 @@ class AgentSessionView(AgentView):
     def post(self, request: Request) -> Response:
         data = _valid(s.AgentSessionInSerializer, request)
         report = agent_session_report(
-            node=_agent_node(request), daemon_version=data["daemonVersion"], protocol_version=data["protocolVersion"]
+            node=_agent_node(request),
+            daemon_version=data["daemonVersion"],
+            protocol_version=data["protocolVersion"],
+            refused=data.get("refused"),
         )
         return Response(
-            {"spec": report.spec, "commands": report.commands, "heartbeatSeconds": report.heartbeat_seconds}
+            {
+                "spec": report.spec,
+                "commands": report.commands,
+                "heartbeatSeconds": report.heartbeat_seconds,
+                **session_fields(),
+            }
         )
 
     @extend_schema(request=None, responses={204: None, **error_responses("AgentLeave", auth="agent")})

@@ -35,7 +35,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from fleet.models import Command, FleetPulse, Node, NodeSession
-from fleet.plugins import node_session_reported
+from fleet.plugins import node_daemon_refused, node_session_reported
 from fleet.services.commands import commands_complete_upgrade, commands_pending
 from fleet.services.liveness import GAP_HEARTBEATS, PULSE_EVERY, pulse_heard
 from fleet.services.nodes import heartbeat_seconds, node_session
@@ -159,10 +159,23 @@ def agent_heartbeat(
 
 
 def agent_session_report(
-    *, node: Node, daemon_version: str, protocol_version: int, now: datetime | None = None
+    *,
+    node: Node,
+    daemon_version: str,
+    protocol_version: int,
+    refused: dict[str, str] | None = None,
+    now: datetime | None = None,
 ) -> SessionReport:
-    """Join or heartbeat for ``node`` (loaded with select_related("session"))."""
+    """Join or heartbeat for ``node`` (loaded with select_related("session")).
+
+    ``refused`` (``{"version", "code", "detail"}``, validated by the caller): the agent refused the
+    daemon its spec named. Plug-ins hear it first (``node_daemon_refused``, synchronously), so that
+    a spec they send back is already in this answer.
+    """
     now = now or timezone.now()
+    if refused is not None:
+        _send_refused(node_id=node.id, **refused)
+        node.spec = Node.objects.values_list("spec", flat=True).get(pk=node.id)
     session = node_session(node)
     heartbeat = session is not None and session.left_at is None and session.daemon_version == daemon_version
     coalesced = (
@@ -248,6 +261,20 @@ def _send_reported(*, node_id: UUID, daemon_version: str, protocol_version: int,
         daemon_version=daemon_version,
         protocol_version=protocol_version,
         previous_version=previous_version,
+    ):
+        if isinstance(result, Exception):
+            log.error(
+                "fleet.session.receiver_failed",
+                receiver=getattr(receiver, "__qualname__", repr(receiver)),
+                error=repr(result),
+                node_id=str(node_id),
+            )
+
+
+def _send_refused(*, node_id: UUID, version: str, code: str, detail: str) -> None:
+    log.info("fleet.session.refused", node_id=str(node_id), version=version, code=code, detail=detail)
+    for receiver, result in node_daemon_refused.send_robust(
+        sender=NodeSession, node_id=node_id, version=version, code=code, detail=detail
     ):
         if isinstance(result, Exception):
             log.error(

@@ -35,6 +35,12 @@ register_codes(
         "sequence_not_increasing": "The sequence does not exceed every registered release's (`highestSequence`).",
         "version_exists": "This version is registered with a different manifest.",
         "no_release_keys": "No (valid) release keys are configured: set `ROLLOUT_RELEASE_PINS`.",
+        "release_expired": "The release's signed manifest has expired: it is never registered nor sent to a node.",
+        "root_expired": "The newest root of the key chain has expired: register a new root first.",
+        # the root chain
+        "invalid_root": "The body is not a well-formed root envelope, or the root has already expired.",
+        "root_version": "The root's version is not the newest root's + 1 (`currentVersion`): a skipped version "
+        "or a fork.",
         # rollouts
         "unknown_version": "No registered release has this version.",
         "unknown_pool": "A pool id is not one of the tenant's pools (for a rollout, `poolIds` lists them).",
@@ -55,6 +61,7 @@ register_codes(
             "nodeIds": serializers.ListField(child=serializers.CharField(), help_text="The nodes already taken.")
         },
         "sequence_not_increasing": {"highestSequence": serializers.IntegerField(required=False)},
+        "root_version": {"currentVersion": serializers.IntegerField(required=False)},
     },
 )
 

@@ -6,6 +6,7 @@ checked once, in rollout/services/plan.py, for the API and the admin alike.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any, cast
 
@@ -24,7 +25,7 @@ from core.fields import (
 )
 from rollout import conf
 from rollout.api.schema import ReleaseBinarySerializer
-from rollout.models import NodeUpgrade, Release, Rollout, RolloutEvent, Webhook, WebhookDelivery
+from rollout.models import NodeUpgrade, Release, ReleaseRoot, Rollout, RolloutEvent, Webhook, WebhookDelivery
 from rollout.services.blockers import NODE_CODES, ROLLOUT_CODES, Blocker, node_blockers, rollout_blockers
 from rollout.services.blocks import block_json, blocks_for
 from rollout.services.plan import MAX_POOL_IDS, MAX_WAVES, RolloutSpec, rollout_spec
@@ -43,12 +44,24 @@ class ReleaseSerializer(ResponseModelSerializer):
 
     protocolVersion = serializers.IntegerField(source="protocol_version", allow_null=True)
     registeredAt = serializers.DateTimeField(source="registered_at")
+    expiresAt = serializers.DateTimeField(
+        source="expires_at", allow_null=True, help_text="The signed manifest's expiry; null when it never expires."
+    )
     binaries = serializers.SerializerMethodField(help_text="Per `linux-<arch>`.")
     blocked = serializers.SerializerMethodField()
 
     class Meta:
         model = Release
-        fields = ["version", "sequence", "product", "protocolVersion", "binaries", "registeredAt", "blocked"]
+        fields = [
+            "version",
+            "sequence",
+            "product",
+            "protocolVersion",
+            "binaries",
+            "registeredAt",
+            "expiresAt",
+            "blocked",
+        ]
 
     @extend_schema_field(ReleaseBlockedSerializer(allow_null=True))
     def get_blocked(self, release: Release) -> dict[str, Any] | None:
@@ -67,6 +80,23 @@ class ReleaseSerializer(ResponseModelSerializer):
             }
             for binary in release.binaries.all()
         }
+
+
+class ReleaseRootSerializer(ResponseModelSerializer):
+    """A root of the key chain: version 1 is the configured pins and threshold (no envelope)."""
+
+    expiresAt = serializers.DateTimeField(source="expires_at", allow_null=True)
+    envelope = serializers.SerializerMethodField(help_text="The DSSE envelope as registered; null for root 1.")
+    signerPins = serializers.JSONField(source="signer_pins", help_text="Pins that counted (previous root's, its own).")
+    recordedAt = serializers.DateTimeField(source="recorded_at")
+
+    class Meta:
+        model = ReleaseRoot
+        fields = ["version", "pins", "threshold", "expiresAt", "envelope", "signerPins", "recordedAt"]
+
+    @extend_schema_field(JSONObjectField(allow_null=True))
+    def get_envelope(self, root: ReleaseRoot) -> Any:
+        return json.loads(root.envelope) if root.envelope is not None else None
 
 
 @extend_schema_field({"type": "integer", "minimum": 0, "maximum": 2**31 - 1, "default": 0})

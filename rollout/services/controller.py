@@ -160,6 +160,12 @@ def release_blocked(rollout: Rollout) -> bool:
     return ReleaseBlock.objects.filter(tenant_id=rollout.tenant_id, release_id=rollout.release_id).exists()
 
 
+def release_expired(rollout: Rollout, *, now: datetime) -> bool:
+    """Whether the rollout's release has expired (docs/signing.md#expiry): no node may start on it."""
+    expires_at = rollout.release.expires_at
+    return expires_at is not None and expires_at <= now
+
+
 @TICK_SECONDS.time()
 def rollout_tick(*, rollout_id: UUID | str) -> TickResult | None:
     """Reconcile one rollout. Returns None when another worker holds it (or it is gone)."""
@@ -181,6 +187,10 @@ def rollout_tick(*, rollout_id: UUID | str) -> TickResult | None:
         if rollout.state == Rollout.State.ACTIVE and release_blocked(rollout):
             # First: a release blocked in the tenant (CONTRACT 9.5) pauses its rollouts; nodes in flight settle.
             pause_rollout(rollout=rollout, reason=Rollout.PausedReason.RELEASE_BLOCKED, at=now)
+            result.paused = True
+        elif rollout.state == Rollout.State.ACTIVE and release_expired(rollout, now=now):
+            # The periodic tick checks every active rollout each period: an expiry pauses it with no node settling.
+            pause_rollout(rollout=rollout, reason=Rollout.PausedReason.RELEASE_EXPIRED, at=now)
             result.paused = True
         result.succeeded = node_upgrades_settle_succeeded(rollout=rollout, now=now)
         arrived, result.failed = node_upgrades_settle_overdue(now=now, rollout=rollout)

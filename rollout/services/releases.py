@@ -1,4 +1,4 @@
-"""The signed release registry: register, list, store binaries, resolve daemon sections."""
+"""The signed release registry: register, list, store binaries."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 import structlog
 from django.conf import settings
@@ -16,13 +16,14 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max, QuerySet
 from django.utils import timezone
 
-from core.errors import Conflict, InvalidInput, NotFound, Unavailable
+from core.errors import Conflict, InvalidInput, NotFound
 from fleet.interface import Actor, Tenant, audit_record
-from rollout import conf
-from rollout.locks import RELEASE_REGISTRY_LOCK, advisory_xact_lock
+from rollout.locks import RELEASE_REGISTRY_LOCK, ROOT_CHAIN_LOCK, advisory_xact_lock
 from rollout.models import Release, ReleaseBinary
 from rollout.release.dsse import verify_envelope
 from rollout.release.errors import ReleaseError
+from rollout.release.manifest import format_timestamp
+from rollout.services.roots import root_first, root_newest, trusted_root
 
 if TYPE_CHECKING:
     # django-stubs' placeholder for the AUTH_USER_MODEL (its mypy plugin resolves it).
@@ -49,43 +50,48 @@ def release_register(
     actor: Actor | None = None,
     audit_tenant: Tenant | None = None,
 ) -> Registration:
-    """Verify a DSSE envelope against the pinned keys and record the release.
+    """Verify a DSSE envelope against the newest root's keys and record the release.
 
+    The newest root of the chain (rollout/services/roots.py; root 1 is the configured
+    pins and threshold) is the only one that counts: a key rotated out no longer signs.
     The same manifest again (byte-identical payload) changes nothing and
-    returns the first registration with ``created=False``. Nothing is
-    written when any check fails. Concurrent registrations are serialised by
-    a transaction-scoped advisory lock, so two cannot both pass the sequence
-    check.
+    returns the first registration with ``created=False``. A manifest that has already
+    expired is refused (400 ``release_expired``), and so is every release while the newest
+    root has expired (409 ``root_expired``). Nothing is written when any check fails.
+    Concurrent registrations are serialised by a transaction-scoped advisory lock, so two
+    cannot both pass the sequence check, and hold the root chain's lock shared, so the root
+    they verify against cannot change before they commit.
 
     Releases are installation-wide, but the one who registers acts somewhere: a new release is
     recorded (``release.register``) in ``audit_tenant``'s audit trail (the API key's tenant, the
     admin user's tenant), or in the system chain when that is None (a superuser of no tenant).
     """
-    options = conf.options()
-    if not options.pins:
-        raise Unavailable(
-            "No release keys are configured: set ROLLOUT_RELEASE_PINS before registering releases.",
-            code="no_release_keys",
-        )
-    misconfigured = Unavailable(
-        "The release keys are misconfigured (see `manage.py check`): registering is refused until fixed.",
-        code="no_release_keys",
-    )
-    if options.threshold is None or options.threshold > len(set(options.pins)):
-        raise misconfigured
-    try:
-        verified = verify_envelope(envelope, pins=options.pins, threshold=options.threshold)
-    except ReleaseError as exc:
-        raise InvalidInput(exc.detail, code=exc.code) from exc
-    except ValueError as exc:  # a malformed pin: a configuration error, never the caller's
-        raise misconfigured from exc
-    manifest = verified.manifest
-
+    root_first()  # root 1 is recorded from the configuration the first time it is needed (503 without keys)
     with transaction.atomic():
         advisory_xact_lock(RELEASE_REGISTRY_LOCK)
+        advisory_xact_lock(ROOT_CHAIN_LOCK, shared=True)
+        root = trusted_root(root_newest())
+        try:
+            verified = verify_envelope(envelope, pins=root.pins, threshold=root.threshold)
+        except ReleaseError as exc:
+            raise InvalidInput(exc.detail, code=exc.code) from exc
+        manifest = verified.manifest
         existing = Release.objects.filter(payload_sha256=verified.payload_sha256).first()
         if existing is not None:
             return Registration(release=existing, created=False)
+        now = timezone.now()
+        if manifest.expires is not None and manifest.expired(now):
+            raise InvalidInput(
+                f"bcd {manifest.version} expired at {format_timestamp(manifest.expires)}: an expired release is "
+                "never registered.",
+                code="release_expired",
+            )
+        if root.expires is not None and root.expired(now):
+            raise Conflict(
+                f"Root {root.version} expired at {format_timestamp(root.expires)}: register a new root first "
+                "(docs/signing.md#rotating-the-release-keys).",
+                code="root_expired",
+            )
         if Release.objects.filter(version=manifest.version).exists():
             raise Conflict(
                 f"Version {manifest.version} is already registered with a different manifest.",
@@ -109,7 +115,8 @@ def release_register(
                 payload_sha256=verified.payload_sha256,
                 envelope=envelope.decode("utf-8"),
                 signer_pins=list(verified.signer_pins),
-                registered_at=timezone.now(),
+                expires_at=manifest.expires,
+                registered_at=now,
                 registered_by=registered_by,
             )
             ReleaseBinary.objects.bulk_create(
@@ -136,6 +143,8 @@ def release_register(
                 "product": release.product,
                 "protocolVersion": release.protocol_version,
                 "platforms": sorted(manifest.binaries),
+                "expiresAt": format_timestamp(manifest.expires) if manifest.expires else None,
+                "rootVersion": root.version,
             },
         )
     log.info(
@@ -227,13 +236,3 @@ def release_binary_open(*, version: str, platform: str) -> tuple[ReleaseBinary, 
         raise NotFound(
             f"bcd {version} for {platform} is registered but its bytes are missing from storage.", code="not_found"
         ) from exc
-
-
-def daemon_section(*, version: str, arch: str) -> dict[str, Any] | None:
-    """``{"version", "url", "sha256"}`` for a registered version and arch, else None."""
-    platform = f"linux-{arch}"
-    binary = ReleaseBinary.objects.filter(release__version=version, platform=platform).only("sha256").first()
-    url = conf.binary_url(version, platform)
-    if binary is None or url is None:
-        return None
-    return {"version": version, "url": url, "sha256": binary.sha256}

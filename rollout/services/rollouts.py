@@ -21,7 +21,7 @@ from fleet.interface import (
     audit_record,
 )
 from rollout.models import Rollout
-from rollout.services.controller import release_blocked, wave_failures
+from rollout.services.controller import release_blocked, release_expired, wave_failures
 from rollout.services.settle import node_upgrades_roll_back
 from rollout.services.ticks import rollout_request_tick
 from rollout.services.transitions import (
@@ -91,6 +91,12 @@ def rollout_resume(*, rollout_id: UUID | str, tenant: Tenant | None = None, acto
             raise Conflict(
                 f"Release {rollout.release.version} is blocked in this tenant: unblock it first.",
                 code="release_blocked",
+            )
+        if rollout.state == Rollout.State.PAUSED and release_expired(rollout, now=timezone.now()):
+            raise Conflict(
+                f"Release {rollout.release.version} has expired: no node may start on it. Roll forward to a newer "
+                "release instead.",
+                code="release_expired",
             )
         if rollout.state == Rollout.State.PAUSED and rollout.paused_reason == Rollout.PausedReason.FAILURE_RATIO:
             # The operator saw these failures and chose to go on; failures that came while

@@ -28,7 +28,7 @@ from fleet.interface import (
 )
 from rollout.dispatch import TIMEOUTS_DUE_TASK, publish_on_commit
 from rollout.models import NodeUpgrade, Release, ReleaseBinary, ReleaseBlock, Rollout
-from rollout.services.daemons import daemon_section, min_protocol_version, set_daemons
+from rollout.services.daemons import SignedRelease, min_protocol_version, set_daemons, signed_releases
 from rollout.services.transitions import (
     converge_upgrades,
     skip_upgrades,
@@ -53,7 +53,13 @@ def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
     if not pool_ids:
         return 0, 0
     release = rollout.release
-    sha256_of_arch = dict(ReleaseBinary.objects.filter(release=release).values_list("arch", "sha256"))
+    if release.expires_at is not None and release.expires_at <= now:
+        return 0, 0  # never sent (docs/signing.md#expiry): the tick pauses the rollout
+    signed = SignedRelease(
+        version=release.version,
+        envelope=release.envelope,
+        sha256_by_arch=dict(ReleaseBinary.objects.filter(release=release).values_list("arch", "sha256")),
+    )
     # On the session row the chunk joins anyway: an EXISTS here was planned as a hash of every
     # session of the fleet, once per pool (0.3 s per pool at 100,000 nodes).
     online = ExpressionWrapper(_on_node(online_node_q(now=now)), output_field=BooleanField())
@@ -95,10 +101,10 @@ def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
                     if offline_is_down or row["node__session__joined_at"] is None:  # never joined: never ran
                         skipped[NodeUpgrade.Reason.OFFLINE].append(row["id"])
                     continue
-                if arch not in sha256_of_arch:
+                section = signed.section(arch)
+                if section is None:
                     skipped[NodeUpgrade.Reason.NO_BINARY].append(row["id"])
                     continue
-                section = daemon_section(version=release.version, arch=arch, sha256=sha256_of_arch[arch])
                 to_start.append((row["id"], row["node_id"]))
                 sections.append((row["node_id"], section))
                 if (row["node__session__protocol_version"] or 0) < minimum_protocol:
@@ -147,7 +153,8 @@ def convergence_candidates(*, now: datetime) -> QuerySet[NodeUpgrade]:
     """Rows that converge: skipped (offline) in a completed rollout, node online again on an older version.
 
     Not when a newer rollout has a row for the node (it took the node: this ends here), another
-    row holds the node, the tenant blocked the release, or the release has no binary for its arch.
+    row holds the node, the tenant blocked the release, the release expired (docs/signing.md#expiry)
+    or has no binary for its arch.
     An older version: one that is not a registered release of the target's sequence or higher.
     """
     node = OuterRef("node_id")
@@ -164,6 +171,7 @@ def convergence_candidates(*, now: datetime) -> QuerySet[NodeUpgrade]:
         NodeUpgrade.objects.filter(
             state=State.SKIPPED, reason=NodeUpgrade.Reason.OFFLINE, rollout__state=Rollout.State.COMPLETED
         )
+        .exclude(rollout__release__expires_at__lte=now)
         .filter(Exists(Node.objects.filter(online_node_q(now=now), pk=node)), Exists(binary))
         .exclude(Exists(newer))
         .exclude(Exists(claimed))
@@ -211,24 +219,19 @@ def rollouts_converge(*, now: datetime) -> int:
 
 def _converge_rows(rows: Sequence[Mapping[str, Any]], *, started_at: datetime) -> int:
     """Start these candidate rows (already within the budget), per rollout."""
-    sha256 = {
-        (release_id, arch): digest
-        for release_id, arch, digest in ReleaseBinary.objects.filter(
-            release_id__in={row["rollout__release_id"] for row in rows}
-        ).values_list("release_id", "arch", "sha256")
-    }
+    releases = signed_releases(ids={row["rollout__release_id"] for row in rows})
     by_rollout: dict[UUID, list[Mapping[str, Any]]] = defaultdict(list)
     for row in rows:
         by_rollout[row["rollout_id"]].append(row)
     started = 0
     for rollout_id, group in by_rollout.items():
         deadline = started_at + timedelta(seconds=group[0]["rollout__upgrade_timeout_seconds"])
-        moved = _converge_batch(rollout_id, group, sha256=sha256, started_at=started_at, deadline=deadline)
+        moved = _converge_batch(rollout_id, group, releases=releases, started_at=started_at, deadline=deadline)
         if moved is None and len(group) > 1:
             # A new rollout took one of the nodes meanwhile: row by row, only the refused ones are left out.
             batches = ([row] for row in group)
             moved = sum(
-                _converge_batch(rollout_id, batch, sha256=sha256, started_at=started_at, deadline=deadline) or 0
+                _converge_batch(rollout_id, batch, releases=releases, started_at=started_at, deadline=deadline) or 0
                 for batch in batches
             )
         if moved:
@@ -241,7 +244,7 @@ def _converge_batch(
     rollout_id: UUID,
     batch: Sequence[Mapping[str, Any]],
     *,
-    sha256: Mapping[tuple[int, str], str],
+    releases: Mapping[str, SignedRelease],
     started_at: datetime,
     deadline: datetime,
 ) -> int | None:
@@ -261,10 +264,8 @@ def _converge_batch(
         sections = []
         old_agents = []
         for row in batch:
-            arch = row["node__arch"]
-            section = daemon_section(
-                version=row["target_version"], arch=arch, sha256=sha256[(row["rollout__release_id"], arch)]
-            )
+            section = releases[row["target_version"]].section(row["node__arch"])
+            assert section is not None  # a candidate's release has a binary for its arch
             sections.append((row["node_id"], section))
             if (row["node__session__protocol_version"] or 0) < minimum_protocol:
                 old_agents.append((row["node_id"], section))

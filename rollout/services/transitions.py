@@ -40,9 +40,9 @@ import structlog
 from django.db.models import Count, Exists, OuterRef, Subquery
 
 from core.errors import InvalidState
-from fleet.interface import Node, NodeSession, pools_set_default_daemon_version
+from fleet.interface import NodeSession, pools_set_default_daemon_version
 from rollout.models import NodeUpgrade, Rollout, RolloutEvent, RolloutWave
-from rollout.services.daemons import SendBack, send_back
+from rollout.services.daemons import SendBack, previous_daemon, send_back
 from rollout.services.events import event_record
 
 log = structlog.get_logger("rollout")
@@ -190,7 +190,7 @@ def start_upgrades(
         state=State.IN_FLIGHT,
         started_at=started_at,
         deadline=deadline,
-        previous_daemon=Subquery(Node.objects.filter(pk=OuterRef("node_id")).values("spec__daemon")[:1]),
+        previous_daemon=previous_daemon(),
         previous_version=Subquery(NodeSession.objects.filter(node_id=OuterRef("node_id")).values("daemon_version")[:1]),
     )
     # One line per batch of nodes, not per node: a tick that starts 5,000 nodes spent a second formatting
@@ -251,7 +251,7 @@ def converge_upgrades(
         arrived_at=None,
         started_at=started_at,
         deadline=deadline,
-        previous_daemon=Subquery(Node.objects.filter(pk=OuterRef("node_id")).values("spec__daemon")[:1]),
+        previous_daemon=previous_daemon(),
         previous_version=Subquery(NodeSession.objects.filter(node_id=OuterRef("node_id")).values("daemon_version")[:1]),
     )
     for _, node_id in starts:

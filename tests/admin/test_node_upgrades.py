@@ -101,3 +101,15 @@ def test_the_list_takes_a_constant_number_of_queries(root, two, tenant):
     with CaptureQueriesContext(connection) as many:
         root.get(LIST)
     assert len(few) == len(many)
+
+
+def test_a_refusal_reads_in_plain_words_and_the_root_chain_is_listed_read_only(root, tenant, releases):
+    rollout = make_rollout(tenant, {"pool-r": (1, "1")})
+    tick(rollout)
+    NodeUpgrade.objects.filter(rollout=rollout).update(state="failed", reason="refused:bad_signature")
+    body = root.get(LIST, {"rollout": rollout.pk}).content.decode()
+    assert "the node refused it: not signed by the keys it trusts" in body
+    chain = root.get("/admin/rollout/releaseroot/")
+    assert chain.status_code == 200
+    assert len(chain.context["cl"].result_list) == 1  # root 1, recorded when the releases were registered
+    assert root.get("/admin/rollout/releaseroot/add/").status_code == 403

@@ -207,6 +207,8 @@ LISTS = [
     "/api/compute/nodes/",
     "/api/compute/workflows/",
     "/api/compute/releases/",
+    "/api/compute/release-roots/",
+    "/api/compute/agent/release-roots",
     "/api/compute/rollouts/",
     "/api/compute/rollouts/{id}/nodes/",
     "/api/compute/rollouts/{id}/events/",

@@ -73,7 +73,8 @@ def test_join_heartbeat_commands_ack_leave_and_rejoin(http, fleet, reports):
     # join
     response = http.post(SESSION, json={"daemonVersion": "1.4.0", "protocolVersion": 3}, headers=agent(fleet["ta"]))
     assert response.status_code == 200, response.text
-    assert response.json() == {"spec": {"daemon": None}, "commands": [], "heartbeatSeconds": 10}
+    # rootVersion: the rollout plug-in's field (fleet.plugins.register_session_fields).
+    assert response.json() == {"spec": {"daemon": None}, "commands": [], "heartbeatSeconds": 10, "rootVersion": 1}
     assert reports == [
         {
             "sender": NodeSession,

@@ -66,7 +66,13 @@ def test_a_spec_or_command_set_before_a_heartbeat_is_in_its_answer(tenant):
     client = agent_client(token)
     client.post(SESSION, BODY, format="json")  # join
     answer, _ = heartbeat(client)
-    assert answer == {"spec": {"daemon": None}, "commands": [], "heartbeatSeconds": heartbeat_seconds()}
+    # rootVersion: the rollout plug-in's field (fleet.plugins.register_session_fields), on every answer.
+    assert answer == {
+        "spec": {"daemon": None},
+        "commands": [],
+        "heartbeatSeconds": heartbeat_seconds(),
+        "rootVersion": 1,
+    }
 
     daemon = {"version": "1.5.0", "url": "https://dl.example/bcd/1.5.0/linux-amd64", "sha256": "c" * 64}
     nodes_set_daemon(node_ids=[node.id], daemon=daemon)

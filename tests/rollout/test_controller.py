@@ -12,8 +12,8 @@ from fleet.services.nodes import node_create
 from fleet.services.workflows import workflow_start
 from rollout.models import NodeUpgrade, RolloutEvent
 from rollout.services.create import rollout_create
+from rollout.services.daemons import registered_daemon_section
 from rollout.services.plan import rollout_spec
-from rollout.services.releases import daemon_section
 from rollout.services.rollouts import rollout_abort, rollout_pause, rollout_resume
 from tests.factories import fleet
 from tests.rollout.helpers import heartbeat_all, in_flight, rejoin, states, tick
@@ -41,7 +41,7 @@ def test_start_respects_the_pool_budget_and_sets_spec_daemon(tenant, releases):
     assert [u.position for u in started] == [0, 1, 2, 3, 4]
     for upgrade in started:
         node = Node.objects.get(pk=upgrade.node_id)
-        assert node.spec["daemon"] == daemon_section(version="1.0.0", arch="amd64")
+        assert node.spec["daemon"] == registered_daemon_section(version="1.0.0", arch="amd64")
         assert node.spec["daemon"]["url"].endswith("/bcd/1.0.0/linux-amd64")
         assert upgrade.previous_version == "0.9.0"
         assert upgrade.deadline == upgrade.started_at + timedelta(seconds=600)
@@ -130,7 +130,7 @@ def test_the_tick_settles_a_success_the_join_hook_missed(tenant, releases):
 
 def test_timeout_fails_and_returns_spec_daemon_to_the_previous_section(tenant, releases):
     nodes = fleet(tenant, {"a": (3, "1")})["a"]
-    previous = daemon_section(version="0.9.0", arch="amd64")
+    previous = registered_daemon_section(version="0.9.0", arch="amd64")
     Node.objects.filter(pk=nodes[0].pk).update(spec={"daemon": previous})
     NodeSession.objects.filter(node=nodes[2]).update(daemon_version="0.1.0")  # never registered
     rollout = create(tenant, upgrade_timeout_seconds=60, max_failure_ratio=1)
@@ -258,7 +258,7 @@ def test_completion_sets_pool_defaults_and_later_nodes_run_the_version(tenant, r
     assert set(Pool.objects.values_list("default_daemon_version", flat=True)) == {"1.0.0"}
     assert not NodeUpgrade.objects.filter(claims_node=True).exists()
     late, _ = node_create(tenant=tenant, name="late", pool_id=nodes["a"][0].pool_id, arch="amd64")
-    assert late.spec["daemon"] == daemon_section(version="1.0.0", arch="amd64")
+    assert late.spec["daemon"] == registered_daemon_section(version="1.0.0", arch="amd64")
 
 
 def test_abort_cancels_pending_and_leaves_in_flight_and_succeeded_alone(tenant, releases):
@@ -282,7 +282,7 @@ def test_abort_cancels_pending_and_leaves_in_flight_and_succeeded_alone(tenant, 
 
 def test_abort_with_rollback_returns_in_flight_nodes_only_to_a_registered_release(tenant, releases):
     nodes = fleet(tenant, {"a": (3, "1")})["a"]
-    previous = daemon_section(version="0.9.0", arch="amd64")
+    previous = registered_daemon_section(version="0.9.0", arch="amd64")
     Node.objects.filter(pk=nodes[0].pk).update(spec={"daemon": previous})
     NodeSession.objects.filter(node=nodes[2]).update(daemon_version="0.1.0")  # never registered
     rollout = create(tenant)
@@ -307,7 +307,7 @@ def test_an_old_agent_also_gets_a_daemon_upgrade_command(tenant, releases):
     tick(rollout)
     commands = list(Command.objects.filter(kind="daemon.upgrade"))
     assert {c.node_id for c in commands} == {n.id for n in nodes}
-    assert all(c.payload == daemon_section(version="1.0.0", arch="amd64") for c in commands)
+    assert all(c.payload == registered_daemon_section(version="1.0.0", arch="amd64") for c in commands)
     rejoin(nodes[0].id, "1.0.0", protocol=1)
     assert Command.objects.get(node=nodes[0]).state == "done"
     assert NodeUpgrade.objects.get(rollout=rollout, node=nodes[0]).state == "succeeded"

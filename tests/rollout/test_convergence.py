@@ -15,8 +15,8 @@ from fleet.services.sessions import agent_session_report
 from rollout.models import NodeUpgrade, Rollout
 from rollout.services.controller import rollouts_tick_all
 from rollout.services.create import rollout_create
+from rollout.services.daemons import registered_daemon_section
 from rollout.services.plan import rollout_spec
-from rollout.services.releases import daemon_section
 from rollout.services.start import rollouts_converge
 from tests.concurrency import run_together
 from tests.factories import fleet
@@ -69,7 +69,7 @@ def test_a_skipped_node_converges_when_it_comes_back_within_the_budget(tenant, r
     assert first.previous_version == "0.9.0"
     assert first.reason is None
     assert first.deadline == first.started_at + timedelta(seconds=rollout.upgrade_timeout_seconds)
-    assert Node.objects.get(pk=first.node_id).spec["daemon"] == daemon_section(version="1.0.0", arch="amd64")
+    assert Node.objects.get(pk=first.node_id).spec["daemon"] == registered_daemon_section(version="1.0.0", arch="amd64")
     assert pool_budget(pool_id=first.pool_id).disrupted == 1
     shown = {row.node_id: row.state for row in NodeUpgrade.objects.filter(rollout=rollout, node_id__in=down)}
     assert sorted(shown.values()) == ["in_flight", "skipped"]
@@ -82,7 +82,9 @@ def test_a_skipped_node_converges_when_it_comes_back_within_the_budget(tenant, r
         rollouts_tick_all()  # it never rejoins on 1.0.0: it times out and goes back, like any node
     second.refresh_from_db()
     assert (second.state, second.reason, second.claims_node) == ("failed", "timeout", False)
-    assert Node.objects.get(pk=second.node_id).spec["daemon"] == daemon_section(version="0.9.0", arch="amd64")
+    assert Node.objects.get(pk=second.node_id).spec["daemon"] == registered_daemon_section(
+        version="0.9.0", arch="amd64"
+    )
     assert rollouts_converge(now=timezone.now()) == 0  # one attempt: a failed row does not start again
     assert Rollout.objects.get(pk=rollout.pk).state == "completed"
 
@@ -148,7 +150,7 @@ def test_a_node_created_after_completion_gets_the_pools_default(tenant, releases
     pool = Pool.objects.get(tenant=tenant, name="a")
     assert pool.default_daemon_version == "1.0.0"
     node, _ = node_create(tenant=tenant, name="late", pool_id=pool.pk, arch="amd64")
-    assert node.spec["daemon"] == daemon_section(version="1.0.0", arch="amd64")
+    assert node.spec["daemon"] == registered_daemon_section(version="1.0.0", arch="amd64")
     assert not NodeUpgrade.objects.filter(node=node).exists()
     assert rollout.state == "completed"
 

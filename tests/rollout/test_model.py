@@ -74,8 +74,8 @@ from rollout import tasks
 from rollout.models import NodeUpgrade, Rollout, RolloutWave
 from rollout.services.controller import rollout_tick, rollouts_tick_all
 from rollout.services.create import rollout_create
+from rollout.services.daemons import registered_daemon_section
 from rollout.services.plan import rollout_spec
-from rollout.services.releases import daemon_section
 from rollout.services.rollouts import rollout_abort, rollout_pause, rollout_resume
 from tests.factories import fleet
 from tests.rollout.helpers import in_flight, tick
@@ -321,11 +321,11 @@ class ControllerModel(RuleBasedStateMachine):
             self.pools[pool.id] = (budget, [node.id for node in nodes])
             for node in nodes:
                 self.agents[node.id] = Agent(node.id, pool.id, "amd64", OLD, "up", self.now)
-        nodes_set_daemon(node_ids=list(self.agents), daemon=daemon_section(version=OLD, arch="amd64"))
+        nodes_set_daemon(node_ids=list(self.agents), daemon=registered_daemon_section(version=OLD, arch="amd64"))
         odd_node = next(iter(self.agents))
         if odd == "arm64":  # the new release has no arm64 binary: skipped (no_binary)
             Node.objects.filter(pk=odd_node).update(arch="arm64")
-            nodes_set_daemon(node_ids=[odd_node], daemon=daemon_section(version=OLD, arch="arm64"))
+            nodes_set_daemon(node_ids=[odd_node], daemon=registered_daemon_section(version=OLD, arch="arm64"))
             self.agents[odd_node].arch = "arm64"
         elif odd == "unregistered":  # runs a release nobody registered, no desired daemon: rollback cannot help it
             NodeSession.objects.filter(node_id=odd_node).update(daemon_version=UNREGISTERED)

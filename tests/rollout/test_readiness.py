@@ -11,8 +11,8 @@ from fleet.models import Node, NodeSession
 from fleet.services.sessions import agent_session_leave, agent_session_report
 from rollout.models import NodeUpgrade
 from rollout.services.create import rollout_create
+from rollout.services.daemons import registered_daemon_section
 from rollout.services.plan import rollout_spec
-from rollout.services.releases import daemon_section
 from tests.factories import fleet
 from tests.rollout.helpers import heartbeat_all, in_flight, rejoin, tick
 
@@ -79,7 +79,9 @@ def test_a_flapping_agent_fails_not_ready_and_goes_back_holding_its_slot_meanwhi
     failed = row(upgrade)
     assert (failed.state, failed.reason) == ("failed", "not_ready")
     # Back to its previous section, exactly as on a timeout.
-    assert Node.objects.get(pk=upgrade.node_id).spec["daemon"] == daemon_section(version="0.9.0", arch="amd64")
+    assert Node.objects.get(pk=upgrade.node_id).spec["daemon"] == registered_daemon_section(
+        version="0.9.0", arch="amd64"
+    )
     assert len(nodes) == 10
 
 

@@ -2,6 +2,14 @@
 
 from rollout.api.views.releases import ReleaseViewSet, download_binary
 from rollout.api.views.rollouts import RolloutViewSet
+from rollout.api.views.roots import AgentReleaseRootsViewSet, ReleaseRootViewSet
 from rollout.api.views.webhooks import WebhookViewSet
 
-__all__ = ["ReleaseViewSet", "RolloutViewSet", "WebhookViewSet", "download_binary"]
+__all__ = [
+    "AgentReleaseRootsViewSet",
+    "ReleaseRootViewSet",
+    "ReleaseViewSet",
+    "RolloutViewSet",
+    "WebhookViewSet",
+    "download_binary",
+]

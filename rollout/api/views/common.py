@@ -24,9 +24,9 @@ def caller_principal(request: Request) -> Principal:
     return cast(Principal, request.auth)
 
 
-def envelope_bytes(request: Request) -> bytes:
-    """The raw request body, refused before reading when it is larger than an envelope may be."""
-    too_big = InvalidInput(f"The envelope is larger than {MAX_ENVELOPE_BYTES} bytes.", code="invalid_envelope")
+def envelope_bytes(request: Request, *, code: str = "invalid_envelope") -> bytes:
+    """The raw request body, refused (``code``) before reading when it is larger than an envelope may be."""
+    too_big = InvalidInput(f"The envelope is larger than {MAX_ENVELOPE_BYTES} bytes.", code=code)
     try:
         declared = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
