@@ -172,7 +172,7 @@ def run(
 
     from demo.processes import celery_beat, celery_worker, stop, wait_until, web_server
     from fleet.models import Node
-    from fleet.services.iam import api_key_create, tenant_create
+    from fleet.services.iam import tenant_create
     from fleet.services.pools import pool_create
     from fleet.tokens import new_token, token_hash
     from rollout.models import NodeUpgrade, Rollout
@@ -184,8 +184,6 @@ def run(
 
     call_command("migrate", verbosity=0)
     tenant = tenant_create(slug="bench")
-    _, api_key = api_key_create(tenant=tenant, username="bench", grants=["compute:fleet:admin"])
-    sequences = {}
     for sequence, version in enumerate(("1.0.0", "1.1.0"), start=1):
         binary = f"bcd {version}\n".encode() * 4096
         manifest = manifest_for(
@@ -193,7 +191,6 @@ def run(
         )
         release_register(envelope=envelope_to_bytes(sign_envelope(manifest_to_bytes(manifest), [key])))
         release_binary_store(version=version, platform="linux-amd64", source=io.BytesIO(binary))
-        sequences[version] = sequence
     pool_rows = [pool_create(tenant=tenant, name=f"pool-{p}", disruption_budget=str(budget)) for p in range(pools)]
     # Nodes bulk-inserted (as node_create makes them: no spec.daemon, no session until the agent joins):
     # node_create one by one, with its audit row, takes minutes at 10,000.
@@ -247,8 +244,7 @@ def run(
             f"http://127.0.0.1:{port}",
             configs,
             processes=simulator_processes,
-            api_key=api_key,
-            sequences=sequences,
+            release_pins=[env["ROLLOUT_RELEASE_PINS"]],  # agents verify every release they run
             heartbeat_seconds=heartbeat,
             restart_delay=restart_delay,
             seed=3,

@@ -95,7 +95,7 @@ class Demo:
         _, key = api_key_create(tenant=self.tenant, username="automation", grants=[Permission.FLEET_ADMIN])
         self.api = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
         self.key = key
-        self.sequences: dict[str, int] = {}
+        self.sequences: dict[str, int] = {}  # what the demo registered (the agents learn sequences from releases)
         self.password = secrets.token_urlsafe(9)
 
     # -- setting up ------------------------------------------------------------------------
@@ -359,8 +359,9 @@ def main() -> int:
         configs = build_agent_configs(
             agents, daemon_version="1.0.0", fail_version="1.1.0" if args.fail_canary else None, fail_mode="rejoin_old"
         )
-        fleet = Fleet(demo.url, configs, sequences=demo.sequences, heartbeat_seconds=2.0, restart_delay=0.5,
-                      restart_jitter=0.5, seed=7)  # fmt: skip
+        # The agents trust only the release key's pin (as the server does: root 1 of the key chain).
+        fleet = Fleet(demo.url, configs, release_pins=[env["ROLLOUT_RELEASE_PINS"]], heartbeat_seconds=2.0,
+                      restart_delay=0.5, restart_jitter=0.5, seed=7)  # fmt: skip
         # The policy part waits up to 75 s for a window and then runs a rollout: allow for it.
         with fleet.start_thread(timeout=args.timeout + 200) as running:
             running.wait_for(lambda f: f.online_count() == len(configs), timeout=30)

@@ -6,20 +6,19 @@ Each agent speaks the node agent protocol (CONTRACT section 6) like the real
 - it joins with ``POST /api/compute/agent/session`` and heartbeats with the same
   call every ``heartbeatSeconds`` (the server's answer, or an override, scaled,
   with jitter so that a thousand agents do not beat in lockstep);
-- when ``spec.daemon`` names a version other than the one it runs (an agent
-  whose protocolVersion is below ``spec_min_protocol_version`` ignores
-  ``spec.daemon``), or a ``daemon.upgrade`` command arrives, it checks the
-  release sequence, downloads the binary (one download per (url, sha256) for
-  the whole fleet), checks its sha256 (every agent hashes the bytes itself),
-  leaves with ``DELETE /api/compute/agent/session``, "restarts" (a delay) and
-  rejoins reporting the new version; the release is confirmed when the rejoin
-  is answered;
-- after confirming a release it refuses a binary of a lower sequence. The
-  daemon section carries no sequence: sequences come from a mapping given to
-  the fleet and, with an operator API key, from ``GET /api/compute/releases/``
-  (fetched again when an unknown version appears, at most every
-  ``refresh_interval`` seconds). A version whose sequence stays unknown is not
-  refused on sequence grounds;
+- it trusts only the release keys it is given (``release_pins``,
+  ``release_threshold``: root 1 of the key chain) and the roots it verifies
+  from them; when ``spec.daemon`` names a version other than the one it runs
+  (an agent whose protocolVersion is below ``spec_min_protocol_version``
+  ignores ``spec.daemon``), or a ``daemon.upgrade`` command arrives, it
+  verifies the signed release the section carries (docs/signing.md: roots,
+  signatures, version, expiry, no sequence below the one it confirmed),
+  downloads the binary (one download per (url, sha256) for the whole fleet),
+  checks its size and sha256 against the signed manifest (every agent hashes
+  the bytes itself), leaves with ``DELETE /api/compute/agent/session``,
+  "restarts" (a delay) and rejoins reporting the new version; the release's
+  sequence is confirmed when the rejoin is answered. A refusal is reported on
+  its next session call (``"refused": {"version", "code", "detail"}``);
 - failure injection: ``never_rejoin`` (leaves and stays down) or
   ``rejoin_old`` (comes back still reporting the old version) for a seeded,
   deterministic share of the agents and/or for a target version; ``offline``
@@ -29,7 +28,7 @@ Each agent speaks the node agent protocol (CONTRACT section 6) like the real
 
 Python API (used by the tests, the benchmark and the demo)::
 
-    fleet = Fleet(base_url, [AgentConfig(token=t) for t in tokens], heartbeat_seconds=0.5)
+    fleet = Fleet(base_url, [AgentConfig(token=t) for t in tokens], release_pins=[pin], heartbeat_seconds=0.5)
     met = await fleet.run(until=lambda f: f.versions()["1.1.0"] == len(tokens), timeout=60)
 
 or, from synchronous code (a test holding the Django ORM)::
@@ -54,7 +53,7 @@ from simulator.config import (
 )
 from simulator.enrolment import EnrolledNode, enroll, read_tokens, write_tokens
 from simulator.fleet import Fleet, FleetThread, default_max_connections
-from simulator.releases import BinaryCache, SequenceBook
+from simulator.releases import BinaryCache
 from simulator.shards import ShardedFleet
 from simulator.stats import FleetStats
 
@@ -68,7 +67,6 @@ __all__ = [
     "Fleet",
     "FleetStats",
     "FleetThread",
-    "SequenceBook",
     "ShardedFleet",
     "SimulatorError",
     "add_arguments",

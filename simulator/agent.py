@@ -1,4 +1,4 @@
-"""One simulated bcd agent: join, heartbeat, upgrade on spec.daemon or daemon.upgrade, refuse older releases."""
+"""One simulated bcd agent: join, heartbeat, upgrade on spec.daemon or daemon.upgrade, verify what it runs."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from rollout.release.agent import Refused, TrustedRelease
 from simulator.config import (
     ACK_PATH,
     DEFAULT_HEARTBEAT_SECONDS,
@@ -22,8 +23,8 @@ from simulator.config import (
     AgentConfig,
     AgentState,
 )
-from simulator.releases import SequencesUnavailable
 from simulator.stats import Refusal, Upgrade
+from simulator.trust import RootsUnavailable, Trust
 
 if TYPE_CHECKING:  # the fleet holds its agents; only the type is needed here
     from simulator.fleet import Fleet
@@ -59,6 +60,10 @@ class Agent:
         self.upgrades: list[Upgrade] = []  # every restart into a new binary, successful or not
         self.refusals: list[Refusal] = []
         self.acked: dict[str, bool] = {}  # command id -> ok
+        self.trust = Trust(self, pins=fleet.release_pins, threshold=fleet.release_threshold)
+        self._refused: dict[str, str] | None = None  # reported on the next session call
+        self._running: tuple[str, int] | None = None  # (release payload, sequence) of the release it runs
+        self._installing: TrustedRelease | None = None  # verified, downloaded: confirmed at the rejoin
         self._session_open = False
         self._pending_confirm: str | None = None
         self._given_up: dict[tuple[str, str, str], str] = {}  # section -> reason (refused or failed)
@@ -149,24 +154,33 @@ class Agent:
         """One heartbeat and what it brings; returns the delay before the next one (None: stay down)."""
         fleet = self.fleet
         started = time.perf_counter()
+        body: dict[str, Any] = {"daemonVersion": self.version, "protocolVersion": self.config.protocol_version}
+        refused = self._refused
+        if refused is not None:
+            body["refused"] = refused
         response = await fleet.request(
             "POST",
             SESSION_PATH,
             self.config.token,
-            json={"daemonVersion": self.version, "protocolVersion": self.config.protocol_version},
+            json=body,
             kind="session",
             agent=self,
+            final_4xx=refused is not None,
         )
         if response is None:
-            return self._interval()
+            return self._interval()  # a refusal not heard yet goes again with the next beat
+        self._refused = None
+        if not response.is_success:
+            return self._interval()  # the server would not take the refusal (counted as an error)
         if fleet.record_latencies:
             fleet.stats.latencies.append(time.perf_counter() - started)
             fleet.stats.round_trips.append(response.elapsed.total_seconds())
         try:
-            body = response.json()
-            spec = body.get("spec") or {}
-            commands = body.get("commands") or []
-            heartbeat_seconds = body.get("heartbeatSeconds")
+            answer = response.json()
+            spec = answer.get("spec") or {}
+            commands = answer.get("commands") or []
+            heartbeat_seconds = answer.get("heartbeatSeconds")
+            root_version = answer.get("rootVersion")
             if not isinstance(spec, dict) or not isinstance(commands, list):
                 raise TypeError("spec must be an object and commands a list")
         except (ValueError, TypeError, AttributeError) as exc:
@@ -181,7 +195,7 @@ class Agent:
             self.joins += 1
             fleet.stats.joins += 1
             upgraded = self._pending_confirm is not None
-            await self._confirm(self._pending_confirm or self.version)
+            self._confirm()
             self._pending_confirm = None
             if upgraded and self.config.flap_after is not None and not self._flapped:
                 # Flap after upgrade (once): stay a moment on the new version, then leave and return.
@@ -190,6 +204,8 @@ class Agent:
         self.state = AgentState.ONLINE
         if isinstance(heartbeat_seconds, int | float) and heartbeat_seconds > 0:
             self.heartbeat_seconds = float(heartbeat_seconds)
+        if isinstance(root_version, int) and not isinstance(root_version, bool):
+            self.trust.announced = root_version
         self.spec = spec
 
         target: tuple[dict, str] | None = None
@@ -204,12 +220,14 @@ class Agent:
             return await self._restart_into(*target)
         return self._interval()
 
-    async def _confirm(self, version: str) -> None:
-        try:
-            sequence = await self.fleet.sequences.sequence_of(version)
-        except SequencesUnavailable:
-            return  # confirmed again at the next lookup that succeeds: see _consider
-        if sequence is not None and (self.confirmed_sequence is None or sequence > self.confirmed_sequence):
+    def _confirm(self) -> None:
+        """The rejoin was answered: the release it installed (verified before the restart) is confirmed."""
+        installed, self._installing = self._installing, None
+        if installed is not None and installed.manifest.version == self.version:
+            self._confirm_sequence(installed.manifest.sequence)
+
+    def _confirm_sequence(self, sequence: int) -> None:
+        if self.confirmed_sequence is None or sequence > self.confirmed_sequence:
             self.confirmed_sequence = sequence
 
     # -- commands ------------------------------------------------------------------------
@@ -250,8 +268,11 @@ class Agent:
 
     # -- upgrades ------------------------------------------------------------------------
 
-    def _refuse(self, section: Any, reason: str, detail: str) -> _Verdict:
+    def _refuse(self, section: Any, reason: str, detail: str, *, report: bool = False) -> _Verdict:
+        """Never run this section; with ``report``, say so on the next session call (docs/signing.md)."""
         version = section.get("version") if isinstance(section, dict) else None
+        if report and isinstance(version, str):
+            self._refused = {"version": version, "code": reason, "detail": detail[:1000]}
         self._given_up[_section_key(section)] = f"{reason}: {detail}"
         self.refusals.append(Refusal(version=str(version), reason=reason, detail=detail, at=time.time()))
         self.fleet.stats.refusals += 1
@@ -264,25 +285,24 @@ class Agent:
             if _section_key(section) in self._given_up:
                 return _Verdict.REFUSED
             return self._refuse(section, "invalid_section", f"not a daemon section: {section!r}"[:200])
-        version, url, sha256 = section["version"], section["url"], section["sha256"].lower()
+        version, url = section["version"], section["url"]
         if version == self.version:
+            self._learn_running(section)
             return _Verdict.CURRENT
         if _section_key(section) in self._given_up:
             return _Verdict.REFUSED
-        try:
-            if self.confirmed_sequence is None:  # the join could not learn it: try again first
-                await self._confirm(self.version)
-            sequence = await self.fleet.sequences.sequence_of(version)
-        except SequencesUnavailable as exc:
-            self._failed("sequence_unknown", f"{version}: {exc}")
+        platform = f"linux-{self.config.arch}"
+        try:  # what the release keys signed, before a byte is downloaded (docs/signing.md)
+            trusted = await self.trust.verify(section, confirmed_sequence=self.confirmed_sequence)
+            binary = trusted.binary_for(platform)
+        except Refused as refused:
+            return self._refuse(section, refused.code, refused.detail, report=True)
+        except RootsUnavailable as exc:
+            self._failed("release_roots", f"{version}: {exc}")
             return _Verdict.RETRY
-        if sequence is not None and self.confirmed_sequence is not None and sequence < self.confirmed_sequence:
-            return self._refuse(
-                section, "lower_sequence", f"sequence {sequence} < confirmed sequence {self.confirmed_sequence}"
-            )
         previous_state, self.state = self.state, AgentState.UPGRADING
         try:
-            data = await self.fleet.binaries.fetch(url, sha256)
+            data = await self.fleet.binaries.fetch(url, binary.sha256)
         except httpx.HTTPStatusError as exc:
             self._failed("download", f"{exc.response.status_code} for {url}")
             return _Verdict.RETRY
@@ -291,10 +311,23 @@ class Agent:
             return _Verdict.RETRY
         finally:
             self.state = previous_state
-        digest = await _sha256(data)
-        if digest != sha256:
-            return self._refuse(section, "sha256_mismatch", f"got {digest}, expected {sha256}")
+        try:  # the bytes against the signed manifest's entry, not spec.daemon.sha256
+            trusted.verify_binary(platform=platform, size=len(data), sha256=await _sha256(data))
+        except Refused as refused:
+            return self._refuse(section, refused.code, refused.detail, report=True)
+        self._installing = trusted
         return _Verdict.GO
+
+    def _learn_running(self, section: dict) -> None:
+        """Its spec names the version it runs: once that release verifies, its sequence is confirmed."""
+        release = section.get("release")
+        payload = release.get("payload") if isinstance(release, dict) else None
+        if not isinstance(payload, str) or (self._running is not None and self._running[0] == payload):
+            return
+        sequence = self.trust.adopt(section)
+        if sequence is not None:
+            self._running = (payload, sequence)
+            self._confirm_sequence(sequence)
 
     async def _leave(self) -> None:
         response = await self.fleet.request("DELETE", SESSION_PATH, self.config.token, kind="leave", agent=self)
@@ -335,7 +368,7 @@ class Agent:
 
 def _valid_section(section: Any) -> bool:
     return isinstance(section, dict) and all(
-        isinstance(section.get(key), str) and section.get(key) for key in ("version", "url", "sha256")
+        isinstance(section.get(key), str) and section.get(key) for key in ("version", "url")
     )
 
 

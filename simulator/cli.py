@@ -6,15 +6,14 @@ import argparse
 import asyncio
 import contextlib
 import io
-import json
 import logging
 import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import IO
 
+from rollout.release.keys import parse_pin
 from simulator.config import (
     DEFAULT_DAEMON_VERSION,
     DEFAULT_PROTOCOL_VERSION,
@@ -52,15 +51,12 @@ def _positive(value: str) -> float:
     return number
 
 
-def _sequences(value: str) -> dict[str, int]:
-    """``1.0.0=1,1.1.0=2`` or ``@file.json`` (a JSON object version -> sequence)."""
+def _pin(value: str) -> str:
     try:
-        if value.startswith("@"):
-            return {str(k): int(v) for k, v in json.loads(Path(value[1:]).read_text(encoding="utf-8")).items()}
-        pairs = [item.split("=", 1) for item in value.split(",") if item.strip()]
-        return {version.strip(): int(sequence) for version, sequence in pairs}
-    except (ValueError, OSError, AttributeError) as exc:
-        raise argparse.ArgumentTypeError(f"sequences: {exc}") from exc
+        parse_pin(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,15 +65,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--api-key",
         default=os.environ.get("ROLLOUT_API_KEY"),
-        help="operator API key (compute:fleet:admin), for --enroll and to learn release sequences; "
+        help="operator API key (compute:fleet:admin), only for --enroll (agents use their agent tokens); "
         "default $ROLLOUT_API_KEY",
+    )
+    parser.add_argument(
+        "--release-pin",
+        action="append",
+        type=_pin,
+        required=True,
+        metavar="PIN",
+        help="a release key the agents trust (repeatable): the server's ROLLOUT_RELEASE_PINS, root 1 of the "
+        "key chain; agents run only releases these keys signed",
+    )
+    parser.add_argument(
+        "--release-threshold", type=int, default=1, help="distinct pinned keys that must sign (default 1)"
     )
     parser.add_argument("--pools", default="default", help="comma-separated pool names to enroll into")
     parser.add_argument("--create-pools", action="store_true", help="create the --pools that do not exist")
     parser.add_argument("--tokens-file", help="agent tokens: read from it, or written to it with --enroll")
     parser.add_argument("--enroll", action="store_true", help="create --count nodes through the API first")
     parser.add_argument("--name-prefix", help="node name prefix for --enroll (default sim-<random>-)")
-    parser.add_argument("--arch", default="amd64", help="node arch for --enroll")
+    parser.add_argument("--arch", default="amd64", help="the agents' arch (node arch for --enroll)")
     parser.add_argument("--daemon-version", default=DEFAULT_DAEMON_VERSION, help="version the agents start on")
     parser.add_argument("--protocol-version", type=int, default=DEFAULT_PROTOCOL_VERSION)
     parser.add_argument(
@@ -109,7 +117,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--down-after", type=_non_negative, default=0.0, help="seconds after start they go offline (0: at once)"
     )
     parser.add_argument("--down-for", type=_non_negative, default=30.0, help="seconds they stay offline")
-    parser.add_argument("--sequences", type=_sequences, help="known release sequences: 1.0.0=1,1.1.0=2 or @file.json")
+    parser.add_argument(
+        "--confirmed-sequence",
+        type=int,
+        help="the release sequence the agents already confirmed (else learned from the verified release they run)",
+    )
     parser.add_argument("--duration", type=_positive, help="stop after this many seconds (default: until a signal)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--stats-every", type=_positive, default=5.0, help="seconds between status lines")
@@ -169,6 +181,8 @@ async def run_cli(options: argparse.Namespace, out: IO[str] | io.TextIOBase | No
         tokens,
         daemon_version=options.daemon_version,
         protocol_version=options.protocol_version,
+        arch=options.arch,
+        confirmed_sequence=options.confirmed_sequence,
         fail_share=options.fail_share,
         fail_version=options.fail_version,
         fail_mode=options.fail_mode,
@@ -183,9 +197,11 @@ async def run_cli(options: argparse.Namespace, out: IO[str] | io.TextIOBase | No
     )
     if options.processes < 1:
         raise SimulatorError("--processes must be at least 1")
+    if not 1 <= options.release_threshold <= len(set(options.release_pin)):
+        raise SimulatorError("--release-threshold must be from 1 to the number of distinct --release-pin")
     fleet_options = {
-        "api_key": options.api_key,
-        "sequences": options.sequences,
+        "release_pins": options.release_pin,
+        "release_threshold": options.release_threshold,
         "heartbeat_seconds": options.heartbeat_seconds,
         "heartbeat_scale": options.heartbeat_scale,
         "jitter": options.jitter,

@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import urljoin
 
 DEFAULT_DAEMON_VERSION = "1.0.0"
+DEFAULT_ARCH = "amd64"
 DEFAULT_PROTOCOL_VERSION = 3
 # The server's default FLEET_MIN_PROTOCOL_VERSION: agents below it predate
 # spec.daemon and upgrade only through daemon.upgrade commands.
@@ -23,7 +24,7 @@ UPGRADE_COMMAND = "daemon.upgrade"
 
 SESSION_PATH = "/api/compute/agent/session"
 ACK_PATH = "/api/compute/agent/commands/{id}/ack"
-RELEASES_PATH = "/api/compute/releases/"
+RELEASE_ROOTS_PATH = "/api/compute/agent/release-roots"
 POOLS_PATH = "/api/compute/pools/"
 NODES_PATH = "/api/compute/nodes/"
 # Lists answer {"results": [...], "next": url | null}; a walk longer than this is a server bug, not a list.
@@ -69,8 +70,10 @@ class AgentConfig:
 
     ``fail_mode`` (``never_rejoin`` | ``rejoin_old``) applies to every upgrade
     when ``fail_versions`` is None, else only to upgrades to those versions.
-    ``confirmed_sequence`` is the sequence the agent has already confirmed;
-    when None it is learned from its running version at its first join.
+    ``confirmed_sequence`` is the highest release sequence the agent has
+    confirmed (its installation's state); when None, it learns the sequence of
+    the release it runs from its spec once that release verifies, and from
+    every release it installs. ``arch``: its platform is ``linux-<arch>``.
 
     ``flap_after``: after its first upgrade, the agent stays joined on the new
     version this many seconds, then leaves for ``flap_down`` seconds and comes
@@ -85,6 +88,7 @@ class AgentConfig:
     name: str = ""
     daemon_version: str = DEFAULT_DAEMON_VERSION
     protocol_version: int = DEFAULT_PROTOCOL_VERSION
+    arch: str = DEFAULT_ARCH
     offline: bool = False
     fail_mode: str | None = None
     fail_versions: frozenset[str] | None = None
@@ -130,6 +134,8 @@ def build_agent_configs(
     *,
     daemon_version: str = DEFAULT_DAEMON_VERSION,
     protocol_version: int = DEFAULT_PROTOCOL_VERSION,
+    arch: str = DEFAULT_ARCH,
+    confirmed_sequence: int | None = None,
     fail_share: float | None = None,
     fail_version: str | None = None,
     fail_mode: str = NEVER_REJOIN,
@@ -172,6 +178,8 @@ def build_agent_configs(
             name=name,
             daemon_version=daemon_version,
             protocol_version=protocol_version,
+            arch=arch,
+            confirmed_sequence=confirmed_sequence,
             offline=key in offline,
             fail_mode=fail_mode if key in failing else None,
             fail_versions=fail_versions if key in failing else None,

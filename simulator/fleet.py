@@ -9,14 +9,14 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
 
 from simulator.agent import Agent
 from simulator.config import DEFAULT_HEARTBEAT_SECONDS, SPEC_MIN_PROTOCOL_VERSION, AgentConfig
-from simulator.releases import BinaryCache, SequenceBook
+from simulator.releases import BinaryCache
 from simulator.stats import FleetStats, FleetStatus
 
 logger = logging.getLogger(__name__)
@@ -45,8 +45,8 @@ class Fleet(FleetStatus):
     Arguments:
     - ``base_url``: the server, e.g. ``http://127.0.0.1:8000``;
     - ``agents``: one ``AgentConfig`` per agent;
-    - ``api_key``: an operator key, used only to read ``GET /api/compute/releases/``;
-    - ``sequences``: a known version -> release sequence mapping (see ``SequenceBook``);
+    - ``release_pins``, ``release_threshold``: what every agent's installation trusts (root 1 of the
+      key chain): agents run only releases these keys signed (simulator/trust.py);
     - ``heartbeat_seconds``: override the server's heartbeatSeconds; else the
       server's value times ``heartbeat_scale``; each interval gets +/- ``jitter``
       (a fraction) and first beats are spread over ``start_spread`` seconds
@@ -66,8 +66,8 @@ class Fleet(FleetStatus):
         base_url: str,
         agents: Sequence[AgentConfig],
         *,
-        api_key: str | None = None,
-        sequences: Mapping[str, int] | None = None,
+        release_pins: Sequence[str] = (),
+        release_threshold: int = 1,
         heartbeat_seconds: float | None = None,
         heartbeat_scale: float = 1.0,
         jitter: float = 0.1,
@@ -81,7 +81,6 @@ class Fleet(FleetStatus):
         spec_min_protocol_version: int = SPEC_MIN_PROTOCOL_VERSION,
         leave_on_stop: bool = False,
         record_latencies: bool = False,
-        release_refresh_interval: float = 2.0,
         client: httpx.AsyncClient | None = None,
     ):
         if not 0 <= jitter < 1:
@@ -91,7 +90,8 @@ class Fleet(FleetStatus):
         if heartbeat_scale <= 0 or restart_delay < 0 or restart_jitter < 0:
             raise ValueError("heartbeat_scale must be positive; restart delays must be >= 0")
         self.base_url = base_url.rstrip("/")
-        self.api_key = api_key
+        self.release_pins = tuple(release_pins)
+        self.release_threshold = release_threshold
         self.heartbeat_override = heartbeat_seconds
         self.heartbeat_scale = heartbeat_scale
         self.jitter = jitter
@@ -110,13 +110,10 @@ class Fleet(FleetStatus):
         self.stats = FleetStats()
         self.agents = [Agent(self, config, index) for index, config in enumerate(agents)]
         self.agent_count = len(self.agents)
-        self._sequence_mapping = dict(sequences or {})
-        self._release_refresh_interval = release_refresh_interval
         self._given_client = client
         self._client: httpx.AsyncClient | None = None
         self.binaries: BinaryCache
         self._gate: asyncio.Semaphore
-        self.sequences: SequenceBook
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_future: asyncio.Future[None] | None = None
         self._stop_requested = threading.Event()
@@ -261,9 +258,6 @@ class Fleet(FleetStatus):
         self._client = client
         self._gate = asyncio.Semaphore(self.max_connections)
         self.binaries = BinaryCache(client, self.stats, timeout=self.download_timeout, gate=self._gate)
-        self.sequences = SequenceBook(
-            self, api_key=self.api_key, mapping=self._sequence_mapping, refresh_interval=self._release_refresh_interval
-        )
         self.started_at = time.monotonic()
         tasks = [asyncio.create_task(agent.run(), name=f"agent:{agent.name}") for agent in self.agents]
         deadline = None if timeout is None else loop.time() + timeout

@@ -11,7 +11,9 @@ from simulator.config import AgentState
 
 @dataclass(frozen=True)
 class Refusal:
-    """A binary the agent would not run. ``reason``: lower_sequence | sha256_mismatch | invalid_section."""
+    """A binary the agent would not run. ``reason``: a refusal code it reported (rollout.release.agent.REFUSAL_CODES:
+    bad_root, bad_signature, wrong_version, expired, sequence_rollback, digest_mismatch), or invalid_section
+    (no version to report it for)."""
 
     version: str
     reason: str
@@ -41,7 +43,6 @@ class FleetStats:
     refusals: int = 0
     downloads: int = 0  # binaries actually fetched over the network
     download_cache_hits: int = 0  # fetches served by the shared cache (or joined an in-flight one)
-    release_refreshes: int = 0
     errors: int = 0
     errors_by_kind: Counter = field(default_factory=Counter)
     # When recorded: each heartbeat as the agent sees it (its wait for one of the fleet's

@@ -534,7 +534,7 @@ def agents_fleet(stack: FaultStack, pools: dict[str, tuple[int, float]], *, seed
     """Enroll the pools over HTTP and build their agents on 0.9.0 (heartbeat 0.5 s, restart 0.2 s)."""
     enrolled = stack.enroll(pools)
     agents = build_agent_configs([agent for pool in enrolled.values() for agent in pool], daemon_version="0.9.0")
-    return Fleet(stack.url, agents, sequences=stack.sequences, heartbeat_seconds=0.5, restart_delay=0.2, seed=seed)
+    return Fleet(stack.url, agents, release_pins=[pin(0)], heartbeat_seconds=0.5, restart_delay=0.2, seed=seed)
 
 
 def pool_id(stack: FaultStack, name: str) -> str:

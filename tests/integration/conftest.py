@@ -29,10 +29,10 @@ class Stack:
     logs: Path
     sequences: dict[str, int] = field(default_factory=dict)
 
-    def register(self, version: str, sequence: int) -> None:
-        """Register a signed release over HTTP and upload its binary."""
+    def register(self, version: str, sequence: int, *, keys: tuple[int, ...] = (0,)) -> None:
+        """Register a release signed by release ``keys`` over HTTP and upload its binary."""
         response = self.client.post(
-            "/api/compute/releases/", content=signed(manifest(version, sequence, archs=("amd64",)))
+            "/api/compute/releases/", content=signed(manifest(version, sequence, archs=("amd64",)), *keys)
         )
         assert response.status_code in (200, 201), response.text
         release_binary_store(version=version, platform="linux-amd64", source=io.BytesIO(binary_bytes(version)))

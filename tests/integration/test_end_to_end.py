@@ -12,6 +12,7 @@ from demo.processes import wait_until
 from fleet.models import Node, NodeSession, Pool
 from rollout.models import NodeUpgrade, Rollout, RolloutEvent
 from simulator import Fleet, build_agent_configs
+from tests.factories import pin
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -38,7 +39,7 @@ def test_a_three_wave_rollout_of_60_nodes_in_3_pools_completes(stack):
     stack.register("1.0.0", 2)
     enrolled = stack.enroll({"a": (20, 0.1), "b": (20, 0.1), "c": (20, 0.1)})
     agents = build_agent_configs([agent for pool in enrolled.values() for agent in pool], daemon_version="0.9.0")
-    fleet = Fleet(stack.url, agents, sequences=stack.sequences, heartbeat_seconds=0.5, restart_delay=0.2, seed=1)
+    fleet = Fleet(stack.url, agents, release_pins=[pin(0)], heartbeat_seconds=0.5, restart_delay=0.2, seed=1)
     with fleet.start_thread(timeout=300) as running:
         assert running.wait_for(lambda f: f.online_count() == 60, timeout=30)
         rollout_id = create(
@@ -69,7 +70,7 @@ def test_a_failing_release_pauses_at_the_canary_then_rollback_and_roll_forward(s
     enrolled = stack.enroll({"p": (20, 0.1)})
     # Every agent fails on 1.1.0: it leaves to restart and never comes back.
     agents = build_agent_configs(enrolled["p"], daemon_version="1.0.0", fail_version="1.1.0", fail_mode="never_rejoin")
-    fleet = Fleet(stack.url, agents, sequences=stack.sequences, heartbeat_seconds=0.5, restart_delay=0.2, seed=2)
+    fleet = Fleet(stack.url, agents, release_pins=[pin(0)], heartbeat_seconds=0.5, restart_delay=0.2, seed=2)
     with fleet.start_thread(timeout=300) as running:
         assert running.wait_for(lambda f: f.online_count() == 20, timeout=30)
         # The canary (1 node) fails at its 6 s timeout: 1/1 > 0.1, the rollout pauses before wave 1.
@@ -126,7 +127,7 @@ def test_a_window_opens_after_create_and_a_promote_ends_a_long_soak(stack):
     assert patched.json()["policy"]["maintenanceWindows"] == [window]
 
     agents = build_agent_configs(enrolled["w"], daemon_version="0.9.0")
-    fleet = Fleet(stack.url, agents, sequences=stack.sequences, heartbeat_seconds=0.5, restart_delay=0.2, seed=3)
+    fleet = Fleet(stack.url, agents, release_pins=[pin(0)], heartbeat_seconds=0.5, restart_delay=0.2, seed=3)
     with fleet.start_thread(timeout=300) as running:
         assert running.wait_for(lambda f: f.online_count() == 10, timeout=30)
         rollout_id = create(stack, version="1.0.0", waves=[50, 100], soakSeconds=3600, upgradeTimeoutSeconds=30)

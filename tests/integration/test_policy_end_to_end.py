@@ -12,6 +12,7 @@ from demo.processes import wait_until
 from fleet.models import Node
 from rollout.models import NodeUpgrade, Rollout
 from simulator import Fleet, build_agent_configs
+from tests.factories import pin
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -33,7 +34,7 @@ def test_a_flapping_agent_fails_readiness_and_an_offline_node_converges_after_co
     agents[0] = dataclasses.replace(agents[0], flap_after=0.5, flap_down=1.0)
     # Offline from the start; joins (on 0.9.0) 25 s later, after the rollout completed.
     agents[1] = dataclasses.replace(agents[1], down_after=0.0, down_for=25.0)
-    fleet = Fleet(stack.url, agents, sequences=stack.sequences, heartbeat_seconds=0.5, restart_delay=0.2, seed=3)
+    fleet = Fleet(stack.url, agents, release_pins=[pin(0)], heartbeat_seconds=0.5, restart_delay=0.2, seed=3)
     with fleet.start_thread(timeout=300) as running:
         assert running.wait_for(lambda f: f.online_count() == 5, timeout=30)
         response = stack.client.post(

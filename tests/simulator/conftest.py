@@ -1,12 +1,15 @@
-"""Fixtures of the simulator tests: a loopback binary server, nodes with tokens, deadline waits."""
+"""Fixtures of the simulator tests: a loopback binary server, signed sections, nodes with tokens."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
 
@@ -14,10 +17,31 @@ from fleet.models import Node, Pool, Tenant
 from fleet.services.iam import api_key_create
 from fleet.services.nodes import node_create
 from fleet.services.pools import pool_create
+from rollout.release.manifest import manifest_for, manifest_to_bytes
+from tests.factories import signed
 
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def signed_release(
+    version: str,
+    data: bytes,
+    *,
+    sequence: int = 1,
+    keys: tuple[int, ...] = (0,),
+    expires: datetime | None = None,
+    arch: str = "amd64",
+) -> dict[str, Any]:
+    """The DSSE envelope (as a JSON object) of a bcd release whose ``linux-<arch>`` binary is ``data``."""
+    manifest = manifest_for(version=version, sequence=sequence, binaries={f"linux-{arch}": data}, expires=expires)
+    return json.loads(signed(manifest_to_bytes(manifest), *keys))
+
+
+def signed_section(version: str, data: bytes, *, url: str, **release: Any) -> dict[str, Any]:
+    """A daemon section as the server sends it: {"version", "url", "sha256", "release"}."""
+    return {"version": version, "url": url, "sha256": sha256(data), "release": signed_release(version, data, **release)}
 
 
 class BinaryServer:
@@ -53,11 +77,11 @@ class BinaryServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="binaries", daemon=True)
 
-    def add(self, version: str, data: bytes, arch: str = "amd64") -> dict:
-        """Serve ``data`` as bcd ``version``; returns its daemon section {"version", "url", "sha256"}."""
+    def add(self, version: str, data: bytes, arch: str = "amd64", **release: Any) -> dict:
+        """Serve ``data`` as bcd ``version``; returns its signed daemon section (``signed_section``)."""
         path = f"/bcd/{version}/linux-{arch}"
         self.files[path] = data
-        return {"version": version, "url": self.url + path, "sha256": sha256(data)}
+        return signed_section(version, data, url=self.url + path, arch=arch, **release)
 
     def hits_for(self, section: dict) -> int:
         return self.hits[section["url"].removeprefix(self.url)]

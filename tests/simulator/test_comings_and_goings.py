@@ -8,18 +8,25 @@ from demo.processes import wait_until
 from fleet.models import NodeSession
 from fleet.services.nodes import nodes_set_daemon
 from simulator import AgentConfig, AgentState, Fleet, build_agent_configs
+from tests.factories import pin
 from tests.simulator.conftest import make_nodes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-FAST = {"heartbeat_seconds": 0.2, "restart_delay": 0.1, "restart_jitter": 0.0, "request_timeout": 5.0}
+FAST = {
+    "heartbeat_seconds": 0.2,
+    "restart_delay": 0.1,
+    "restart_jitter": 0.0,
+    "request_timeout": 5.0,
+    "release_pins": [pin(0)],
+}
 
 
 def test_a_flapping_agent_leaves_shortly_after_rejoining_on_the_new_version_then_returns(live_server, pool, binaries):
     [(node, token)] = make_nodes(pool, 1)
     section = binaries.add("1.1.0", b"bcd 1.1.0\n" * 64)
     config = AgentConfig(token=token, name=node.name, flap_after=0.5, flap_down=1.0)
-    fleet = Fleet(live_server.url, [config], sequences={"1.0.0": 1, "1.1.0": 2}, **FAST)
+    fleet = Fleet(live_server.url, [config], **FAST)
     with fleet.start_thread(timeout=60) as running:
         assert running.wait_for(lambda f: f.online_count() == 1, timeout=10)
         nodes_set_daemon(node_ids=[node.pk], daemon=section)

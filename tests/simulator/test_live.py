@@ -10,35 +10,42 @@ import json
 
 import pytest
 from django.core.management import call_command
-from django.utils import timezone
 
 from demo.processes import wait_until
 from fleet.models import Command, NodeSession
 from fleet.services.commands import command_enqueue
 from fleet.services.nodes import nodes_set_daemon
-from rollout.models import Release
 from simulator import NEVER_REJOIN, REJOIN_OLD, AgentConfig, AgentState, Fleet
-from tests.simulator.conftest import make_nodes, sha256
+from tests.factories import pin
+from tests.simulator.conftest import make_nodes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-FAST = {"heartbeat_seconds": 0.2, "restart_delay": 0.1, "restart_jitter": 0.1, "request_timeout": 5.0}
+FAST = {
+    "heartbeat_seconds": 0.2,
+    "restart_delay": 0.1,
+    "restart_jitter": 0.1,
+    "request_timeout": 5.0,
+    "release_pins": [pin(0)],
+}
 
 
 def session(node) -> NodeSession:
     return NodeSession.objects.get(node=node)
 
 
-def test_fifty_agents_one_upgrades_failures_do_not_and_a_bad_sha256_is_refused(live_server, pool, binaries):
+def test_fifty_agents_one_upgrades_failures_do_not_and_bytes_not_signed_are_refused(live_server, pool, binaries):
     nodes = make_nodes(pool, 50)
-    section = binaries.add("1.1.0", b"bcd 1.1.0\n" * 4096)
+    section = binaries.add("1.1.0", b"bcd 1.1.0\n" * 4096, sequence=2)
+    # Other bytes at another URL, with a spec.daemon.sha256 that matches them: only the signed manifest tells.
+    other = binaries.add("1.1.0-other", b"not bcd 1.1.0\n" * 4096)
     configs = [AgentConfig(token=token, name=node.name) for node, token in nodes]
     good, never, old, wrong = (nodes[i][0] for i in range(4))
     configs[1] = dataclasses.replace(configs[1], fail_mode=NEVER_REJOIN)
     configs[2] = dataclasses.replace(configs[2], fail_mode=REJOIN_OLD, fail_versions=frozenset({"1.1.0"}))
     # 0.5 s: the live server (one Python process, a new database connection per request) answers
     # about 50 heartbeats/s on 2 cores; 50 agents at 0.2 s would only queue.
-    fleet = Fleet(live_server.url, configs, sequences={"1.0.0": 1, "1.1.0": 2}, **{**FAST, "heartbeat_seconds": 0.5})
+    fleet = Fleet(live_server.url, configs, **{**FAST, "heartbeat_seconds": 0.5})
 
     with fleet.start_thread(timeout=120) as running:
         wait_until(
@@ -49,7 +56,7 @@ def test_fifty_agents_one_upgrades_failures_do_not_and_a_bad_sha256_is_refused(l
         joined_at = {node.pk: session(node).joined_at for node in (good, never, old, wrong)}
 
         nodes_set_daemon(node_ids=[good.pk, never.pk, old.pk], daemon=section)
-        nodes_set_daemon(node_ids=[wrong.pk], daemon={**section, "sha256": "0" * 64})
+        nodes_set_daemon(node_ids=[wrong.pk], daemon={**section, "url": other["url"], "sha256": other["sha256"]})
 
         wait_until(
             lambda: session(good).daemon_version == "1.1.0" and session(good).left_at is None,
@@ -91,29 +98,32 @@ def test_fifty_agents_one_upgrades_failures_do_not_and_a_bad_sha256_is_refused(l
     assert [u.outcome for u in agent(old.name).upgrades] == ["rejoin_old"]  # tried once, not in a loop
     assert agent(old.name).version == "1.0.0"
     assert agent(old.name).state == AgentState.ONLINE
-    assert [r.reason for r in agent(wrong.name).refusals] == ["sha256_mismatch"]  # recorded once
+    assert [r.reason for r in agent(wrong.name).refusals] == ["digest_mismatch"]  # recorded once
     assert agent(wrong.name).upgrades == []
     assert agent(wrong.name).version == "1.0.0"
     assert fleet.versions() == {"1.0.0": 48, "1.1.0": 1}
-    # One fetch per (url, sha256): the three agents given the right sha256 shared one download.
-    assert binaries.hits_for(section) == 2
+    # One fetch per (url, signed sha256): the three agents given the right URL shared one download.
+    assert binaries.hits_for(section) == 1
+    assert binaries.hits_for(other) == 1
     assert fleet.stats.downloads == 2
     assert fleet.stats.download_cache_hits == 2
     assert fleet.stats.errors == 0, fleet.stats.errors_by_kind
 
 
-def test_a_confirmed_release_refuses_a_lower_sequence(live_server, pool, binaries):
+def test_a_confirmed_release_refuses_a_lower_sequence_learned_from_signed_releases_only(live_server, pool, binaries):
+    """No API key: the upgrader confirms the sequence of the release it installed, the starter the one of the
+    release its spec names for the version it runs (once it verifies); both then refuse a lower one."""
     (upgrader, upgrader_token), (starter, starter_token) = make_nodes(pool, 2)
-    v5 = binaries.add("5.0.0", b"bcd 5\n" * 100)
-    v4 = binaries.add("4.0.0", b"bcd 4\n" * 100)
+    v5 = binaries.add("5.0.0", b"bcd 5\n" * 100, sequence=5)
+    v4 = binaries.add("4.0.0", b"bcd 4\n" * 100, sequence=4)
     configs = [
         AgentConfig(token=upgrader_token, name=upgrader.name, daemon_version="1.0.0"),
-        AgentConfig(token=starter_token, name=starter.name, daemon_version="5.0.0"),  # confirms 5 at its join
+        AgentConfig(token=starter_token, name=starter.name, daemon_version="5.0.0"),
     ]
-    fleet = Fleet(live_server.url, configs, sequences={"1.0.0": 1, "4.0.0": 4, "5.0.0": 5}, **FAST)
+    fleet = Fleet(live_server.url, configs, **FAST)
 
     with fleet.start_thread(timeout=60) as running:
-        nodes_set_daemon(node_ids=[upgrader.pk], daemon=v5)
+        nodes_set_daemon(node_ids=[upgrader.pk, starter.pk], daemon=v5)
         wait_until(
             lambda: NodeSession.objects.filter(node=upgrader, daemon_version="5.0.0", left_at__isnull=True).exists(),
             what="the agent to rejoin on 5.0.0",
@@ -128,12 +138,13 @@ def test_a_confirmed_release_refuses_a_lower_sequence(live_server, pool, binarie
 
     for node in (upgrader, starter):
         agent = fleet.agent(node.name)
-        assert [(r.version, r.reason) for r in agent.refusals] == [("4.0.0", "lower_sequence")]
+        assert [(r.version, r.reason) for r in agent.refusals] == [("4.0.0", "sequence_rollback")]
         assert agent.version == "5.0.0"
         assert session(node).daemon_version == "5.0.0"
         assert session(node).left_at is None
     assert binaries.hits_for(v5) == 1
     assert binaries.hits_for(v4) == 0  # refused before downloading
+    assert not [call for call in fleet.stats.errors_by_kind if "release" in call]
 
 
 def test_an_old_agent_ignores_spec_and_upgrades_on_the_daemon_upgrade_command(live_server, pool, binaries):
@@ -178,6 +189,8 @@ def test_the_command_enrolls_nodes_and_runs_their_agents(live_server, tenant, op
         live_server.url,
         "--api-key",
         operator_key,
+        "--release-pin",
+        pin(0),
         "--enroll",
         "--count",
         "6",
@@ -215,6 +228,8 @@ def test_the_command_enrolls_nodes_and_runs_their_agents(live_server, tenant, op
         live_server.url,
         "--tokens-file",
         str(tokens_file),
+        "--release-pin",
+        pin(0),
         "--heartbeat-seconds",
         "0.2",
         "--offline-share",
@@ -225,48 +240,3 @@ def test_the_command_enrolls_nodes_and_runs_their_agents(live_server, tenant, op
         "5",
     )
     assert NodeSession.objects.filter(node__tenant=tenant).count() == 3
-
-
-def make_release(version: str, sequence: int) -> Release:
-    """A release row as registering would leave it (the signature is not what these tests are about)."""
-    payload = f"bcd {version} #{sequence}".encode()
-    return Release.objects.create(
-        version=version,
-        sequence=sequence,
-        payload=payload,
-        payload_sha256=sha256(payload),
-        envelope="{}",
-        registered_at=timezone.now(),
-    )
-
-
-def test_sequences_are_learned_from_the_releases_api_and_refreshed_for_an_unknown_version(
-    live_server, pool, binaries, operator_key
-):
-    for version, sequence in (("1.0.0", 1), ("4.0.0", 4), ("5.0.0", 5)):
-        make_release(version, sequence)
-    [(node, token)] = make_nodes(pool, 1)
-    v6 = binaries.add("6.0.0", b"bcd 6\n")
-    v5 = binaries.add("5.0.0", b"bcd 5\n")
-    fleet = Fleet(
-        live_server.url,
-        [AgentConfig(token=token, name=node.name, daemon_version="5.0.0")],
-        api_key=operator_key,  # no mapping: everything comes from GET /api/compute/releases/
-        release_refresh_interval=0.1,
-        **FAST,
-    )
-    with fleet.start_thread(timeout=60) as running:
-        assert running.wait_for(lambda f: f.agent(node.name).confirmed_sequence == 5, timeout=10)
-        make_release("6.0.0", 6)  # unknown to the simulator until it refreshes
-        nodes_set_daemon(node_ids=[node.pk], daemon=v6)
-        wait_until(lambda: session(node).daemon_version == "6.0.0", what="the agent to rejoin on 6.0.0")
-        assert running.wait_for(lambda f: f.agent(node.name).confirmed_sequence == 6, timeout=10)
-        nodes_set_daemon(node_ids=[node.pk], daemon=v5)
-        assert running.wait_for(lambda f: f.agent(node.name).refusals, timeout=10)
-
-    agent = fleet.agent(node.name)
-    assert [(r.version, r.reason) for r in agent.refusals] == [("5.0.0", "lower_sequence")]
-    assert session(node).daemon_version == "6.0.0"
-    assert fleet.sequences.known == {"1.0.0": 1, "4.0.0": 4, "5.0.0": 5, "6.0.0": 6}
-    assert fleet.stats.release_refreshes == 2  # at the first join, then for the unknown 6.0.0
-    assert fleet.stats.errors == 0, fleet.stats.errors_by_kind

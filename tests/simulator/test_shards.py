@@ -12,6 +12,7 @@ from demo.processes import wait_until
 from fleet.models import NodeSession
 from fleet.services.nodes import nodes_set_daemon
 from simulator import AgentConfig, EnrolledNode, ShardedFleet, write_tokens
+from tests.factories import pin
 from tests.simulator.conftest import make_nodes
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -36,7 +37,7 @@ def test_agents_split_over_two_processes_upgrade_and_report_into_one_view(live_s
         configs,
         processes=2,
         report_every=0.1,
-        sequences={"1.0.0": 1, "1.1.0": 2},
+        release_pins=[pin(0)],
         heartbeat_seconds=0.3,
         restart_delay=0.1,
         record_latencies=True,
@@ -108,6 +109,8 @@ def test_the_command_runs_its_agents_in_several_processes(live_server, pool, tmp
         live_server.url,
         "--tokens-file",
         str(tokens_file),
+        "--release-pin",
+        pin(0),
         "--heartbeat-seconds",
         "0.2",
         "--processes",

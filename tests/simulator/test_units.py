@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime
 
 import httpx
 import pytest
 
+from rollout.release.root import Root, sign_root
 from simulator import (
     NEVER_REJOIN,
     REJOIN_OLD,
@@ -27,7 +29,10 @@ from simulator import (
     write_tokens,
 )
 from simulator import EnrolledNode as Enrolled
-from tests.simulator.conftest import sha256
+from tests.factories import pin, release_key
+from tests.simulator.conftest import signed_section
+
+PAST = datetime(2020, 1, 1, tzinfo=UTC)
 
 KEYS = [f"node-{i:04d}" for i in range(1000)]
 
@@ -176,9 +181,8 @@ class FakeServer:
         self.next_commands: list[dict] = []  # delivered once every command is acked
         self.binaries: dict[str, bytes] = {}
         self.calls: list[tuple[str, str, object]] = []
-        self.releases: list[object] = []  # answers of GET releases/, in turn (the last one repeats)
-        self.release_page_size = 100  # a list of rows is served in pages of this many, chained by `next`
-        self.release_cursors: list[str | None] = []  # the cursor of each GET releases/
+        self.root_version = 1  # rootVersion of every session answer
+        self.roots: list[dict] = []  # root envelopes 2, 3, ... served by GET agent/release-roots, one per page
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content) if request.content else None
@@ -193,19 +197,13 @@ class FakeServer:
                 if isinstance(failure, Exception):
                     raise failure
                 return failure
-            return httpx.Response(200, json={"spec": self.spec, "commands": self.commands, "heartbeatSeconds": 10})
-        if request.url.path == "/api/compute/releases/":
-            cursor = request.url.params.get("cursor")
-            self.release_cursors.append(cursor)
-            if cursor is None:  # a new walk of the list: the next answer
-                self.releases_walked = self.releases.pop(0) if len(self.releases) > 1 else self.releases[0]
-            answer = self.releases_walked
-            if isinstance(answer, httpx.Response):
-                return answer
-            start = int(cursor or 0)
-            end = start + self.release_page_size
-            following = f"/api/compute/releases/?cursor={end}" if end < len(answer) else None
-            return httpx.Response(200, json={"results": answer[start:end], "next": following})
+            answer = {"spec": self.spec, "commands": self.commands, "heartbeatSeconds": 10}
+            return httpx.Response(200, json={**answer, "rootVersion": self.root_version})
+        if request.url.path == "/api/compute/agent/release-roots":
+            after = int(request.url.params.get("after", "0"))
+            rest = self.roots[max(after, 1) - 1 :]
+            following = f"/api/compute/agent/release-roots?after={after + 1}" if len(rest) > 1 else None
+            return httpx.Response(200, json={"results": rest[:1], "next": following})
         if request.url.path.endswith("/ack"):
             command_id = request.url.path.split("/")[-2]
             self.commands = [command for command in self.commands if command["id"] != command_id]
@@ -221,6 +219,7 @@ class FakeServer:
 def run_fake(server: FakeServer, config: AgentConfig, until, **options) -> Fleet:
     async def scenario() -> Fleet:
         client = httpx.AsyncClient(transport=httpx.MockTransport(server))
+        options.setdefault("release_pins", [pin(0)])
         fleet = Fleet("http://server", [config], heartbeat_seconds=0.01, restart_delay=0, client=client, **options)
         assert await fleet.run(until=until, timeout=10)
         await client.aclose()
@@ -255,8 +254,9 @@ def test_failed_calls_are_counted_and_retried_at_the_next_beat():
     assert len(server.session_posts()) == 5 + agent.heartbeats
 
 
-def upgrade_command(command_id: str, version: str, sha: str) -> dict:
-    section = {"version": version, "url": f"http://server/bcd/{version}/linux-amd64", "sha256": sha}
+def upgrade_command(command_id: str, version: str, signed_bytes: bytes) -> dict:
+    """A daemon.upgrade of ``version`` whose signed manifest names ``signed_bytes`` (whatever the URL serves)."""
+    section = signed_section(version, signed_bytes, url=f"http://server/bcd/{version}/linux-amd64")
     return {"id": command_id, "kind": "daemon.upgrade", "payload": section}
 
 
@@ -264,9 +264,9 @@ def test_an_old_agent_acks_a_bad_binary_as_failed_and_a_good_one_before_restarti
     good = b"good"
     server = FakeServer()
     server.binaries = {"/bcd/2/linux-amd64": good, "/bcd/3/linux-amd64": b"tampered"}
-    server.spec = {"daemon": {"version": "3", "url": "http://server/bcd/3/linux-amd64", "sha256": sha256(b"x")}}
-    server.commands = [upgrade_command("c-bad", "3", sha256(good)), {"id": "c-odd", "kind": "node.reboot"}]
-    server.next_commands = [upgrade_command("c-good", "2", sha256(good))]  # once those are acked
+    server.spec = {"daemon": signed_section("3", b"x", url="http://server/bcd/3/linux-amd64")}
+    server.commands = [upgrade_command("c-bad", "3", good), {"id": "c-odd", "kind": "node.reboot"}]
+    server.next_commands = [upgrade_command("c-good", "2", good)]  # once those are acked
     fleet = run_fake(
         server,
         AgentConfig(token="t", protocol_version=1),
@@ -274,11 +274,11 @@ def test_an_old_agent_acks_a_bad_binary_as_failed_and_a_good_one_before_restarti
     )
     agent = fleet.agents[0]
     assert agent.acked == {"c-bad": False, "c-odd": False, "c-good": True}
-    assert [r.reason for r in agent.refusals] == ["sha256_mismatch"]  # spec.daemon is ignored at protocol 1
+    assert [r.reason for r in agent.refusals] == ["digest_mismatch"]  # spec.daemon is ignored at protocol 1
     acks = [(path.split("/")[-2], body) for _, path, body in server.calls if path.endswith("/ack")]
     assert [command_id for command_id, _ in acks] == ["c-bad", "c-odd", "c-good"]
     assert acks[0][1]["ok"] is False
-    assert "sha256_mismatch" in acks[0][1]["error"]
+    assert "digest_mismatch" in acks[0][1]["error"]
     assert acks[1][1] == {"ok": False, "error": "unknown command kind 'node.reboot'"}
     assert acks[2][1] == {"ok": True}
     # The good command: acked ok, then DELETE session, then the rejoin on the new version.
@@ -294,7 +294,7 @@ def test_an_old_agent_acks_a_bad_binary_as_failed_and_a_good_one_before_restarti
 def test_never_rejoin_leaves_and_stays_down():
     server = FakeServer()
     server.binaries = {"/b": b"new"}
-    server.spec = {"daemon": {"version": "2", "url": "http://server/b", "sha256": sha256(b"new")}}
+    server.spec = {"daemon": signed_section("2", b"new", url="http://server/b")}
     fleet = run_fake(
         server, AgentConfig(token="t", fail_mode=NEVER_REJOIN), until=lambda f: f.agents[0].state == AgentState.DOWN
     )
@@ -339,69 +339,122 @@ def test_requests_in_flight_never_exceed_the_pool():
     assert fleet.online_count() == 100
 
 
-# --- sequences from the releases API ----------------------------------------------------------
+# --- trust: what the agent verifies, and what it reports ---------------------------------------
 
 
-def test_a_version_is_judged_on_a_list_fetched_after_it_appeared_and_a_failed_list_means_retry():
-    """Joins on 5 (learned from the API). Spec 4: the first list fetch fails (retry, no refusal);
-    the next one, fetched after the question, says 4 < 5: refused without downloading."""
+def refused_reports(server: FakeServer) -> list[dict]:
+    return [body["refused"] for body in server.session_posts() if "refused" in body]
+
+
+def test_a_release_not_signed_by_a_pinned_key_is_refused_unfetched_and_reported_until_heard():
     server = FakeServer()
-    server.binaries = {"/b4": b"four"}
-    v4 = {"version": "4.0.0", "url": "http://server/b4", "sha256": sha256(b"four")}
-    server.releases = [
-        [{"version": "5.0.0", "sequence": 5}],  # at the join
-        httpx.Response(503, json={"code": "unavailable"}),  # when 4.0.0 first appears
-        [{"version": "5.0.0", "sequence": 5}, {"version": "4.0.0", "sequence": 4}],
-    ]
+    server.binaries = {"/b": b"new"}
+    server.spec = {"daemon": signed_section("2.0.0", b"new", url="http://server/b", keys=(9,))}
+    # The first call brings the spec; the next one, which carries the refusal, fails: it goes again.
+    server.failures = [httpx.Response(200, json={"spec": server.spec, "commands": []}), httpx.Response(500)]
 
     def until(fleet: Fleet) -> bool:
-        agent = fleet.agents[0]
-        if agent.confirmed_sequence == 5:
-            server.spec = {"daemon": v4}
-        return bool(agent.refusals)
+        return len(refused_reports(server)) >= 2 and fleet.agents[0].heartbeats >= 4
 
+    fleet = run_fake(server, AgentConfig(token="t"), until=until)
+    first, again = refused_reports(server)[:2]
+    assert first == again
+    assert (first["version"], first["code"]) == ("2.0.0", "bad_signature")
+    assert "Against root 1" in first["detail"]
+    assert len(refused_reports(server)) == 2  # heard once: not repeated
+    assert not [path for _, path, _ in server.calls if path == "/b"]  # nothing downloaded
+    assert [r.reason for r in fleet.agents[0].refusals] == ["bad_signature"]
+
+
+def section_of(version: str = "2.0.0", data: bytes = b"new", *, sequence: int = 6, **release) -> dict:
+    """A section of ``version`` at http://server/b (which serves b"new"), signed by key 0 unless told."""
+    return signed_section(version, data, url="http://server/b", sequence=sequence, **release)
+
+
+@pytest.mark.parametrize(
+    ("section", "code"),
+    [
+        (lambda: {**section_of(), "release": None}, "bad_signature"),
+        (lambda: {**section_of(), "version": "2.0.1"}, "wrong_version"),
+        (lambda: section_of(expires=PAST), "expired"),
+        (lambda: section_of(sequence=4), "sequence_rollback"),
+        (lambda: section_of(arch="arm64"), "digest_mismatch"),
+        (lambda: section_of(data=b"signed"), "digest_mismatch"),
+    ],
+    ids=["no-envelope", "wrong-version", "expired", "rollback", "no-binary-for-the-platform", "other-bytes"],
+)
+def test_each_check_refuses_with_its_code_and_the_agent_never_runs_the_bytes(section, code):
+    server = FakeServer()
+    server.binaries = {"/b": b"new"}
+    server.spec = {"daemon": section()}
     fleet = run_fake(
-        server, AgentConfig(token="t", daemon_version="5.0.0"), until=until, api_key="rk", release_refresh_interval=0.01
+        server, AgentConfig(token="t", confirmed_sequence=5), until=lambda f: bool(refused_reports(server))
     )
+    assert refused_reports(server)[0]["code"] == code
+    assert fleet.agents[0].upgrades == []
+    assert fleet.agents[0].version == "1.0.0"
+
+
+def root(version: int, pins: list[int], signers: tuple[int, ...], threshold: int = 1) -> dict:
+    envelope = sign_root(Root(version=version, pins=tuple(pin(i) for i in pins), threshold=threshold),
+                         [release_key(i) for i in signers])  # fmt: skip
+    return envelope
+
+
+def test_the_agent_follows_the_chain_when_the_root_version_moves_or_a_release_does_not_verify():
+    """Root 2 replaces key 0 by key 1. The first answer still says rootVersion 1 (a stale cache): the
+    release signed by key 1 does not verify against root 1, so the agent asks for roots once before deciding."""
+    server = FakeServer()
+    server.binaries = {"/b": b"new"}
+    server.roots = [root(2, [1], signers=(0, 1))]
+    server.spec = {"daemon": signed_section("2.0.0", b"new", url="http://server/b", keys=(1,))}
+    fleet = run_fake(server, AgentConfig(token="t"), until=lambda f: f.agents[0].version == "2.0.0")
     agent = fleet.agents[0]
-    assert [(r.version, r.reason) for r in agent.refusals] == [("4.0.0", "lower_sequence")]
-    assert fleet.stats.errors_by_kind["releases_503"] == 1
-    assert fleet.stats.errors_by_kind["sequence_unknown"] == 1
-    assert fleet.stats.release_refreshes == 2
-    assert not [path for _, path, _ in server.calls if path == "/b4"]
-    assert agent.version == "5.0.0"
+    assert agent.trust.root_version == 2
+    assert agent.refusals == []
+    assert [call[1] for call in server.calls].count("/api/compute/agent/release-roots") == 1
+    # A release still signed by the key rotated out is refused, whatever the server announces.
+    server.spec = {"daemon": signed_section("3.0.0", b"newer", url="http://server/b", keys=(0,), sequence=3)}
+    server.root_version = 2
+    fleet_two = run_fake(server, AgentConfig(token="t2"), until=lambda f: bool(f.agents[0].refusals))
+    assert [r.reason for r in fleet_two.agents[0].refusals] == ["bad_signature"]
 
 
-def test_the_releases_list_is_read_page_by_page_following_next():
-    """Three pages of one release each; the relative `next` links are followed to the end."""
+@pytest.mark.parametrize(
+    "roots",
+    [
+        lambda: [root(2, [1], signers=(1,))],  # not signed by root 1's key: a forged root
+        lambda: [root(2, [1], signers=(0,))],  # not signed by its own key
+        lambda: [root(3, [1], signers=(0, 1))],  # a skipped version
+        lambda: [root(2, [1], signers=(0, 1)), root(2, [2], signers=(0, 2))],  # a fork: version 2 again
+    ],
+    ids=["forged", "not-self-signed", "skipped", "fork"],
+)
+def test_a_root_step_that_does_not_verify_is_refused_as_bad_root(roots):
     server = FakeServer()
-    server.release_page_size = 1
-    server.releases = [
-        [{"version": "3.0.0", "sequence": 3}, {"version": "2.0.0", "sequence": 2}, {"version": "1.0.0", "sequence": 1}]
-    ]
-    fleet = run_fake(
-        server,
-        AgentConfig(token="t", daemon_version="1.0.0"),
-        until=lambda f: f.agents[0].confirmed_sequence == 1,
-        api_key="rk",
-        release_refresh_interval=0.01,
-    )
-    assert fleet.sequences.known == {"3.0.0": 3, "2.0.0": 2, "1.0.0": 1}
-    assert server.release_cursors == [None, "1", "2"]
-    assert fleet.stats.release_refreshes == 1
+    server.binaries = {"/b": b"new"}
+    server.roots = roots()
+    server.root_version = 1 + len(server.roots)
+    server.spec = {"daemon": signed_section("2.0.0", b"new", url="http://server/b", keys=(0, 1, 2))}
+    fleet = run_fake(server, AgentConfig(token="t"), until=lambda f: bool(refused_reports(server)))
+    assert refused_reports(server)[0]["code"] == "bad_root"
+    assert fleet.agents[0].upgrades == []
 
 
-def test_a_version_unknown_to_the_registry_is_not_refused_on_sequence():
+def test_the_agent_learns_the_sequence_of_the_release_it_runs_from_its_verified_spec():
     server = FakeServer()
-    server.binaries = {"/b": b"x"}
-    server.releases = [[{"version": "1.0.0", "sequence": 1}]]
-    server.spec = {"daemon": {"version": "9.9.9-dev", "url": "http://server/b", "sha256": sha256(b"x")}}
-    fleet = run_fake(
-        server,
-        AgentConfig(token="t"),
-        until=lambda f: f.agents[0].version == "9.9.9-dev" and f.agents[0].online,
-        api_key="rk",
-        release_refresh_interval=0.01,
-    )
-    assert fleet.agents[0].confirmed_sequence == 1  # unknown versions leave it unchanged
+    server.spec = {"daemon": signed_section("1.0.0", b"running", url="http://server/b", sequence=7)}
+    fleet = run_fake(server, AgentConfig(token="t"), until=lambda f: f.agents[0].confirmed_sequence == 7)
     assert fleet.agents[0].refusals == []
+    # Signed by a key it does not trust: nothing learned.
+    server.spec = {"daemon": signed_section("1.0.0", b"running", url="http://server/b", sequence=9, keys=(9,))}
+    fleet = run_fake(server, AgentConfig(token="t"), until=lambda f: f.agents[0].heartbeats >= 3)
+    assert fleet.agents[0].confirmed_sequence is None
+
+
+def test_without_pins_an_agent_runs_nothing():
+    server = FakeServer()
+    server.binaries = {"/b": b"new"}
+    server.spec = {"daemon": signed_section("2.0.0", b"new", url="http://server/b")}
+    run_fake(server, AgentConfig(token="t"), until=lambda f: bool(refused_reports(server)), release_pins=[])
+    assert refused_reports(server)[0]["code"] == "bad_signature"
