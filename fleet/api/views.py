@@ -315,16 +315,13 @@ def _plain_heartbeat(request: HttpRequest) -> HttpResponse | None:
     report = agent_heartbeat(token_hash=token_hash(token), daemon_version=version, protocol_version=protocol)
     if report is None:
         return None
-    body = {
-        "spec": report.spec,
-        "commands": report.commands,
-        "heartbeatSeconds": report.heartbeat_seconds,
-        **session_fields(),
-    }
-    # As DRF's JSONRenderer writes it (compact, UTF-8).
-    return HttpResponse(
-        json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(), content_type="application/json"
+    # The spec and commands go out as the database rendered them (valid JSON by construction); the rest as
+    # DRF's JSONRenderer writes it (compact, UTF-8).
+    rest = json.dumps(
+        {"heartbeatSeconds": report.heartbeat_seconds, **session_fields()}, separators=(",", ":"), ensure_ascii=False
     )
+    body = f'{{"spec":{report.spec_json},"commands":{report.commands_json},{rest[1:]}'
+    return HttpResponse(body.encode(), content_type="application/json")
 
 
 class AgentSessionView(AgentView):

@@ -23,7 +23,6 @@ node's daemon.upgrade commands to that version (self-terminating), and sends
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -41,6 +40,17 @@ from fleet.services.liveness import GAP_HEARTBEATS, PULSE_EVERY, pulse_heard
 from fleet.services.nodes import heartbeat_seconds, node_session
 
 log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class HeartbeatAnswer:
+    """A plain heartbeat's answer as its one statement read it: the spec and the pending commands as the
+    database's JSON text, passed on to the agent without a parse and serialise round trip (a spec carries
+    a signed release of a kilobyte or two: the round trip cost more than the rest of the answer)."""
+
+    spec_json: str
+    commands_json: str
+    heartbeat_seconds: int
 
 
 @dataclass(frozen=True)
@@ -125,7 +135,7 @@ def _prepared_cursor() -> Any:
 
 def agent_heartbeat(
     *, token_hash: str, daemon_version: str, protocol_version: int, now: datetime | None = None
-) -> SessionReport | None:
+) -> HeartbeatAnswer | None:
     """A plain heartbeat of the node whose agent token hashes to ``token_hash``, in one statement.
 
     None when it is not one, and then nothing was written: not PostgreSQL, an unknown token, no open
@@ -155,7 +165,7 @@ def agent_heartbeat(
     spec, session_version, left_at, commands = row
     if session_version != daemon_version or left_at is not None:
         return None
-    return SessionReport(spec=json.loads(spec), commands=json.loads(commands), heartbeat_seconds=seconds, joined=False)
+    return HeartbeatAnswer(spec_json=spec, commands_json=commands, heartbeat_seconds=seconds)
 
 
 def agent_session_report(

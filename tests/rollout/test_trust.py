@@ -9,7 +9,9 @@ from datetime import timedelta
 
 import pytest
 import time_machine
+from django.db import connection
 from django.test import TestCase
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -76,6 +78,13 @@ def test_a_refusal_fails_the_upgrade_at_once_and_the_same_answer_carries_the_spe
     rollout = rollout_create(tenant=tenant, spec=rollout_spec(version="1.0.0", waves=[100], max_failure_ratio=0.0))
     tick(rollout)
     assert Node.objects.get(pk=node.pk).spec["daemon"]["version"] == "1.0.0"
+    # A plain heartbeat (one statement) passes the stored spec, signed release included, through as is.
+    client.post(SESSION, {"daemonVersion": "0.9.0", "protocolVersion": 3}, format="json")  # warms rootVersion
+    with CaptureQueriesContext(connection) as queries:
+        plain = client.post(SESSION, {"daemonVersion": "0.9.0", "protocolVersion": 3}, format="json")
+    assert len(queries) == 1
+    assert plain.json()["spec"] == Node.objects.get(pk=node.pk).spec
+    assert plain.json()["spec"]["daemon"]["release"] == json.loads(releases[1].envelope)
     refused = {"version": "1.0.0", "code": "digest_mismatch", "detail": "the bytes are not the signed ones"}
     with TestCase.captureOnCommitCallbacks(execute=False) as hooks:
         answer = client.post(
