@@ -62,7 +62,7 @@ class Agent:
         self.acked: dict[str, bool] = {}  # command id -> ok
         self.trust = Trust(self, pins=fleet.release_pins, threshold=fleet.release_threshold)
         self._refused: dict[str, str] | None = None  # reported on the next session call
-        self._running: tuple[str, int] | None = None  # (release payload, sequence) of the release it runs
+        self._running: tuple[str, int | None] | None = None  # (payload, sequence if it verified) of what it runs
         self._installing: TrustedRelease | None = None  # verified, downloaded: confirmed at the rejoin
         self._session_open = False
         self._pending_confirm: str | None = None
@@ -319,14 +319,17 @@ class Agent:
         return _Verdict.GO
 
     def _learn_running(self, section: dict) -> None:
-        """Its spec names the version it runs: once that release verifies, its sequence is confirmed."""
+        """Its spec names the version it runs: once that release verifies, its sequence is confirmed.
+
+        Judged once per signed payload (not at every beat), whether it verified or not.
+        """
         release = section.get("release")
         payload = release.get("payload") if isinstance(release, dict) else None
         if not isinstance(payload, str) or (self._running is not None and self._running[0] == payload):
             return
         sequence = self.trust.adopt(section)
+        self._running = (payload, sequence)
         if sequence is not None:
-            self._running = (payload, sequence)
             self._confirm_sequence(sequence)
 
     async def _leave(self) -> None:
