@@ -353,6 +353,8 @@ def shared_fault_stack(private_postgres, fault_broker, tmp_path_factory) -> Iter
         "ROLLOUT_MEDIA_ROOT": str(root / "media"),
         "ROLLOUT_RUN_DIR": str(root / "run"),
         "FLEET_HEARTBEAT_SECONDS": str(HEARTBEAT_SECONDS),
+        # The simulated agents beat every 0.5 s (4 per heartbeatSeconds); the limit is enforced all the same.
+        "AGENT_TOKEN_RATE": "10/heartbeat",
         "FLEET_MIN_PROTOCOL_VERSION": "2",
         "DATABASE_CONN_MAX_AGE": "0",
         "LOG_LEVEL": "WARNING",
