@@ -1,5 +1,5 @@
 # make demo: the whole system on an embedded default (SQLite, filesystem broker).
-# make test: the whole suite against PostgreSQL and Redis (started if stopped).
+# make test: the whole suite against PostgreSQL, Redis and RabbitMQ (started if stopped).
 # make lint: ruff (check and format), mypy and import-linter; any finding fails.
 # make lock: regenerate requirements.lock / requirements-dev.lock (hashed) from requirements*.txt.
 SHELL := /bin/bash
@@ -8,6 +8,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PG_URL ?= postgres://postgres@127.0.0.1:5432/rollout
 REDIS_URL ?= redis://127.0.0.1:6379/15
+# The shared cache (request counts): the test Redis database by default.
+CACHE_URL ?= $(REDIS_URL)
+# RabbitMQ for the end-to-end tests that run on both brokers; a vhost of its own per parallel run
+# (e.g. amqp://guest:guest@127.0.0.1:5672/h20): scripts/services.sh creates it.
+AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672//
 ARGS ?=
 
 .PHONY: demo test lint format bench clean lock
@@ -36,8 +41,9 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	bash scripts/system-deps.sh
-	bash scripts/services.sh
-	DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) $(PY) -m pytest $(ARGS)
+	AMQP_URL=$(AMQP_URL) bash scripts/services.sh
+	DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) CACHE_URL=$(CACHE_URL) AMQP_URL=$(AMQP_URL) \
+		$(PY) -m pytest $(ARGS)
 
 # Style, types (mypy: pyproject.toml [tool.mypy]) and the import contracts (a forbidden import fails).
 lint: $(VENV)/.installed
@@ -52,7 +58,7 @@ format: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	bash scripts/services.sh
-	DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) $(PY) -m benchmarks $(ARGS)
+	DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) CACHE_URL=$(CACHE_URL) $(PY) -m benchmarks $(ARGS)
 
 clean:
 	rm -rf .run db.sqlite3 db.sqlite3-* .pytest_cache .ruff_cache .hypothesis

@@ -40,6 +40,11 @@ BENCHMARKS: dict[str, tuple[str, str, list[str]]] = {
         "plain heartbeats: the agent endpoint against a hand-written SELECT + UPDATE view (ratio)",
         [],  # the module's QUICK_ARGV
     ),
+    "request-limits": (
+        "benchmarks.request_limits",
+        "what counting a request against its credential (429 limits) costs the web process, per request",
+        [],  # the module's QUICK_ARGV
+    ),
     "fleet10k": (
         "benchmarks.fleet10k",
         "a whole rollout over 10,000 simulated agents: efficiency, hb/s, p99, 5xx, worker RSS (~11 min)",

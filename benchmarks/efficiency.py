@@ -157,6 +157,8 @@ def run(
         "ROLLOUT_EVERY": "30",
         # The server's interval is what online/offline is judged by: never shorter than the agents'.
         "FLEET_HEARTBEAT_SECONDS": str(max(10, math.ceil(heartbeat))),
+        # Agents faster than the server's interval: 5 requests per their own beat, not per the server's.
+        "AGENT_TOKEN_RATE": f"{5 * math.ceil(max(10, math.ceil(heartbeat)) / heartbeat)}/heartbeat",
         "LOG_LEVEL": "WARNING",
         # gunicorn closes an idle keep-alive connection after 2 s by default, the simulator's pool after
         # 5 s: a request sent on a connection the server is closing fails (ReadError). The server keeps

@@ -272,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
         "DATABASE_CONN_MAX_AGE": "60",
         "DJANGO_DEBUG": "false",
         "LOG_LEVEL": "WARNING",
+        # Agents at 2 s against the default 10 s interval send the default limit's 5 per interval exactly:
+        # jitter must not turn the measurement into one of 429s (docs/operations.md#request-limits).
+        "AGENT_TOKEN_RATE": "25/heartbeat",
         "ROLLOUT_RUN_DIR": str(work / "run"),
         QUERY_DIR_ENV: str(query_dir),
         "PYTHONPATH": str(ROOT),

@@ -31,6 +31,8 @@ CODES: dict[str, str] = {
     "too_large": "The body is larger than 1 MiB (refused before it is read).",
     "invalid_state": "The object is not in a state that allows this action (`state` says which it is in).",
     "database_unavailable": "The database is down or restarting (503, with `Retry-After`): retry shortly.",
+    "throttled": "The credential is over its request limit (429): retry after `retryAfter` seconds "
+    "(also the `Retry-After` header).",
 }
 
 AnyField: TypeAlias = "serializers.Field[Any, Any, Any, Any]"
@@ -45,6 +47,7 @@ _EXTRA_FIELDS: dict[str, dict[str, AnyField]] = {
         ),
     },
     "invalid_state": {"state": serializers.CharField(required=False, help_text="The object's current state.")},
+    "throttled": {"retryAfter": serializers.IntegerField(help_text="Seconds to wait, as in `Retry-After`.")},
 }
 
 
@@ -145,10 +148,10 @@ def error_responses(
     """The error ``responses`` of one operation, keyed by status.
 
     ``auth``: ``"key"`` (an API key with the fleet-admin grant: 401, 403),
-    ``"agent"`` (an agent token: 401) or None. ``json_body``: the view parses a
-    JSON body (400 ``invalid_json``, 415). ``body``: the view reads a body (413 ``too_large``;
-    defaults to ``json_body``). ``name`` prefixes the names of the
-    components of sets of several codes (see ``error_serializer``).
+    ``"agent"`` (an agent token: 401) or None; a credential may be over its limit (429).
+    ``json_body``: the view parses a JSON body (400 ``invalid_json``, 415).
+    ``body``: the view reads a body (413 ``too_large``; defaults to ``json_body``).
+    ``name`` prefixes the names of the components of sets of several codes (see ``error_serializer``).
     """
     responses: dict[int, OpenApiResponse] = {}
     bad = list(bad_request) + (["invalid_json"] if json_body else [])
@@ -166,6 +169,8 @@ def error_responses(
         responses[413] = _response(413, "TooLarge", ("too_large",))
     if json_body:
         responses[415] = _response(415, "UnsupportedMediaType", ("unsupported_media_type",))
+    if auth is not None:
+        responses[429] = _response(429, "Throttled", ("throttled",))
     if unavailable:
         responses[503] = _response(503, f"{name}Unavailable", unavailable)
     return responses

@@ -7,6 +7,7 @@ DatabaseScheduler; only the environment differs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -39,7 +40,13 @@ def celery_worker(
     concurrency: int = 2,
     log_path: Path | None = None,
     loglevel: str = "WARNING",
+    deployed: bool = False,
 ) -> subprocess.Popen:
+    """A worker on ``queue``: threads, without gossip and mingle (lighter and quicker to start, for the demo
+    and the end-to-end tests). ``deployed``: exactly docker-compose.yml's command instead (the prefork pool,
+    gossip, mingle and event heartbeats), consuming the environment's CELERY_TASK_DEFAULT_QUEUE."""
+    if deployed:
+        return _spawn([*CELERY, "worker", f"--loglevel={loglevel}", f"--concurrency={concurrency}"], env, log_path)
     return _spawn(
         [
             *CELERY,
@@ -93,17 +100,18 @@ def web_server(
 
 
 def stop(*processes: subprocess.Popen | None, timeout: float = 15.0) -> None:
-    """SIGTERM each process group (warm shutdown), then SIGKILL what is left after ``timeout``."""
+    """SIGTERM each process (a warm shutdown: it stops its own children, as under docker stop), then SIGKILL
+    what is left of its process group after ``timeout``."""
     running = [p for p in processes if p is not None and p.poll() is None]
     for process in running:
-        os.killpg(process.pid, signal.SIGTERM)
+        process.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + timeout
     for process in running:
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=5)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # children it left behind, or itself when it hung
+        process.wait(timeout=5)
 
 
 def wait_until(

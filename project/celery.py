@@ -7,7 +7,8 @@ from celery.signals import worker_process_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
-app = Celery("project")
+# The broker connection class that keeps a worker running through a broker outage: project/broker.py.
+app = Celery("project", amqp="project.broker:BrokerAMQP")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 

@@ -38,6 +38,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First: a body over 1 MiB under /api/ answers 413 before anything reads it.
     "core.middleware.BodySizeLimitMiddleware",
+    # Then every API request counts against its credential's limit (429 past it), before any view.
+    "fleet.api.limits.RequestLimitMiddleware",
     # A database that is down is a 503 under /api/ (plain views; DRF's get it from core/exceptions.py).
     "core.middleware.DatabaseUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -141,7 +143,9 @@ SPECTACULAR_SETTINGS = {
 
 # --- Celery -----------------------------------------------------------------
 # Without CELERY_BROKER_URL, an embedded broker that needs no server: the
-# filesystem transport (local runs and the demo only; production uses Redis).
+# filesystem transport (local runs and the demo only). Production: Redis or RabbitMQ
+# (docs/operations.md#brokers). The connection class that keeps a worker alive through
+# a broker outage is the app's (project/broker.py).
 _broker_dir = RUN_DIR / "broker"
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
@@ -153,6 +157,14 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "processed_folder": str(_broker_dir / "processed"),
         "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
+    }
+elif CELERY_BROKER_URL.startswith(("amqp://", "amqps://", "pyamqp://")):
+    # RabbitMQ (docs/operations.md#brokers): it redelivers an unacked message when its consumer's connection
+    # closes, so there is no visibility timeout; a consumer holding one (an ETA task) past the server's
+    # consumer_timeout (30 min by default) loses its channel: rollout/dispatch.py schedules nothing that far.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        # As for Redis: a web request publishing to a RabbitMQ that is unreachable gives up after 0.5 s.
+        "connect_timeout": 0.5,
     }
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {
@@ -175,6 +187,10 @@ else:
         # connection Redis dropped (restart, failover) is replaced, not used to fail.
         "health_check_interval": 25,
     }
+# RabbitMQ only (Redis has no such heartbeats): the worker's consumer and RabbitMQ check each other every
+# 10 s, so a broker that vanished without closing the connection (a network partition) is noticed in
+# about 20 s rather than Celery's default 4 minutes.
+CELERY_BROKER_HEARTBEAT = 10
 # The worker (and beat) wait for the broker however long it is down, retrying
 # quietly, instead of exiting after a few attempts and relying on a restart loop.
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -216,6 +232,16 @@ CELERY_TASK_ROUTES = {
 # --- The fleet (host) ---------------------------------------------------------
 FLEET_MIN_PROTOCOL_VERSION = env_int_or_raw("FLEET_MIN_PROTOCOL_VERSION", 2)
 FLEET_HEARTBEAT_SECONDS = env_int_or_raw("FLEET_HEARTBEAT_SECONDS", 10)
+
+# --- Request limits per credential (docs/operations.md#request-limits; fleet.E001-E003) -----------
+API_KEY_RATE = env_str("API_KEY_RATE", "1200/min")
+# 5 requests per FLEET_HEARTBEAT_SECONDS, averaged over a minute (30/min at 10 s).
+AGENT_TOKEN_RATE = env_str("AGENT_TOKEN_RATE", "5/heartbeat")
+# The shared cache, a Redis apart from the broker (which may be RabbitMQ): where every web process's
+# request counts meet. Unset: each process counts alone (the SQLite demo; fleet.W001 on PostgreSQL).
+CACHE_URL = env_str("CACHE_URL", "")
+if CACHE_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}}
 
 # --- The rollout module (the seed's rolloutModule(options)) ---------------------
 # Webhooks: http:// and private/loopback receivers only with ROLLOUT_WEBHOOKS_ALLOW_HTTP=1 (tests,

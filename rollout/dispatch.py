@@ -10,10 +10,12 @@ Two rules hold for every message published here:
   rows it is about are already written); when the broker is down the error is
   logged and dropped. The periodic tick (``rollout/all``) redoes everything a
   lost message would have done, so a lost message costs at most one period.
-- **No message waits past the broker's visibility timeout.** Redis redelivers
-  an unacknowledged message after it, so a message due later would be copied
-  again and again in worker memory. A due time farther out than
-  ``max_delay()`` is not published at all: the periodic tick covers it.
+- **No message waits past the broker's redelivery horizon.** Redis redelivers
+  an unacknowledged message after its visibility timeout, so a message due later
+  would be copied again and again in worker memory; RabbitMQ closes the channel
+  of a consumer that holds a message past its ``consumer_timeout`` (30 minutes
+  by default). A due time farther out than ``max_delay()`` is not published at
+  all: the periodic tick covers it (docs/operations.md#brokers).
 """
 
 from __future__ import annotations
@@ -44,21 +46,30 @@ class _Timing(TypedDict, total=False):
     countdown: float
 
 
-#: Never schedule closer than this to the visibility timeout (a worker may take the message late).
+#: Never schedule closer than this to the redelivery horizon (a worker may take the message late).
 VISIBILITY_MARGIN = timedelta(minutes=5)
+#: RabbitMQ's default ``consumer_timeout`` (rabbitmq.conf): a deployment must not lower it.
+RABBITMQ_CONSUMER_TIMEOUT = timedelta(minutes=30)
+
+
+def redelivery_horizon() -> timedelta:
+    """How long the broker lets a worker hold a message unacknowledged."""
+    if str(getattr(settings, "CELERY_BROKER_URL", "")).startswith(("amqp://", "amqps://", "pyamqp://")):
+        return RABBITMQ_CONSUMER_TIMEOUT
+    options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", None) or {}
+    return timedelta(seconds=options.get("visibility_timeout", 3600))
 
 
 def max_delay() -> timedelta:
-    """How far ahead a message may be due: well inside the broker's visibility timeout."""
-    options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", None) or {}
-    visibility = timedelta(seconds=options.get("visibility_timeout", 3600))
-    return max(visibility - VISIBILITY_MARGIN, timedelta(seconds=visibility.total_seconds() / 2))
+    """How far ahead a message may be due: well inside the broker's redelivery horizon."""
+    horizon = redelivery_horizon()
+    return max(horizon - VISIBILITY_MARGIN, horizon / 2)
 
 
 def publish(name: str, *, args: list[Any], eta: datetime | None = None, countdown: float | None = None) -> bool:
     """Publish task ``name`` now; False (logged) when it is due too far ahead or the broker refuses it."""
     if eta is not None and eta - timezone.now() > max_delay():
-        log.debug("task.not_scheduled", task=name, eta=eta.isoformat(), why="beyond the visibility timeout")
+        log.debug("task.not_scheduled", task=name, eta=eta.isoformat(), why="beyond the redelivery horizon")
         return False
     timing: _Timing = {}
     if eta is not None:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Start PostgreSQL and Redis when they are installed but not running, and make
-# sure the project's database exists. Idempotent; used by `make test`.
+# Start PostgreSQL, Redis and RabbitMQ when they are installed but not running, and make
+# sure the project's database (and AMQP_URL's RabbitMQ vhost) exists. Idempotent; used by
+# `make test`. A service that is missing or does not start is an error, never skipped.
 set -euo pipefail
 
 PGHOST=127.0.0.1
@@ -33,6 +34,23 @@ if command -v redis-cli >/dev/null && ! redis-cli -h 127.0.0.1 -p 6379 ping >/de
   fi
 fi
 wait_for Redis redis-cli -h 127.0.0.1 -p 6379 ping
+
+if ! command -v rabbitmq-server >/dev/null; then
+  echo "services: rabbitmq-server is not installed (scripts/system-deps.sh installs it)" >&2
+  exit 1
+fi
+if ! rabbitmq-diagnostics -q ping >/dev/null 2>&1; then
+  echo "services: starting RabbitMQ"
+  rabbitmq-server -detached >/dev/null 2>&1 || true
+fi
+wait_for RabbitMQ rabbitmq-diagnostics -q ping
+# The vhost named in AMQP_URL (a parallel run's own, like its Redis database), with guest's permissions.
+VHOST=$(python3 -c 'import sys, urllib.parse as u; p = u.urlsplit(sys.argv[1]).path[1:]; print(u.unquote(p) or "/")' \
+  "${AMQP_URL:-amqp://guest:guest@127.0.0.1:5672//}")
+if ! rabbitmqctl -q list_vhosts | grep -qxF "$VHOST"; then
+  rabbitmqctl -q add_vhost "$VHOST"
+  rabbitmqctl -q set_permissions -p "$VHOST" guest ".*" ".*" ".*"
+fi
 
 if ! psql -h "$PGHOST" -p "$PGPORT" -U "$PGUSER" -d postgres -tAc "select 1 from pg_database where datname='$DBNAME'" | grep -q 1; then
   psql -h "$PGHOST" -p "$PGPORT" -U "$PGUSER" -d postgres -qc "create database $DBNAME"

@@ -230,7 +230,8 @@ async def run_cli(options: argparse.Namespace, out: IO[str] | io.TextIOBase | No
     say(
         f"done: {stats.heartbeats} heartbeats, {stats.joins} joins, {stats.upgrades} upgrades,"
         f" {stats.failed_upgrades} failed upgrades, {stats.refusals} refusals,"
-        f" {stats.downloads} downloads ({stats.download_cache_hits} from cache), {stats.errors} errors"
+        f" {stats.downloads} downloads ({stats.download_cache_hits} from cache),"
+        f" {stats.throttled} throttled (429s waited out), {stats.errors} errors"
     )
     return 0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import logging
 import math
 import threading
@@ -161,20 +162,30 @@ class Fleet(FleetStatus):
         """One API call; a failure is counted (on the agent too) and answers None.
 
         With ``final_4xx`` a 4xx answer is counted as an error but returned, so
-        the caller does not retry what the server will never accept.
+        the caller does not retry what the server will never accept. A 429 is
+        not a failure: the call is sent again once its ``Retry-After`` has passed
+        (counted in ``stats.throttled``), or answers None if the fleet stops meanwhile.
         """
         assert self._client is not None, "the fleet is not running"
-        try:
-            async with self._gate:
-                # An absolute URL (a list's `next` link) is used as is.
-                url = path if "://" in path else self.base_url + path
-                response = await self._client.request(
-                    method, url, json=json, headers={"Authorization": f"Bearer {token}"}
-                )
-        except httpx.HTTPError as exc:
-            detail = f"{type(exc).__name__}: {exc}"[:300]
-            self._error(f"{kind}_{type(exc).__name__}", detail, agent)
-            return None
+        while True:
+            try:
+                async with self._gate:
+                    # An absolute URL (a list's `next` link) is used as is.
+                    url = path if "://" in path else self.base_url + path
+                    response = await self._client.request(
+                        method, url, json=json, headers={"Authorization": f"Bearer {token}"}
+                    )
+            except httpx.HTTPError as exc:
+                detail = f"{type(exc).__name__}: {exc}"[:300]
+                self._error(f"{kind}_{type(exc).__name__}", detail, agent)
+                return None
+            if response.status_code != 429:
+                break
+            # Over the credential's limit: no request with it before Retry-After, then the same one again
+            # (as a real agent does). Out of the connection gate while it waits.
+            self.stats.throttled += 1
+            if not await self.sleep(retry_after(response.headers.get("Retry-After"))):
+                return None
         if response.is_success:
             return response
         detail = f"HTTP {response.status_code}: {response.text[:200]}"
@@ -247,7 +258,7 @@ class Fleet(FleetStatus):
         """Run every agent until ``until(fleet)`` holds, ``timeout`` passes or ``stop()`` is called.
 
         Returns True when ``until`` held. Without ``until`` and ``timeout`` it runs
-        until ``stop()`` (or until every agent is down or offline).
+        until ``stop()``, even when every agent is down or offline for good.
         """
         loop = asyncio.get_running_loop()
         self._loop = loop
@@ -268,8 +279,6 @@ class Fleet(FleetStatus):
                     met = True
                     break
                 if self._stop_future.done():
-                    break
-                if until is None and all(task.done() for task in tasks):
                     break
                 wait = poll if deadline is None else min(poll, deadline - loop.time())
                 if wait <= 0:
@@ -293,6 +302,16 @@ class Fleet(FleetStatus):
     def start_thread(self, timeout: float | None = None) -> FleetThread:
         """Run the fleet on its own event loop in a background thread (for synchronous callers)."""
         return FleetThread(self, timeout=timeout).start()
+
+
+def retry_after(value: str | None) -> float:
+    """Seconds a ``Retry-After`` header asks to wait (delta-seconds or an HTTP date); 1 s when it is missing."""
+    if value:
+        with contextlib.suppress(ValueError):
+            return max(0.0, float(value))
+        with contextlib.suppress(TypeError, ValueError, IndexError):
+            return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+    return 1.0
 
 
 class FleetThread:

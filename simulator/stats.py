@@ -43,6 +43,7 @@ class FleetStats:
     refusals: int = 0
     downloads: int = 0  # binaries actually fetched over the network
     download_cache_hits: int = 0  # fetches served by the shared cache (or joined an in-flight one)
+    throttled: int = 0  # 429 answers: the request waited its Retry-After and was sent again
     errors: int = 0
     errors_by_kind: Counter = field(default_factory=Counter)
     # When recorded: each heartbeat as the agent sees it (its wait for one of the fleet's
@@ -89,6 +90,7 @@ class FleetStatus:
             f" | versions {shown}"
             f" | {rate:.1f} hb/s"
             f" | errors {stats.errors}{f' ({kinds})' if kinds else ''}"
+            f"{f' | throttled {stats.throttled}' if stats.throttled else ''}"
             f" | upgrades {stats.upgrades} failed {stats.failed_upgrades}"
             f" refusals {stats.refusals} down {states.get(AgentState.DOWN, 0)}"
             f" offline {states.get(AgentState.OFFLINE, 0)} away {states.get(AgentState.AWAY, 0)}"

@@ -116,8 +116,10 @@ def _error_codes(schema: dict, operation: dict, status: int) -> set[str]:
     return set(schema["components"]["schemas"][enum_ref.rsplit("/", 1)[1]]["enum"])
 
 
-AUTH = {401: {"not_authenticated", "authentication_failed"}, 403: {"permission_denied"}}
-AGENT = {401: {"not_authenticated", "authentication_failed"}}
+# Every credential may be over its request limit (docs/operations.md#request-limits).
+THROTTLED = {429: {"throttled"}}
+AUTH = {401: {"not_authenticated", "authentication_failed"}, 403: {"permission_denied"}, **THROTTLED}
+AGENT = {401: {"not_authenticated", "authentication_failed"}, **THROTTLED}
 BODY = {413: {"too_large"}, 415: {"unsupported_media_type"}}
 
 # (method, path): {status: codes that must be documented}, from CONTRACT 4 and 6 and the services.

@@ -1,6 +1,8 @@
-"""Faults staged for real (issue 9): every test runs its own PostgreSQL cluster and Redis server (never the
-machine's shared ones on 5432/6379, which the tests stop and restart), gunicorn, Celery worker(s) and
-beat(s) from demo/processes.py, and simulated agents, then breaks one of them during a live rollout.
+"""Faults staged for real (issue 9): every test runs its own PostgreSQL cluster and broker (never the
+machine's shared ones, which the tests stop and restart), gunicorn, Celery worker(s) and beat(s) from
+demo/processes.py, and simulated agents, then breaks one of them during a live rollout. Every test runs
+on both brokers: a private redis-server and a private RabbitMQ node (tests/brokers.py); the worker is
+started exactly as docker-compose.yml starts it.
 
 The test process's Django stays bound to pytest-django's database; the private database is seeded by
 a child process (tests/faults/seed.py) and watched with plain SQL by a ``Monitor`` thread that polls
@@ -30,11 +32,11 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-import redis
 
 from demo.processes import BASE_DIR, celery_beat, celery_worker, stop, wait_until, web_server
 from fleet.services.budget import budget_allowed
 from simulator import Fleet, build_agent_configs
+from tests.brokers import BROKERS, PrivateRabbitMQ, PrivateRedis, private_broker
 from tests.factories import binary_bytes, manifest, pin, signed
 from tests.integration.conftest import Stack
 
@@ -103,8 +105,8 @@ class PrivatePostgres:
 @pytest.fixture(scope="session")
 def private_postgres() -> Iterator[PrivatePostgres]:
     """One private cluster for the session (initdb, then pg_ctl start on a free port)."""
-    if not (PG_BIN / "initdb").exists() or shutil.which("redis-server") is None:
-        pytest.fail(f"the fault tests need PostgreSQL's initdb/pg_ctl in {PG_BIN} and redis-server (make test)")
+    if not (PG_BIN / "initdb").exists():
+        pytest.fail(f"the fault tests need PostgreSQL's initdb/pg_ctl in {PG_BIN} (make test)")
     # A short path: the socket's path must stay under 107 bytes.
     root = Path(tempfile.mkdtemp(prefix="faults-pg-", dir="/tmp"))
     if os.geteuid() == 0:
@@ -118,40 +120,6 @@ def private_postgres() -> Iterator[PrivatePostgres]:
         with contextlib.suppress(Exception):
             cluster.stop("immediate")
         shutil.rmtree(root, ignore_errors=True)
-
-
-class PrivateRedis:
-    """A throwaway redis-server on its own port, no persistence: a restart loses every queued message."""
-
-    def __init__(self, log: Path):
-        self.port = free_port()
-        self.log = log
-        self.process: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def ping(self) -> bool:
-        try:
-            return bool(redis.Redis(port=self.port, socket_timeout=0.5, socket_connect_timeout=0.5).ping())
-        except redis.RedisError:
-            return False
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            stdout=self.log.open("ab"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        wait_until(self.ping, timeout=15, what="the private redis-server")
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
-        self.process = None
 
 
 # --- watching the private database -------------------------------------------------------------------
@@ -284,9 +252,10 @@ class FaultStack(Stack):
 
     env: dict[str, str] = field(default_factory=dict)
     db_url: str = ""
-    redis: PrivateRedis | None = None
+    broker: PrivateRedis | PrivateRabbitMQ | None = None
     postgres: PrivatePostgres | None = None
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    restarts: list[str] = field(default_factory=list)  # processes the restart policy started again, this test
     _ready_offsets: dict[str, int] = field(default_factory=dict)
 
     def register(self, version: str, sequence: int) -> None:
@@ -296,9 +265,7 @@ class FaultStack(Stack):
         log = self.logs / f"{name}.log"
         offset = log.stat().st_size if log.exists() else 0
         env = {**self.env, "PGAPPNAME": f"faults-{name}"}
-        process = celery_worker(
-            env, queue=self.env["CELERY_TASK_DEFAULT_QUEUE"], concurrency=concurrency, log_path=log, loglevel="INFO"
-        )
+        process = celery_worker(env, concurrency=concurrency, log_path=log, loglevel="INFO", deployed=True)
         self.processes[name] = process
         self._ready_offsets[name] = offset
         if ready:
@@ -349,24 +316,28 @@ RELEASES = (("0.9.0", 1), ("1.0.0", 2))
 CORE = ("web", "worker", "beat")
 
 
-@pytest.fixture(scope="session")
-def private_redis(tmp_path_factory) -> Iterator[PrivateRedis]:
-    server = PrivateRedis(tmp_path_factory.mktemp("faults-redis") / "redis.log")
-    server.start()
+@pytest.fixture(scope="session", params=BROKERS)
+def fault_broker(request, tmp_path_factory) -> Iterator[PrivateRedis | PrivateRabbitMQ]:
+    """The private broker of one run of the fault tests: each test runs once per broker."""
+    broker = private_broker(request.param, tmp_path_factory.mktemp(f"faults-{request.param}"))
     try:
-        yield server
+        broker.start()
+    except RuntimeError as exc:  # not installed: a failure, never a skip
+        pytest.fail(str(exc))
+    try:
+        yield broker
     finally:
-        server.kill()
+        broker.stop()
 
 
 @pytest.fixture(scope="session")
-def shared_fault_stack(private_postgres, private_redis, tmp_path_factory) -> Iterator[FaultStack]:
-    """One private system for every fault test (starting it costs tens of seconds on a busy machine):
-    a database copied from the template, releases 0.9.0 and 1.0.0 with binaries, gunicorn, one worker and
-    one beat (every 1 s) on the private Redis. Each test enrolls its own pools. Every process is killed
-    at the end, whatever happened."""
+def shared_fault_stack(private_postgres, fault_broker, tmp_path_factory) -> Iterator[FaultStack]:
+    """One private system per broker for every fault test (starting it costs tens of seconds on a busy
+    machine): a database copied from the template, releases 0.9.0 and 1.0.0 with binaries, gunicorn, one
+    worker and one beat (every 1 s) on the private broker. Each test enrolls its own pools. Every process
+    is killed at the end, whatever happened."""
     root = tmp_path_factory.mktemp("faults-stack")
-    name = f"faults_{uuid.uuid4().hex[:8]}"
+    name = f"faults_{fault_broker.name}_{uuid.uuid4().hex[:8]}"
     private_postgres.create_database(name)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -374,7 +345,7 @@ def shared_fault_stack(private_postgres, private_redis, tmp_path_factory) -> Ite
     logs.mkdir()
     env = {
         "DATABASE_URL": private_postgres.url(name),
-        "CELERY_BROKER_URL": private_redis.url,
+        "CELERY_BROKER_URL": fault_broker.url,
         "CELERY_TASK_DEFAULT_QUEUE": "faults",
         "ROLLOUT_RELEASE_PINS": pin(0),
         "ROLLOUT_DOWNLOADS_URL": f"{url}/api/compute/downloads",
@@ -382,6 +353,8 @@ def shared_fault_stack(private_postgres, private_redis, tmp_path_factory) -> Ite
         "ROLLOUT_MEDIA_ROOT": str(root / "media"),
         "ROLLOUT_RUN_DIR": str(root / "run"),
         "FLEET_HEARTBEAT_SECONDS": str(HEARTBEAT_SECONDS),
+        # The simulated agents beat every 0.5 s (4 per heartbeatSeconds); the limit is enforced all the same.
+        "AGENT_TOKEN_RATE": "10/heartbeat",
         "FLEET_MIN_PROTOCOL_VERSION": "2",
         "DATABASE_CONN_MAX_AGE": "0",
         "LOG_LEVEL": "WARNING",
@@ -394,7 +367,7 @@ def shared_fault_stack(private_postgres, private_redis, tmp_path_factory) -> Ite
         sequences=dict(RELEASES),
         env=env,
         db_url=private_postgres.url(name),
-        redis=private_redis,
+        broker=fault_broker,
         postgres=private_postgres,
     )
     try:
@@ -428,9 +401,9 @@ class RestartPolicy(threading.Thread):
     """docker-compose.yml's ``restart: unless-stopped`` for worker and beat: one that exits on its own is started
     again (a test's deliberate SIGKILL removes the process from the stack first, so it is not restarted here).
 
-    A Celery worker can exit by itself when Redis goes away under it (kombu's Redis transport raises an
-    AttributeError while restoring unacknowledged messages on close: an "Unrecoverable error"); production
-    relies on the container's restart policy for that, and so does this stack. Restarts are reported.
+    A safety net, so that one process's crash does not fail every later test: each restart is reported and
+    listed in ``stack.restarts``, and a test about a fault the processes must live through (the broker's
+    outage) fails when the list is not empty.
     """
 
     def __init__(self, stack: FaultStack):
@@ -445,6 +418,7 @@ class RestartPolicy(threading.Thread):
                 process = self.stack.processes.get(name)
                 if process is not None and process.poll() is not None:
                     self.restarts.append(name)
+                    self.stack.restarts.append(name)
                     print(f"[faults] {name} exited by itself (code {process.returncode}): restarted, as compose would")
                     {"worker": self.stack.start_worker, "beat": self.stack.start_beat}[name](
                         **({"ready": False} if name == "worker" else {})
@@ -459,8 +433,9 @@ class RestartPolicy(threading.Thread):
 def fault_stack(shared_fault_stack) -> Iterator[FaultStack]:
     """The shared system, as a test expects it: its services up, web, one worker and one beat running."""
     stack = shared_fault_stack
-    if not stack.redis.ping():  # type: ignore[union-attr]
-        stack.redis.start()  # type: ignore[union-attr]
+    stack.restarts.clear()
+    if not stack.broker.running():  # type: ignore[union-attr]
+        stack.broker.start()  # type: ignore[union-attr]
     if not stack.postgres.running():  # type: ignore[union-attr]
         stack.postgres.start()  # type: ignore[union-attr]
     for name in CORE:

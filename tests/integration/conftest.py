@@ -1,8 +1,13 @@
-"""A whole running system: the server over real HTTP, a Celery worker and beat on the real broker."""
+"""A whole running system: the server over real HTTP, a Celery worker and beat on the real broker.
+
+A test runs on Redis; parametrized with ``@pytest.mark.parametrize("broker", BROKERS, indirect=True)`` it runs
+on RabbitMQ too (``AMQP_URL``, the machine's RabbitMQ in a vhost of the run's own: make test).
+"""
 
 from __future__ import annotations
 
 import io
+import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -12,6 +17,7 @@ import httpx
 import pytest
 from django.conf import settings as django_settings
 from django.db import connection
+from kombu import Queue
 
 from demo.processes import celery_beat, celery_worker, stop
 from fleet.models import Permission
@@ -56,14 +62,39 @@ class Stack:
 
 
 @pytest.fixture
-def stack(live_server, settings, tenant, tmp_path) -> Iterator[Stack]:
+def broker(request, settings) -> Iterator[str]:
+    """The broker URL of an end-to-end test: Redis, or RabbitMQ when the test is parametrized so. The test
+    process publishes there too (its Celery connection pools are reset before and after)."""
+    name = getattr(request, "param", "redis")
+    if name == "redis":
+        url = django_settings.CELERY_BROKER_URL
+        if not url.startswith("redis://"):
+            pytest.fail("the end-to-end tests need Redis: run them with `make test`")
+        yield url
+        return
+    url = os.environ.get("AMQP_URL", "")
+    if not url.startswith("amqp://"):
+        pytest.fail("the end-to-end tests on RabbitMQ need AMQP_URL (make test sets it and starts RabbitMQ)")
+    settings.CELERY_BROKER_URL = url
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"connect_timeout": 0.5}
+    celery_app.close()
+    try:
+        yield url
+    finally:
+        celery_app.close()
+
+
+@pytest.fixture
+def stack(live_server, settings, tenant, tmp_path, broker) -> Iterator[Stack]:
     """The server (pytest-django's live server), a Celery worker and beat (every 1 s) on a private queue."""
-    if connection.vendor != "postgresql" or not django_settings.CELERY_BROKER_URL.startswith("redis://"):
-        pytest.fail("the end-to-end tests need PostgreSQL and Redis: run them with `make test`")
+    if connection.vendor != "postgresql":
+        pytest.fail("the end-to-end tests need PostgreSQL: run them with `make test`")
     downloads = f"{live_server.url}/api/compute/downloads"
     settings.ROLLOUT = rollout_settings(downloads_url=downloads, every=1)
     settings.MEDIA_ROOT = tmp_path / "media"
     settings.FLEET_HEARTBEAT_SECONDS = 10
+    # The simulated agents beat every 0.5 s (20 per heartbeatSeconds), not every 10 s as real ones.
+    settings.AGENT_TOKEN_RATE = "40/heartbeat"
     queue = f"e2e-{uuid.uuid4().hex[:8]}"
     previous_queue = celery_app.conf.task_default_queue
     celery_app.conf.task_default_queue = queue
@@ -73,7 +104,7 @@ def stack(live_server, settings, tenant, tmp_path) -> Iterator[Stack]:
     database_url = f"postgres://{db['USER'] or 'postgres'}@{host}:{port}/{db['NAME']}"
     env = {
         "DATABASE_URL": database_url,
-        "CELERY_BROKER_URL": django_settings.CELERY_BROKER_URL,
+        "CELERY_BROKER_URL": broker,
         "CELERY_TASK_DEFAULT_QUEUE": queue,
         "ROLLOUT_RELEASE_PINS": pin(0),
         "ROLLOUT_DOWNLOADS_URL": downloads,
@@ -93,6 +124,9 @@ def stack(live_server, settings, tenant, tmp_path) -> Iterator[Stack]:
     finally:
         client.close()
         stop(worker, beat)
+        if broker.startswith("amqp://"):  # RabbitMQ keeps a durable queue: the test's goes with it
+            with celery_app.connection_for_write() as conn:
+                Queue(queue, channel=conn.default_channel).delete()
         celery_app.conf.task_default_queue = previous_queue
         for log in sorted(logs.iterdir()):
             text = log.read_text(errors="replace")[-4000:]

@@ -1,5 +1,6 @@
-"""The whole system end to end (issue 4): real HTTP, real Redis, a real Celery worker and beat
-(every 1 s), and simulated bcd agents. Time moves by configuration (short soak and timeout)."""
+"""The whole system end to end (issue 4): real HTTP, a real broker (Redis, and RabbitMQ for the tests
+parametrized with both), a real Celery worker and beat (every 1 s), and simulated bcd agents. Time moves by
+configuration (short soak and timeout)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from demo.processes import wait_until
 from fleet.models import Node, NodeSession, Pool
 from rollout.models import NodeUpgrade, Rollout, RolloutEvent
 from simulator import Fleet, build_agent_configs
+from tests.brokers import BROKERS
 from tests.factories import pin
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -64,6 +66,9 @@ def test_a_three_wave_rollout_of_60_nodes_in_3_pools_completes(stack):
             assert overlapping <= 2, (pool.name, started)
 
 
+# On both brokers: the widest use of the broker of the end-to-end tests (ticks, ETA timeouts, pause, resume,
+# abort with rollback, roll forward); the fault tests run on both too.
+@pytest.mark.parametrize("broker", BROKERS, indirect=True)
 def test_a_failing_release_pauses_at_the_canary_then_rollback_and_roll_forward(stack):
     stack.register("1.0.0", 2)
     stack.register("1.1.0", 3)

@@ -114,3 +114,10 @@ def make_nodes(pool: Pool, count: int, prefix: str = "sim") -> list[tuple[Node, 
         node_create(tenant=pool.tenant, name=f"{prefix}-{index:03d}", pool_id=pool.id, arch="amd64")
         for index in range(count)
     ]
+
+
+@pytest.fixture(autouse=True)
+def _fast_agents_allowed(settings):
+    """These agents beat every 0.2-0.5 s (up to 50 per heartbeatSeconds of 10 s): their tokens' limit says so.
+    tests/simulator/test_limits.py sets its own."""
+    settings.AGENT_TOKEN_RATE = "100/heartbeat"
