@@ -11,6 +11,7 @@ import pytest
 from simulator import AgentConfig, Fleet
 from simulator.cli import main
 from simulator.fleet import retry_after
+from tests.factories import pin
 from tests.simulator.conftest import make_nodes
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -42,7 +43,18 @@ def test_the_simulator_runs_until_its_duration_when_every_agent_is_down_for_good
     tokens.write_text("t-1\nt-2\n")
     started = time.monotonic()
     status = main(
-        ["--server", "http://127.0.0.1:9", "--tokens-file", str(tokens), "--offline-share", "1", "--duration", "1.5"]
+        [
+            "--server",
+            "http://127.0.0.1:9",
+            "--tokens-file",
+            str(tokens),
+            "--release-pin",
+            pin(0),
+            "--offline-share",
+            "1",
+            "--duration",
+            "1.5",
+        ]
     )
     assert status == 0
     assert time.monotonic() - started >= 1.5
