@@ -1,15 +1,31 @@
 #!/usr/bin/env bash
-# System packages the test suite needs beyond Python: Debian's Chromium for the
-# browser test (never a browser download). Installed once, when missing.
+# System packages the project needs beyond Python, from Debian's packages (never a download of a
+# prebuilt binary), installed once, when missing:
+# - chromium: the browser test (tests/browser);
+# - nginx: the production web tier on this machine (`make web`, docs/operations.md#the-web-tier) and
+#   the tests that run it. Only the binary is used: `make web` and the tests start their own nginx as
+#   an unprivileged foreground process with the repository's docker/nginx.conf; the package's own
+#   service is never started (a policy-rc.d that refuses starts is in place during the install).
 set -euo pipefail
 
-if [ ! -x /usr/bin/chromium ]; then
-  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-    echo "system-deps: installing Debian's chromium (for tests/browser)"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
-  else
-    echo "system-deps: /usr/bin/chromium is missing and cannot be installed here (need root and apt-get)" >&2
-    exit 1
-  fi
+missing=()
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+[ -x /usr/sbin/nginx ] || missing+=(nginx)
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if ! command -v apt-get >/dev/null || [ "$(id -u)" != 0 ]; then
+  echo "system-deps: ${missing[*]} missing and cannot be installed here (need root and apt-get)" >&2
+  exit 1
 fi
+echo "system-deps: installing Debian's ${missing[*]}"
+policy=/usr/sbin/policy-rc.d
+placed=
+if [ ! -e "$policy" ]; then
+  # Refuse service starts while the packages install (invoke-rc.d honours it): nothing listens on :80.
+  printf '#!/bin/sh\nexit 101\n' > "$policy"
+  chmod 755 "$policy"
+  placed=1
+fi
+trap '[ -n "$placed" ] && rm -f "$policy"' EXIT
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
