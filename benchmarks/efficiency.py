@@ -178,8 +178,9 @@ def run(
     from rollout.models import NodeUpgrade, Rollout
     from rollout.release.dsse import envelope_to_bytes, sign_envelope
     from rollout.release.manifest import manifest_for, manifest_to_bytes
+    from rollout.services.binaries import release_binary_store
     from rollout.services.create import rollout_create
-    from rollout.services.releases import release_binary_store, release_register
+    from rollout.services.releases import release_register
     from simulator import ShardedFleet, build_agent_configs
 
     call_command("migrate", verbosity=0)
