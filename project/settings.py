@@ -6,6 +6,7 @@ See docs/configuration.md for every variable.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 import structlog
@@ -107,7 +108,7 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 
 # Binaries served under the downloads URL live in the default storage.
 MEDIA_ROOT = Path(env_str("ROLLOUT_MEDIA_ROOT", str(RUN_DIR / "media")))
-STORAGES = {
+STORAGES: dict[str, dict[str, Any]] = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }

@@ -97,7 +97,8 @@ def presigned_url(name: str, *, method: str, version: str, platform: str) -> str
     seconds = min(int(getattr(settings, "ROLLOUT_DOWNLOADS_PRESIGN_SECONDS", MAX_PRESIGN_SECONDS)), MAX_PRESIGN_SECONDS)
     # Same Content-Disposition as the other paths; Content-Type and Cache-Control are the object's own.
     parameters = {"ResponseContentDisposition": attachment(version, platform)}
-    url: str = default_storage.url(name, parameters=parameters, expire=seconds, http_method=method)
+    store: Any = default_storage  # django-storages' S3Storage (the system checks make sure)
+    url: str = store.url(name, parameters=parameters, expire=seconds, http_method=method)
     return url
 
 

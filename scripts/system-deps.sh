@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # System packages the project needs beyond Python, from Debian's packages (never a download of a
-# prebuilt binary), installed once, when missing:
+# prebuilt binary), installed once, when missing. `system-deps.sh [chromium] [nginx]` (default both):
 # - chromium: the browser test (tests/browser);
 # - nginx: the production web tier on this machine (`make web`, docs/operations.md#the-web-tier) and
-#   the tests that run it. Only the binary is used: `make web` and the tests start their own nginx as
-#   an unprivileged foreground process with the repository's docker/nginx.conf; the package's own
+#   the tests that run it. Only the binary is used: `make web` and the tests start their own nginx, an
+#   unprivileged-port foreground process with the repository's docker/nginx.conf. The package's own
 #   service is never started (a policy-rc.d that refuses starts is in place during the install).
 set -euo pipefail
 
+declare -A binary=([chromium]=/usr/bin/chromium [nginx]=/usr/sbin/nginx)
 missing=()
-[ -x /usr/bin/chromium ] || missing+=(chromium)
-[ -x /usr/sbin/nginx ] || missing+=(nginx)
+for package in "${@:-chromium nginx}"; do
+  for name in $package; do
+    [ -n "${binary[$name]:-}" ] || { echo "system-deps: unknown package $name" >&2; exit 2; }
+    [ -x "${binary[$name]}" ] || missing+=("$name")
+  done
+done
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if ! command -v apt-get >/dev/null || [ "$(id -u)" != 0 ]; then
@@ -26,6 +31,6 @@ if [ ! -e "$policy" ]; then
   chmod 755 "$policy"
   placed=1
 fi
-trap '[ -n "$placed" ] && rm -f "$policy"' EXIT
+trap '[ -z "$placed" ] || rm -f "$policy"' EXIT
 apt-get update -qq
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null

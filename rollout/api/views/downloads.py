@@ -45,7 +45,7 @@ def download_binary(request: HttpRequest, version: str, platform: str) -> HttpRe
     # Django's helper answers 304 or 412, or hands back the response it was given.
     proceed = HttpResponse(headers=headers)
     answer = get_conditional_response(request, etag=headers["ETag"], response=proceed)
-    if answer is not proceed:
+    if answer is not None and answer is not proceed:
         return answer
     if mode is storage.Offload.ACCEL:
         proceed["X-Accel-Redirect"] = storage.accel_location(binary.storage_name)
@@ -82,10 +82,10 @@ def _serve(request: HttpRequest, binary: ReleaseBinary, headers: dict[str, str])
         request.headers.get("Range"), size=binary.size, if_range=request.headers.get("If-Range"), etag=headers["ETag"]
     )
     if wanted is UNSATISFIABLE:
-        response = _error(416, "range_not_satisfiable", f"The binary has {binary.size} bytes.")
-        response["Content-Range"] = unsatisfied_content_range(binary.size)
-        response["X-Checksum-Sha256"] = binary.sha256
-        return response
+        refusal = _error(416, "range_not_satisfiable", f"The binary has {binary.size} bytes.")
+        refusal["Content-Range"] = unsatisfied_content_range(binary.size)
+        refusal["X-Checksum-Sha256"] = binary.sha256
+        return refusal
     span = ByteRange(start=0, end=binary.size - 1, size=binary.size) if wanted is WHOLE else wanted
     if request.method == "HEAD":
         response: HttpResponseBase = HttpResponse(headers=headers)
@@ -94,10 +94,11 @@ def _serve(request: HttpRequest, binary: ReleaseBinary, headers: dict[str, str])
             handle = release_binary_open(binary=binary)
         except NotFound as exc:
             return _error(404, "not_found", exc.detail)
-        response = FileResponse(_FileSlice(handle, span), content_type=headers["Content-Type"])
-        response.block_size = _BLOCK
+        streamed = FileResponse(_FileSlice(handle, span), content_type=headers["Content-Type"])
+        streamed.block_size = _BLOCK
         for name, value in headers.items():
-            response[name] = value
+            streamed[name] = value
+        response = streamed
     response["Content-Length"] = str(span.length)
     if wanted is not WHOLE:
         response.status_code = 206
