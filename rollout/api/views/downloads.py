@@ -17,6 +17,7 @@ from typing import IO
 from django.http import FileResponse, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.http.response import HttpResponseBase
 from django.utils.cache import get_conditional_response
+from django.views.decorators.csrf import csrf_exempt
 
 from core.errors import NotFound
 from core.ranges import UNSATISFIABLE, WHOLE, ByteRange, requested_range, unsatisfied_content_range
@@ -28,6 +29,7 @@ SAFE_METHODS = ("GET", "HEAD")
 _BLOCK = 256 << 10  # Django's own reads when the server has no sendfile (runserver, the test client)
 
 
+@csrf_exempt  # no cookie, no state: any other method gets the API's 405, not a CSRF page
 def download_binary(request: HttpRequest, version: str, platform: str) -> HttpResponseBase:
     if request.method not in SAFE_METHODS:
         response = _error(405, "method_not_allowed", f"Downloads answer {' and '.join(SAFE_METHODS)} only.")
@@ -49,6 +51,7 @@ def download_binary(request: HttpRequest, version: str, platform: str) -> HttpRe
         return answer
     if mode is storage.Offload.ACCEL:
         proceed["X-Accel-Redirect"] = storage.accel_location(binary.storage_name)
+        del proceed["Accept-Ranges"]  # nginx keeps Django's and adds its own: one is enough
         return proceed
     return _serve(request, binary, headers)
 
