@@ -125,9 +125,9 @@ class _CheckedReader:
 
     def mismatch(self, *, version: str, platform: str, size: int, sha256: str) -> InvalidInput | None:
         if self.size != size:
-            longer = "more than " if self.size > size else ""
+            has = f"more than {size}" if self.size > size else str(self.size)  # reading stopped one byte past
             return InvalidInput(
-                f"The file has {longer}{self.size} bytes; the manifest of {version} says {size} for {platform}.",
+                f"The file has {has} bytes; the manifest of {version} says {size} for {platform}.",
                 code="size_mismatch",
             )
         if self.digest.hexdigest() != sha256:
