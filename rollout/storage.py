@@ -18,6 +18,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import os
+import sys
 import tempfile
 import uuid
 from pathlib import Path, PurePosixPath
@@ -58,9 +59,10 @@ def offload() -> Offload:
 
 
 def is_object_storage(storage: Storage) -> bool:
-    from storages.backends.s3 import S3Storage
-
-    return isinstance(storage, S3Storage)
+    """Is it django-storages' S3Storage? Without importing boto3 (tens of MiB) when it is not."""
+    kind = storage.__class__  # a lazy storage (default_storage) is set up here, importing its backend
+    s3 = sys.modules.get("storages.backends.s3")
+    return s3 is not None and issubclass(kind, s3.S3Storage)
 
 
 def download_filename(version: str, platform: str) -> str:

@@ -8,6 +8,9 @@ from rollout.services.binaries import release_binary_store
 
 class Command(BaseCommand):
     help = "Manage registered releases. 'release upload <version> <platform> <file>' stores a binary's bytes."
+    # The module's own checks (keys, delivery: where the bytes go) and not the URL and admin ones, which
+    # import every view: an upload's memory is Django's and one chunk (docs/operations.md#binary-delivery).
+    requires_system_checks = ["rollout"]
 
     def add_arguments(self, parser):
         verbs = parser.add_subparsers(dest="verb", required=True)
