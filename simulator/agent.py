@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import enum
-import hashlib
 import logging
 import random
 import time
@@ -281,8 +279,8 @@ class Agent:
                 section, "lower_sequence", f"sequence {sequence} < confirmed sequence {self.confirmed_sequence}"
             )
         previous_state, self.state = self.state, AgentState.UPGRADING
-        try:
-            data = await self.fleet.binaries.fetch(url, sha256)
+        try:  # the digest and size of the bytes this agent received (simulator/downloads.py)
+            fetched = await self.fleet.binaries.fetch(url, sha256, holder=self.index)
         except httpx.HTTPStatusError as exc:
             self._failed("download", f"{exc.response.status_code} for {url}")
             return _Verdict.RETRY
@@ -291,9 +289,8 @@ class Agent:
             return _Verdict.RETRY
         finally:
             self.state = previous_state
-        digest = await _sha256(data)
-        if digest != sha256:
-            return self._refuse(section, "sha256_mismatch", f"got {digest}, expected {sha256}")
+        if fetched.sha256 != sha256:
+            return self._refuse(section, "sha256_mismatch", f"got {fetched.sha256}, expected {sha256}")
         return _Verdict.GO
 
     async def _leave(self) -> None:
@@ -343,10 +340,3 @@ def _section_key(section: Any) -> tuple[str, str, str]:
     if not isinstance(section, dict):
         return ("", "", repr(section))
     return (str(section.get("version")), str(section.get("url")), str(section.get("sha256")).lower())
-
-
-async def _sha256(data: bytes) -> str:
-    if len(data) < 1 << 20:
-        return hashlib.sha256(data).hexdigest()
-    # hashlib releases the GIL on large buffers: hash off the event loop.
-    return await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest())

@@ -16,7 +16,8 @@ import httpx
 
 from simulator.agent import Agent
 from simulator.config import DEFAULT_HEARTBEAT_SECONDS, SPEC_MIN_PROTOCOL_VERSION, AgentConfig
-from simulator.releases import BinaryCache, SequenceBook
+from simulator.downloads import AgentDownloads, Downloads, SharedDownloads
+from simulator.releases import SequenceBook
 from simulator.stats import FleetStats, FleetStatus
 
 logger = logging.getLogger(__name__)
@@ -58,6 +59,10 @@ class Fleet(FleetStatus):
     - ``record_latencies``: keep every heartbeat latency in ``stats.latencies``;
     - ``max_connections``: the connection pool size, and the most requests in flight at once
       (default ``default_max_connections(n)``: from 8 to 16 with the number of agents);
+    - ``download_rate``: bytes/s per agent downloading (None: as fast as the link); each agent
+      downloads its own bytes on its own connection, unless ``shared_downloads`` (one fetch per
+      binary for the whole fleet: control-plane benchmarks); ``download_timeout``: seconds a
+      download may wait for its next bytes (see simulator/downloads.py);
     - ``client``: an ``httpx.AsyncClient`` to use instead of creating one.
     """
 
@@ -77,6 +82,8 @@ class Fleet(FleetStatus):
         seed: int = 0,
         request_timeout: float = 10.0,
         download_timeout: float = 60.0,
+        download_rate: float | None = None,
+        shared_downloads: bool = False,
         max_connections: int | None = None,
         spec_min_protocol_version: int = SPEC_MIN_PROTOCOL_VERSION,
         leave_on_stop: bool = False,
@@ -88,6 +95,8 @@ class Fleet(FleetStatus):
             raise ValueError("jitter is a fraction in [0, 1)")
         if heartbeat_seconds is not None and heartbeat_seconds <= 0:
             raise ValueError("heartbeat_seconds must be positive")
+        if download_rate is not None and download_rate <= 0:
+            raise ValueError("download_rate is a positive number of bytes per second")
         if heartbeat_scale <= 0 or restart_delay < 0 or restart_jitter < 0:
             raise ValueError("heartbeat_scale must be positive; restart delays must be >= 0")
         self.base_url = base_url.rstrip("/")
@@ -101,6 +110,8 @@ class Fleet(FleetStatus):
         self.seed = seed
         self.request_timeout = request_timeout
         self.download_timeout = download_timeout
+        self.download_rate = download_rate
+        self.shared_downloads = shared_downloads
         self.spec_min_protocol_version = spec_min_protocol_version
         self.leave_on_stop = leave_on_stop
         self.record_latencies = record_latencies
@@ -114,7 +125,7 @@ class Fleet(FleetStatus):
         self._release_refresh_interval = release_refresh_interval
         self._given_client = client
         self._client: httpx.AsyncClient | None = None
-        self.binaries: BinaryCache
+        self.binaries: Downloads
         self._gate: asyncio.Semaphore
         self.sequences: SequenceBook
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -260,7 +271,10 @@ class Fleet(FleetStatus):
         client = self._given_client or self._make_client()
         self._client = client
         self._gate = asyncio.Semaphore(self.max_connections)
-        self.binaries = BinaryCache(client, self.stats, timeout=self.download_timeout, gate=self._gate)
+        # Downloads never queue behind heartbeats (nor hold their connections): a client of their own.
+        downloads = self._given_client or httpx.AsyncClient(limits=httpx.Limits(max_connections=None), http1=True)
+        fetcher = AgentDownloads(downloads, self.stats, rate=self.download_rate, timeout=self.download_timeout)
+        self.binaries = SharedDownloads(fetcher, self.stats) if self.shared_downloads else fetcher
         self.sequences = SequenceBook(
             self, api_key=self.api_key, mapping=self._sequence_mapping, refresh_interval=self._release_refresh_interval
         )
@@ -293,6 +307,7 @@ class Fleet(FleetStatus):
                 await asyncio.gather(*tasks, return_exceptions=True)
             if self._given_client is None:
                 await client.aclose()
+                await downloads.aclose()
             self.finished.set()
         return met
 

@@ -95,10 +95,11 @@ def test_fifty_agents_one_upgrades_failures_do_not_and_a_bad_sha256_is_refused(l
     assert agent(wrong.name).upgrades == []
     assert agent(wrong.name).version == "1.0.0"
     assert fleet.versions() == {"1.0.0": 48, "1.1.0": 1}
-    # One fetch per (url, sha256): the three agents given the right sha256 shared one download.
-    assert binaries.hits_for(section) == 2
-    assert fleet.stats.downloads == 2
-    assert fleet.stats.download_cache_hits == 2
+    # Each agent downloads its own bytes (the default): the four given the section, once each.
+    assert binaries.hits_for(section) == 4
+    assert fleet.stats.downloads == 4
+    assert fleet.stats.download_cache_hits == 0
+    assert fleet.stats.download_bytes == 4 * len(b"bcd 1.1.0\n" * 4096)
     assert fleet.stats.errors == 0, fleet.stats.errors_by_kind
 
 

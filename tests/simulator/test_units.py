@@ -15,10 +15,11 @@ from simulator import (
     NEVER_REJOIN,
     REJOIN_OLD,
     AgentConfig,
+    AgentDownloads,
     AgentState,
-    BinaryCache,
     Fleet,
     FleetStats,
+    SharedDownloads,
     SimulatorError,
     build_agent_configs,
     default_max_connections,
@@ -128,7 +129,8 @@ def test_an_empty_tokens_file_is_refused(tmp_path):
 # --- the binary cache ----------------------------------------------------------------------
 
 
-def test_concurrent_agents_share_one_download_per_url_and_sha256():
+def test_shared_downloads_fetch_once_per_url_and_sha256():
+    """--shared-downloads: concurrent agents share one fetch; only the digest is kept."""
     calls = []
 
     async def handler(request: httpx.Request) -> httpx.Response:
@@ -136,31 +138,51 @@ def test_concurrent_agents_share_one_download_per_url_and_sha256():
         await asyncio.sleep(0.05)
         return httpx.Response(200, content=b"binary")
 
-    async def scenario() -> list[bytes]:
+    async def scenario() -> list:
         stats = FleetStats()
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-            cache = BinaryCache(client, stats, timeout=5)
-            got = await asyncio.gather(*(cache.fetch("http://b/x", "AB" * 32) for _ in range(100)))
-            got.append(await cache.fetch("http://b/x", "ab" * 32))  # the same key, any case
-            await cache.fetch("http://b/x", "cd" * 32)  # another sha256: another entry
-        assert (stats.downloads, stats.download_cache_hits) == (2, 100)
+            cache = SharedDownloads(AgentDownloads(client, stats, timeout=5), stats)
+            got = await asyncio.gather(*(cache.fetch("http://b/x", "AB" * 32, holder=i) for i in range(100)))
+            got.append(await cache.fetch("http://b/x", "ab" * 32, holder=0))  # the same key, any case
+            await cache.fetch("http://b/x", "cd" * 32, holder=0)  # another sha256: another entry
+        assert (stats.downloads, stats.download_cache_hits, stats.download_bytes) == (2, 100, 12)
         return got
 
-    assert set(asyncio.run(scenario())) == {b"binary"}
+    assert {(fetched.sha256, fetched.size) for fetched in asyncio.run(scenario())} == {(sha256(b"binary"), 6)}
     assert calls == ["http://b/x", "http://b/x"]
+
+
+def test_per_agent_downloads_fetch_each_agents_bytes_and_keep_only_the_digest():
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.headers.get("range"))
+        return httpx.Response(200, content=b"binary", headers={"ETag": '"v1"'})
+
+    async def scenario() -> list:
+        stats = FleetStats()
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            downloads = AgentDownloads(client, stats, timeout=5)
+            got = await asyncio.gather(*(downloads.fetch("http://b/x", "ab" * 32, holder=i) for i in range(3)))
+        assert (stats.downloads, stats.download_bytes, stats.download_resumes) == (3, 18, 0)
+        return got
+
+    assert {(fetched.sha256, fetched.size) for fetched in asyncio.run(scenario())} == {(sha256(b"binary"), 6)}
+    assert calls == [None, None, None]
 
 
 def test_a_failed_download_is_not_cached():
     answers = iter([httpx.Response(503), httpx.Response(200, content=b"ok")])
 
-    async def scenario() -> bytes:
+    async def scenario():
         async with httpx.AsyncClient(transport=httpx.MockTransport(lambda request: next(answers))) as client:
-            cache = BinaryCache(client, FleetStats(), timeout=5)
+            stats = FleetStats()
+            cache = SharedDownloads(AgentDownloads(client, stats, timeout=5), stats)
             with pytest.raises(httpx.HTTPStatusError):
                 await cache.fetch("http://b/x", "00")
             return await cache.fetch("http://b/x", "00")
 
-    assert asyncio.run(scenario()) == b"ok"
+    assert asyncio.run(scenario()).sha256 == sha256(b"ok")
 
 
 # --- a fake agent API: robustness and the command path --------------------------------------
