@@ -101,6 +101,15 @@ def web_tier(django_db_setup, django_db_blocker, web_media_root) -> Iterator[Web
                 print(f"--- {log.name} ---\n{text}")
 
 
+@pytest.fixture(params=["django", "nginx"])
+def base_url(request, delivery_settings) -> str:
+    """Each path to the bytes: Django alone (pytest-django's live server, offload=none), and the `make web`
+    tier (nginx moves the bytes: X-Accel-Redirect)."""
+    if request.param == "django":
+        return request.getfixturevalue("live_server").url
+    return request.getfixturevalue("web_tier").url
+
+
 @pytest.fixture
 def delivery_settings(settings, web_media_root):
     """This process stores binaries where the web tier serves them from."""

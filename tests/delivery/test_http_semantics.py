@@ -24,13 +24,6 @@ SIZE = 10_000
 DATA = os.urandom(SIZE)
 
 
-@pytest.fixture(params=["django", "nginx"])
-def base_url(request, delivery_settings) -> str:
-    if request.param == "django":
-        return request.getfixturevalue("live_server").url
-    return request.getfixturevalue("web_tier").url
-
-
 @pytest.fixture
 def binary(delivery_settings) -> Stored:
     return store_release("1.0.0", DATA)
