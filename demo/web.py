@@ -122,6 +122,7 @@ class WebTier:
     url: str
     run_dir: Path
     processes: dict[str, subprocess.Popen]
+    log_dir: Path | None = None  # each process's output, when not the launcher's own
 
     def exited(self) -> str | None:
         """The name of a process that has exited, if any."""
@@ -169,7 +170,7 @@ def start(
     config = run_dir / "nginx" / "nginx.conf"
     config.write_text(render_nginx_conf(values))
     processes: dict[str, subprocess.Popen] = {}
-    tier = WebTier(url=f"http://{host}:{port}", run_dir=run_dir, processes=processes)
+    tier = WebTier(url=f"http://{host}:{port}", run_dir=run_dir, processes=processes, log_dir=log_dir)
     try:
         for server in servers:
             processes[server.name] = _spawn(server.command, env, log_dir / f"{server.name}.log" if log_dir else None)

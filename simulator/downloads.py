@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import socket
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -31,6 +32,21 @@ import httpx
 from simulator.stats import FleetStats
 
 CHUNK = 64 << 10
+MIN_WINDOW = 64 << 10
+
+
+def downloads_client(rate: float | None) -> httpx.AsyncClient:
+    """The agents' downloads client: as many connections as downloads, none shared with the heartbeats.
+
+    With a rate, each connection's receive buffer is what such a link holds in a tenth of a second
+    (at least 64 KiB): the server then sees a slow reader from the first byte, as it would across a
+    slow link, instead of filling megabytes of loopback buffers at once.
+    """
+    options = []
+    if rate is not None:
+        options.append((socket.SOL_SOCKET, socket.SO_RCVBUF, max(MIN_WINDOW, int(rate / 10))))
+    transport = httpx.AsyncHTTPTransport(socket_options=options, limits=httpx.Limits(max_connections=None))
+    return httpx.AsyncClient(transport=transport, http1=True)
 
 
 @dataclass(frozen=True)

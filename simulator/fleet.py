@@ -16,7 +16,7 @@ import httpx
 
 from simulator.agent import Agent
 from simulator.config import DEFAULT_HEARTBEAT_SECONDS, SPEC_MIN_PROTOCOL_VERSION, AgentConfig
-from simulator.downloads import AgentDownloads, Downloads, SharedDownloads
+from simulator.downloads import AgentDownloads, Downloads, SharedDownloads, downloads_client
 from simulator.releases import SequenceBook
 from simulator.stats import FleetStats, FleetStatus
 
@@ -272,7 +272,7 @@ class Fleet(FleetStatus):
         self._client = client
         self._gate = asyncio.Semaphore(self.max_connections)
         # Downloads never queue behind heartbeats (nor hold their connections): a client of their own.
-        downloads = self._given_client or httpx.AsyncClient(limits=httpx.Limits(max_connections=None), http1=True)
+        downloads = self._given_client or downloads_client(self.download_rate)
         fetcher = AgentDownloads(downloads, self.stats, rate=self.download_rate, timeout=self.download_timeout)
         self.binaries = SharedDownloads(fetcher, self.stats) if self.shared_downloads else fetcher
         self.sequences = SequenceBook(

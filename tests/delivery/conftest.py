@@ -89,6 +89,8 @@ def web_tier(django_db_setup, django_db_blocker, web_media_root) -> Iterator[Web
         # Compose's web: 3 workers x 4 threads (fewer threads than the load rule's concurrent downloads).
         "WEB_WORKERS": "3",
         "WEB_THREADS": "4",
+        # How long each request held its gunicorn thread (ms): the load rule reads it.
+        "GUNICORN_CMD_ARGS": f"--access-logfile={logs / 'access.log'} --access-logformat='%(U)s %(s)s %(M)s'",
     }
     tier = start(env, port=free_port(), media_root=web_media_root, run_dir=work / "run" / "web", log_dir=logs)
     try:
