@@ -67,7 +67,7 @@ def test_downloads_through_nginx_leave_heartbeats_on_time(web_tier, delivery_set
         assert running.wait_for(lambda f: f.stats.joins == AGENTS, timeout=30)
         calm_rate, calm = window()
         clients = subprocess.Popen(
-            [sys.executable, "-m", "tests.delivery.slow_clients", web_tier.url + binary.path, binary.sha256,
+            [sys.executable, "-m", "benchmarks.delivery_clients", web_tier.url + binary.path, binary.sha256,
              str(CLIENTS), str(RATE)],
             cwd=ROOT, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip

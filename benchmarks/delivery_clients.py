@@ -1,10 +1,12 @@
-"""Slow download clients in a process of their own: ``python -m tests.delivery.slow_clients URL SHA256 COUNT RATE``.
+"""Slow download clients in a process of their own: ``python -m benchmarks.delivery_clients URL SHA256 COUNT RATE``.
+
+Used by the delivery benchmark (benchmarks/delivery.py) and the load rule's test (tests/delivery).
 
 Each client is a simulated agent's download (simulator/downloads.py: its own connection, a receive
 window of a tenth of a second at RATE bytes/s, paced at RATE). Prints one JSON line once the clients
 have received 64 KiB each on average (``{"started": n}``: all are downloading), then one with the outcome of each
 (``{"done": [[sha256, size], ...], "seconds": s}``). A process of its own: the clients' reading and
-hashing never share an interpreter lock with the heartbeats the test measures.
+hashing never share an interpreter lock with the heartbeats being measured.
 """
 
 from __future__ import annotations
