@@ -96,7 +96,9 @@ def accel_location(name: str) -> str:
 
 def presigned_url(name: str, *, method: str, version: str, platform: str) -> str:
     """A URL of the object signed for ``method`` (GET or HEAD), valid ROLLOUT_DOWNLOADS_PRESIGN_SECONDS."""
-    seconds = min(int(getattr(settings, "ROLLOUT_DOWNLOADS_PRESIGN_SECONDS", MAX_PRESIGN_SECONDS)), MAX_PRESIGN_SECONDS)
+    raw = getattr(settings, "ROLLOUT_DOWNLOADS_PRESIGN_SECONDS", MAX_PRESIGN_SECONDS)
+    # A bad value is the system checks' to report (rollout.E023); never a URL that lives longer.
+    seconds = raw if type(raw) is int and 1 <= raw <= MAX_PRESIGN_SECONDS else MAX_PRESIGN_SECONDS
     # Same Content-Disposition as the other paths; Content-Type and Cache-Control are the object's own.
     parameters = {"ResponseContentDisposition": attachment(version, platform)}
     store: Any = default_storage  # django-storages' S3Storage (the system checks make sure)

@@ -31,7 +31,7 @@ import httpx
 
 from simulator.stats import FleetStats
 
-CHUNK = 64 << 10
+CHUNK = 64 << 10  # what one read of the socket brings at most (httpcore): the most a cut may cost twice
 MIN_WINDOW = 64 << 10
 
 
@@ -144,6 +144,8 @@ class AgentDownloads:
                 if not same or _range_start(response.headers.get("content-range")) != progress.received:
                     raise _StartOver
                 self._stats.download_resumes += 1
+            elif response.status_code == 416 and resuming:
+                raise _StartOver  # shorter than what was received: not the bytes it started with
             elif response.status_code == 200:
                 progress.restart(response.headers.get("etag"))
             else:
@@ -155,7 +157,7 @@ class AgentDownloads:
     async def _read(self, response: httpx.Response, progress: _Progress) -> None:
         """Hash the body as it arrives, no faster than the rate allows."""
         began, got = time.monotonic(), 0
-        async for chunk in response.aiter_bytes(CHUNK):
+        async for chunk in response.aiter_bytes():  # as it arrives: a cut loses nothing received
             progress.digest.update(chunk)
             progress.received += len(chunk)
             got += len(chunk)
