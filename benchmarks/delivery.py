@@ -122,6 +122,8 @@ def measure_mode(options: argparse.Namespace, mode: str, env: dict, fleet_tokens
         "busy_max": max(busy_lat, default=float("nan")),
         "errors": busy_end[3] - calm_end[3],
         "verified": verified,
+        "download_errors": finished["errors"],
+        "download_resumes": finished["resumes"],
         "delivery_seconds": finished["seconds"],
         "gunicorn_cpu": busy_cpu[0] - cpu_at_calm_end[0],
         "gunicorn_cpu_calm_rate": (cpu_at_calm_end[0] - calm_cpu[0]) / calm_seconds,
@@ -225,7 +227,7 @@ def print_table(options: argparse.Namespace, results: list[dict]) -> None:
     )
     header = (
         "| offload | hb/s calm -> during | p50 calm -> during | p99 calm -> during | max during | errors |"
-        " downloads verified | delivery took | gunicorn CPU s (calm rate) | nginx CPU s | load avg |"
+        " downloads verified (errors, resumes) | delivery took | gunicorn CPU s (calm rate) | nginx CPU s | load avg |"
     )
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
@@ -234,7 +236,8 @@ def print_table(options: argparse.Namespace, results: list[dict]) -> None:
             f"| {r['mode']} | {r['calm']:.0f} -> {r['busy']:.0f} |"
             f" {1000 * r['calm_p50']:.0f} -> {1000 * r['busy_p50']:.0f} ms |"
             f" {1000 * r['calm_p99']:.0f} -> {1000 * r['busy_p99']:.0f} ms | {r['busy_max']:.1f} s | {r['errors']} |"
-            f" {r['verified']}/{options.downloads} | {r['delivery_seconds']:.1f} s |"
+            f" {r['verified']}/{options.downloads} ({r['download_errors']}, {r['download_resumes']}) |"
+            f" {r['delivery_seconds']:.1f} s |"
             f" {r['gunicorn_cpu']:.1f} ({r['gunicorn_cpu_calm_rate'] * r['busy_seconds']:.1f} at the calm rate) |"
             f" {r['nginx_cpu']:.1f} | {' '.join(f'{x:.1f}' for x in r['load'])} |"
         )

@@ -36,6 +36,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from demo.processes import stop
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 NGINX_CONF = BASE_DIR / "docker" / "nginx.conf"
 PLACEHOLDER = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
@@ -130,18 +132,7 @@ class WebTier:
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM each process group (nginx: fast shutdown; gunicorn: graceful), SIGKILL what is left."""
-        running = [process for process in self.processes.values() if process.poll() is None]
-        for process in running:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for process in running:
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=5)
+        stop(*self.processes.values(), timeout=timeout)
 
 
 def start(

@@ -85,6 +85,7 @@ def test_downloads_through_nginx_leave_heartbeats_on_time(web_tier, delivery_set
     )
     print(report)
     assert finished["done"] == [[binary.sha256, BINARY_MIB << 20]] * CLIENTS
+    assert finished["errors"] == 0
     assert finished["seconds"] > WINDOW  # the window fell inside the transfers
     assert percentile(busy, 0.99) < 1.0, report
     assert busy_rate >= calm_rate / 2, report
