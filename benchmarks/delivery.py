@@ -68,23 +68,26 @@ def measure_mode(options: argparse.Namespace, mode: str, env: dict, fleet_tokens
     )
     gunicorn = CpuSampler(lambda: tree(tier.processes["gunicorn"].pid))
     nginx = CpuSampler(lambda: tree(tier.processes["nginx"].pid))
+    agents = CpuSampler(lambda: fleet.pids)
+    clients_cpu = 0.0
     try:
         with fleet.start(timeout=options.calm + 600):
             if not fleet.wait_for(lambda f: f.stats.joins >= options.agents, timeout=120, poll=0.5):
                 raise SystemExit(f"only {fleet.stats.joins} of {options.agents} agents joined")
             time.sleep(options.heartbeat)  # one more interval: every agent is in its steady rhythm
 
-            def mark() -> tuple[float, int, int, int]:
+            def mark() -> tuple[float, int, int, int, int]:
                 gunicorn.sample()
                 nginx.sample()
+                agents.sample()
                 stats = fleet.stats
-                return time.monotonic(), stats.heartbeats, len(stats.latencies), stats.errors
+                return time.monotonic(), stats.heartbeats, len(stats.latencies), stats.errors, len(stats.round_trips)
 
             calm_start = mark()
-            calm_cpu = (gunicorn.seconds(), nginx.seconds())
+            calm_cpu = (gunicorn.seconds(), nginx.seconds(), agents.seconds())
             time.sleep(options.calm)  # the calm window
             calm_end = mark()
-            cpu_at_calm_end = (gunicorn.seconds(), nginx.seconds())
+            cpu_at_calm_end = (gunicorn.seconds(), nginx.seconds(), agents.seconds())
             url = tier.url + "/api/compute/downloads/bcd/2.0.0/linux-amd64"
             clients = subprocess.Popen(
                 [sys.executable, "-m", "benchmarks.delivery_clients", url, sha256, str(options.downloads),
@@ -93,22 +96,28 @@ def measure_mode(options: argparse.Namespace, mode: str, env: dict, fleet_tokens
             )  # fmt: skip
             try:
                 clients.stdout.readline()  # started
+                downloaders = CpuSampler(lambda: [clients.pid])
                 while clients.poll() is None:  # sample CPU while the transfers run
                     gunicorn.sample()
                     nginx.sample()
+                    agents.sample()
+                    downloaders.sample()
                     time.sleep(0.5)
+                clients_cpu = downloaders.seconds()
                 finished = json.loads(clients.stdout.readline())
             finally:
                 if clients.poll() is None:
                     clients.kill()
                 clients.wait()
             busy_end = mark()
-            busy_cpu = (gunicorn.seconds(), nginx.seconds())
+            busy_cpu = (gunicorn.seconds(), nginx.seconds(), agents.seconds())
     finally:
         tier.stop()
     stats = fleet.stats
     calm_lat = stats.latencies[calm_start[2] : calm_end[2]]
     busy_lat = stats.latencies[calm_end[2] : busy_end[2]]
+    calm_rtt = stats.round_trips[calm_start[4] : calm_end[4]]
+    busy_rtt = stats.round_trips[calm_end[4] : busy_end[4]]
     calm_seconds, busy_seconds = calm_end[0] - calm_start[0], busy_end[0] - calm_end[0]
     verified = sum(1 for digest, size in finished["done"] if digest == sha256 and size == options.binary_mib << 20)
     return {
@@ -120,6 +129,12 @@ def measure_mode(options: argparse.Namespace, mode: str, env: dict, fleet_tokens
         "busy_p50": percentile(busy_lat, 0.5),
         "busy_p99": percentile(busy_lat, 0.99),
         "busy_max": max(busy_lat, default=float("nan")),
+        "rtt": (percentile(calm_rtt, 0.99), percentile(busy_rtt, 0.99)),
+        "agents_cpu": (
+            (cpu_at_calm_end[2] - calm_cpu[2]) / calm_seconds,
+            (busy_cpu[2] - cpu_at_calm_end[2]) / busy_seconds,
+        ),
+        "clients_cpu": clients_cpu / busy_seconds,
         "errors": busy_end[3] - calm_end[3],
         "verified": verified,
         "download_errors": finished["errors"],
@@ -241,8 +256,15 @@ def print_table(options: argparse.Namespace, results: list[dict]) -> None:
             f" {r['gunicorn_cpu']:.1f} ({r['gunicorn_cpu_calm_rate'] * r['busy_seconds']:.1f} at the calm rate) |"
             f" {r['nginx_cpu']:.1f} | {' '.join(f'{x:.1f}' for x in r['load'])} |"
         )
+    for r in results:
+        print(
+            f"{r['mode']}: HTTP round trip p99 {1000 * r['rtt'][0]:.0f} -> {1000 * r['rtt'][1]:.0f} ms;"
+            f" CPU (cores) of the agents' processes {r['agents_cpu'][0]:.2f} -> {r['agents_cpu'][1]:.2f},"
+            f" of the downloading clients {r['clients_cpu']:.2f}"
+        )
     print(
-        "\nhb/s: heartbeats answered per second; latency as the agent sees it. gunicorn CPU s: utime+stime of"
+        "\nhb/s: heartbeats answered per second; latency as the agent sees it (with its wait for one of its"
+        " process's pooled connections); the HTTP round trip alone below the table. gunicorn CPU s: utime+stime of"
         " gunicorn's processes (Python) over the delivery, beside what the heartbeats alone cost at the calm"
         " rate over as long; the difference is what moving the bytes cost Python."
     )
