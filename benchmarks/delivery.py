@@ -20,6 +20,7 @@ import io
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -113,6 +114,7 @@ def measure_mode(options: argparse.Namespace, mode: str, env: dict, fleet_tokens
             busy_cpu = (gunicorn.seconds(), nginx.seconds(), agents.seconds())
     finally:
         tier.stop()
+    shutil.rmtree(work, ignore_errors=True)  # kept when the run failed: its logs are there
     stats = fleet.stats
     calm_lat = stats.latencies[calm_start[2] : calm_end[2]]
     busy_lat = stats.latencies[calm_end[2] : busy_end[2]]
@@ -228,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {mode}: {options.agents} agents at {options.heartbeat:g} s, calm {options.calm:g} s, then {shape}")
         results.append(measure_mode(options, mode, env, tokens, sha256))
     print_table(options, results)
+    shutil.rmtree(run_dir, ignore_errors=True)
     # A failure is a download that did not complete with the right bytes; latencies are the table's to judge
     # (the machine may be shared: docs/benchmarks.md records the load average beside every number).
     failed = [r["mode"] for r in results if r["verified"] != options.downloads]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -64,8 +65,10 @@ def store_release(version: str, data: bytes, *, sequence: int = 1, platform: str
 
 
 @pytest.fixture(scope="session")
-def web_media_root() -> Path:
-    return world_readable_dir("rollout-media-")
+def web_media_root() -> Iterator[Path]:
+    path = world_readable_dir("rollout-media-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -101,6 +104,7 @@ def web_tier(django_db_setup, django_db_blocker, web_media_root) -> Iterator[Web
             text = log.read_text(errors="replace")[-3000:]
             if "Traceback" in text or "[error]" in text or "[emerg]" in text:
                 print(f"--- {log.name} ---\n{text}")
+        shutil.rmtree(work, ignore_errors=True)
 
 
 @pytest.fixture(params=["django", "nginx"])

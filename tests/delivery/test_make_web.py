@@ -4,6 +4,7 @@ and SIGTERM stops it all: no process it started is left behind."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -86,6 +87,7 @@ def test_make_web_serves_everything_and_stops_cleanly_on_sigterm(settings):
         if make.poll() is None:
             make.kill()
             make.wait()
+        shutil.rmtree(run_dir, ignore_errors=True)
     text = out.decode(errors="replace")
     assert "web: stopped" in text, text[-2000:]
     deadline = time.monotonic() + 10
