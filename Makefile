@@ -1,5 +1,6 @@
 # make demo: the whole system on an embedded default (SQLite, filesystem broker).
 # make test: the whole suite against PostgreSQL, Redis and RabbitMQ (started if stopped).
+# make web: the production web tier on this machine: nginx in front of gunicorn on 127.0.0.1:${WEB_PORT:-8000}.
 # make lint: ruff (check and format), mypy and import-linter; any finding fails.
 # make lock: regenerate requirements.lock / requirements-dev.lock (hashed) from requirements*.txt.
 SHELL := /bin/bash
@@ -15,7 +16,7 @@ CACHE_URL ?= $(REDIS_URL)
 AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672//
 ARGS ?=
 
-.PHONY: demo test lint format bench clean lock
+.PHONY: demo test web lint format bench clean lock
 
 # Installs exactly what the lock names, every file checked against its hash (pip itself included).
 $(VENV)/.installed: requirements.lock requirements-dev.lock
@@ -44,6 +45,12 @@ test: $(VENV)/.installed
 	AMQP_URL=$(AMQP_URL) bash scripts/services.sh
 	DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) CACHE_URL=$(CACHE_URL) AMQP_URL=$(AMQP_URL) \
 		$(PY) -m pytest $(ARGS)
+
+# nginx (Debian's package, installed when missing) in front of gunicorn, in the foreground until Ctrl-C
+# or SIGTERM; settings from the environment (docs/operations.md#the-web-tier).
+web: $(VENV)/.installed
+	bash scripts/system-deps.sh nginx
+	$(PY) -m demo.web $(ARGS)
 
 # Style, types (mypy: pyproject.toml [tool.mypy]) and the import contracts (a forbidden import fails).
 lint: $(VENV)/.installed

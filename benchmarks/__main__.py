@@ -45,6 +45,11 @@ BENCHMARKS: dict[str, tuple[str, str, list[str]]] = {
         "what counting a request against its credential (429 limits) costs the web process, per request",
         [],  # the module's QUICK_ARGV
     ),
+    "delivery": (
+        "benchmarks.delivery",
+        "the make web tier: 1,000 agents heartbeating while 50 download 32 MiB at 1 MiB/s; offload accel vs none",
+        [],  # the module's QUICK_ARGV
+    ),
     "fleet10k": (
         "benchmarks.fleet10k",
         "a whole rollout over 10,000 simulated agents: efficiency, hb/s, p99, 5xx, worker RSS (~11 min)",

@@ -13,6 +13,10 @@ restart delay. A controller that only acted on its 30 s period would need about
 
     python -m benchmarks efficiency [--agents 1000] [--restart-delay 10] [--quick]
 
+Downloads: each agent fetches its own bytes (the simulator's default, not ``shared_downloads``), a
+40 KiB binary streamed by gunicorn (ROLLOUT_DOWNLOADS_OFFLOAD=none): the numbers are the control
+plane's; delivery at fleet scale is ``benchmarks/delivery.py``.
+
 ``run()`` is parameterised: ``benchmarks/fleet10k.py`` runs the same harness with
 10,000 agents and asks it to ``measure`` more (heartbeat rate and latency during
 the rollout, 5xx, peak RSS of the worker and web processes).
@@ -180,8 +184,9 @@ def run(
     from rollout.models import NodeUpgrade, Rollout
     from rollout.release.dsse import envelope_to_bytes, sign_envelope
     from rollout.release.manifest import manifest_for, manifest_to_bytes
+    from rollout.services.binaries import release_binary_store
     from rollout.services.create import rollout_create
-    from rollout.services.releases import release_binary_store, release_register
+    from rollout.services.releases import release_register
     from simulator import ShardedFleet, build_agent_configs
 
     call_command("migrate", verbosity=0)
@@ -252,6 +257,7 @@ def run(
             seed=3,
             record_latencies=measure,
             start_spread=start_spread,
+            shared_downloads=False,  # each agent downloads its own (small) binary, as nodes do
         )
         online_timeout = 120 + 2 * max(heartbeat, start_spread or 0)
         with fleet.start(timeout=online_timeout + timeout + 120):

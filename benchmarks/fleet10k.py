@@ -16,6 +16,9 @@ serves while also running the simulator, PostgreSQL and the worker.
 
     python -m benchmarks fleet10k [--agents 10000] [--heartbeat 30] [--restart-delay 5] [--soak 10]
 
+Downloads: per agent, as in the efficiency benchmark (each of the 10,000 fetches its own 40 KiB
+binary from gunicorn; delivery at scale is ``benchmarks/delivery.py``).
+
 About 11 minutes (23 rounds of restart + heartbeat wait); the last of ``make bench``'s default
 run, or alone: ``make bench ARGS=fleet10k``. ``--quick``: 2,000 agents, 6 s heartbeats.
 """

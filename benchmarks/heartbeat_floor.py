@@ -2,6 +2,8 @@
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/rollout .venv/bin/python -m benchmarks heartbeat-floor
 
+Plain heartbeats only: no agent downloads anything (the simulator's download mode does not apply).
+
 - **real**: ``POST /api/compute/agent/session`` as agents send it (Bearer token, JSON body), every
   request a plain heartbeat (session open, same version), through the whole stack: middleware,
   token authentication, strict parsing and validation, the session service, the JSON answer.

@@ -21,6 +21,9 @@ What it does, bounded in time (every wait has a deadline) and on 127.0.0.1 only:
    statement is its own transaction);
 6. stops the agents and gunicorn, and prints a table.
 
+No rollout runs, so no agent downloads anything: the download mode (per agent or
+``--shared-downloads``) does not apply.
+
 pg_stat_statements would be the natural counter, but it needs
 ``shared_preload_libraries`` and a server restart; the benchmark does not
 reconfigure a shared PostgreSQL.

@@ -115,7 +115,7 @@ class Demo:
         from rollout.release.dsse import envelope_to_bytes, sign_envelope
         from rollout.release.keys import load_private_key
         from rollout.release.manifest import manifest_for, manifest_to_bytes
-        from rollout.services.releases import release_binary_store
+        from rollout.services.binaries import release_binary_store
 
         binary = f"#!/bin/false\n# bcd {version}\n".encode() * 512
         manifest = manifest_for(

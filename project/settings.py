@@ -6,6 +6,7 @@ See docs/configuration.md for every variable.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 import structlog
@@ -109,10 +110,35 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 
 # Binaries served under the downloads URL live in the default storage.
 MEDIA_ROOT = Path(env_str("ROLLOUT_MEDIA_ROOT", str(RUN_DIR / "media")))
-STORAGES = {
+STORAGES: dict[str, dict[str, Any]] = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
+# Who moves a download's bytes (docs/operations.md#binary-delivery): "none" Django itself (local runs,
+# the demo); "accel" nginx, from MEDIA_ROOT (X-Accel-Redirect: the web tier of compose and make web);
+# "redirect" S3-compatible object storage, a 302 to a presigned URL (at most 15 minutes).
+ROLLOUT_DOWNLOADS_OFFLOAD = env_str("ROLLOUT_DOWNLOADS_OFFLOAD", "none").lower()
+ROLLOUT_DOWNLOADS_PRESIGN_SECONDS = env_int_or_raw("ROLLOUT_DOWNLOADS_PRESIGN_SECONDS", 900)
+# The bucket (redirect mode). Credentials: boto3's own chain (AWS_ACCESS_KEY_ID and
+# AWS_SECRET_ACCESS_KEY, an instance role, ...); an endpoint URL for a store other than AWS S3.
+ROLLOUT_S3_BUCKET = env_str("ROLLOUT_S3_BUCKET")
+ROLLOUT_S3_ENDPOINT_URL = env_str("ROLLOUT_S3_ENDPOINT_URL")
+ROLLOUT_S3_REGION = env_str("ROLLOUT_S3_REGION")
+if ROLLOUT_DOWNLOADS_OFFLOAD == "redirect":
+    STORAGES["default"] = {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": ROLLOUT_S3_BUCKET,
+            "endpoint_url": ROLLOUT_S3_ENDPOINT_URL,
+            "region_name": ROLLOUT_S3_REGION,
+            # Another store than AWS (MinIO, Ceph, ...) is addressed by path: bucket names need no DNS.
+            "addressing_style": "path" if ROLLOUT_S3_ENDPOINT_URL else None,
+            "signature_version": "s3v4",
+            "querystring_auth": True,
+            "default_acl": None,  # private objects: only presigned URLs read them
+            "file_overwrite": True,
+        },
+    }
 # Without collectstatic (local runs, the demo), WhiteNoise finds files in the apps directly.
 WHITENOISE_USE_FINDERS = True
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise expects it, collected or not

@@ -169,7 +169,7 @@ def _loopback(host: str) -> bool:
     return address == ipaddress.ip_address("::1")
 
 
-def _downloads_url_problem(url: Any) -> str | None:
+def url_problem(url: Any) -> str | None:
     if not isinstance(url, str):
         return f"must be a string, not {type(url).__name__}"
     if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
@@ -209,7 +209,7 @@ def check_downloads_url(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
                 id="rollout.W002",
             )
         ]
-    problem = _downloads_url_problem(url)
+    problem = url_problem(url)
     if problem:
         messages.append(
             Error(

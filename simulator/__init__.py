@@ -51,9 +51,9 @@ from simulator.config import (
     build_agent_configs,
     select_share,
 )
+from simulator.downloads import AgentDownloads, Fetched, SharedDownloads
 from simulator.enrolment import EnrolledNode, enroll, read_tokens, write_tokens
 from simulator.fleet import Fleet, FleetThread, default_max_connections
-from simulator.releases import BinaryCache
 from simulator.shards import ShardedFleet
 from simulator.stats import FleetStats
 
@@ -61,13 +61,15 @@ __all__ = [
     "NEVER_REJOIN",
     "REJOIN_OLD",
     "AgentConfig",
+    "AgentDownloads",
     "AgentState",
-    "BinaryCache",
     "EnrolledNode",
+    "Fetched",
     "Fleet",
     "FleetStats",
     "FleetThread",
     "ShardedFleet",
+    "SharedDownloads",
     "SimulatorError",
     "add_arguments",
     "build_agent_configs",

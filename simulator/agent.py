@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import enum
-import hashlib
 import logging
 import random
 import time
@@ -301,8 +299,8 @@ class Agent:
             self._failed("release_roots", f"{version}: {exc}")
             return _Verdict.RETRY
         previous_state, self.state = self.state, AgentState.UPGRADING
-        try:
-            data = await self.fleet.binaries.fetch(url, binary.sha256)
+        try:  # the digest and size of the bytes this agent received (simulator/downloads.py)
+            fetched = await self.fleet.binaries.fetch(url, binary.sha256, holder=self.index)
         except httpx.HTTPStatusError as exc:
             self._failed("download", f"{exc.response.status_code} for {url}")
             return _Verdict.RETRY
@@ -312,7 +310,7 @@ class Agent:
         finally:
             self.state = previous_state
         try:  # the bytes against the signed manifest's entry, not spec.daemon.sha256
-            trusted.verify_binary(platform=platform, size=len(data), sha256=await _sha256(data))
+            trusted.verify_binary(platform=platform, size=fetched.size, sha256=fetched.sha256)
         except Refused as refused:
             return self._refuse(section, refused.code, refused.detail, report=True)
         self._installing = trusted
@@ -379,10 +377,3 @@ def _section_key(section: Any) -> tuple[str, str, str]:
     if not isinstance(section, dict):
         return ("", "", repr(section))
     return (str(section.get("version")), str(section.get("url")), str(section.get("sha256")).lower())
-
-
-async def _sha256(data: bytes) -> str:
-    if len(data) < 1 << 20:
-        return hashlib.sha256(data).hexdigest()
-    # hashlib releases the GIL on large buffers: hash off the event loop.
-    return await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest())

@@ -130,6 +130,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--leave-on-exit", action="store_true", help="agents leave their sessions when stopping")
     parser.add_argument(
+        "--download-rate",
+        type=_positive,
+        metavar="BYTES_PER_S",
+        help="each agent downloads at most this many bytes/s (default: as fast as the link)",
+    )
+    parser.add_argument(
+        "--shared-downloads",
+        action="store_true",
+        help="one download per binary for the whole fleet instead of one per agent (control-plane benchmarks)",
+    )
+    parser.add_argument(
         "--processes",
         type=int,
         default=1,
@@ -211,6 +222,8 @@ async def run_cli(options: argparse.Namespace, out: IO[str] | io.TextIOBase | No
         "max_connections": options.max_connections,
         "spec_min_protocol_version": options.spec_min_protocol_version,
         "leave_on_stop": options.leave_on_exit,
+        "download_rate": options.download_rate,
+        "shared_downloads": options.shared_downloads,
     }
     failing = sum(1 for config in configs if config.fail_mode)
     offline = sum(1 for config in configs if config.offline)
@@ -230,7 +243,8 @@ async def run_cli(options: argparse.Namespace, out: IO[str] | io.TextIOBase | No
     say(
         f"done: {stats.heartbeats} heartbeats, {stats.joins} joins, {stats.upgrades} upgrades,"
         f" {stats.failed_upgrades} failed upgrades, {stats.refusals} refusals,"
-        f" {stats.downloads} downloads ({stats.download_cache_hits} from cache),"
+        f" {stats.downloads} downloads ({stats.download_cache_hits} from cache; {stats.download_bytes:,} bytes in"
+        f" {stats.download_seconds:.1f} agent-seconds, {stats.download_resumes} resumes),"
         f" {stats.throttled} throttled (429s waited out), {stats.errors} errors"
     )
     return 0

@@ -17,7 +17,7 @@ import httpx
 
 from simulator.agent import Agent
 from simulator.config import DEFAULT_HEARTBEAT_SECONDS, SPEC_MIN_PROTOCOL_VERSION, AgentConfig
-from simulator.releases import BinaryCache
+from simulator.downloads import AgentDownloads, Downloads, SharedDownloads, downloads_client
 from simulator.stats import FleetStats, FleetStatus
 
 logger = logging.getLogger(__name__)
@@ -59,6 +59,10 @@ class Fleet(FleetStatus):
     - ``record_latencies``: keep every heartbeat latency in ``stats.latencies``;
     - ``max_connections``: the connection pool size, and the most requests in flight at once
       (default ``default_max_connections(n)``: from 8 to 16 with the number of agents);
+    - ``download_rate``: bytes/s per agent downloading (None: as fast as the link); each agent
+      downloads its own bytes on its own connection, unless ``shared_downloads`` (one fetch per
+      binary for the whole fleet: control-plane benchmarks); ``download_timeout``: seconds a
+      download may wait for its next bytes (see simulator/downloads.py);
     - ``client``: an ``httpx.AsyncClient`` to use instead of creating one.
     """
 
@@ -78,6 +82,8 @@ class Fleet(FleetStatus):
         seed: int = 0,
         request_timeout: float = 10.0,
         download_timeout: float = 60.0,
+        download_rate: float | None = None,
+        shared_downloads: bool = False,
         max_connections: int | None = None,
         spec_min_protocol_version: int = SPEC_MIN_PROTOCOL_VERSION,
         leave_on_stop: bool = False,
@@ -88,6 +94,8 @@ class Fleet(FleetStatus):
             raise ValueError("jitter is a fraction in [0, 1)")
         if heartbeat_seconds is not None and heartbeat_seconds <= 0:
             raise ValueError("heartbeat_seconds must be positive")
+        if download_rate is not None and download_rate <= 0:
+            raise ValueError("download_rate is a positive number of bytes per second")
         if heartbeat_scale <= 0 or restart_delay < 0 or restart_jitter < 0:
             raise ValueError("heartbeat_scale must be positive; restart delays must be >= 0")
         self.base_url = base_url.rstrip("/")
@@ -102,6 +110,8 @@ class Fleet(FleetStatus):
         self.seed = seed
         self.request_timeout = request_timeout
         self.download_timeout = download_timeout
+        self.download_rate = download_rate
+        self.shared_downloads = shared_downloads
         self.spec_min_protocol_version = spec_min_protocol_version
         self.leave_on_stop = leave_on_stop
         self.record_latencies = record_latencies
@@ -113,7 +123,7 @@ class Fleet(FleetStatus):
         self.agent_count = len(self.agents)
         self._given_client = client
         self._client: httpx.AsyncClient | None = None
-        self.binaries: BinaryCache
+        self.binaries: Downloads
         self._gate: asyncio.Semaphore
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_future: asyncio.Future[None] | None = None
@@ -268,7 +278,10 @@ class Fleet(FleetStatus):
         client = self._given_client or self._make_client()
         self._client = client
         self._gate = asyncio.Semaphore(self.max_connections)
-        self.binaries = BinaryCache(client, self.stats, timeout=self.download_timeout, gate=self._gate)
+        # Downloads never queue behind heartbeats (nor hold their connections): a client of their own.
+        downloads = self._given_client or downloads_client(self.download_rate)
+        fetcher = AgentDownloads(downloads, self.stats, rate=self.download_rate, timeout=self.download_timeout)
+        self.binaries = SharedDownloads(fetcher, self.stats) if self.shared_downloads else fetcher
         self.started_at = time.monotonic()
         tasks = [asyncio.create_task(agent.run(), name=f"agent:{agent.name}") for agent in self.agents]
         deadline = None if timeout is None else loop.time() + timeout
@@ -296,6 +309,7 @@ class Fleet(FleetStatus):
                 await asyncio.gather(*tasks, return_exceptions=True)
             if self._given_client is None:
                 await client.aclose()
+                await downloads.aclose()
             self.finished.set()
         return met
 

@@ -30,8 +30,8 @@ from typing import Any
 from simulator.config import AgentConfig
 from simulator.stats import FleetStats, FleetStatus
 
-# FleetStats' counters (its int fields): what each child sends and the parent sums.
-COUNTERS = tuple(f.name for f in dataclasses.fields(FleetStats) if f.type == "int")
+# FleetStats' counters (its int and float fields): what each child sends and the parent sums.
+COUNTERS = tuple(f.name for f in dataclasses.fields(FleetStats) if f.type in ("int", "float"))
 
 
 @dataclass
@@ -41,7 +41,7 @@ class ShardReport:
     online: int = 0
     versions: Counter = field(default_factory=Counter)
     states: Counter = field(default_factory=Counter)
-    counters: dict[str, int] = field(default_factory=dict)
+    counters: dict[str, float] = field(default_factory=dict)
     errors_by_kind: Counter = field(default_factory=Counter)
     latencies: list[float] = field(default_factory=list)
     round_trips: list[float] = field(default_factory=list)

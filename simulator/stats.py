@@ -41,8 +41,11 @@ class FleetStats:
     upgrades: int = 0
     failed_upgrades: int = 0
     refusals: int = 0
-    downloads: int = 0  # binaries actually fetched over the network
-    download_cache_hits: int = 0  # fetches served by the shared cache (or joined an in-flight one)
+    downloads: int = 0  # binaries fetched whole over the network (each agent its own, unless shared)
+    download_cache_hits: int = 0  # --shared-downloads: fetches served by the shared cache (or an in-flight one)
+    download_bytes: int = 0  # body bytes received, resumed and restarted downloads included
+    download_seconds: float = 0.0  # summed over agents: from the first request to the last byte
+    download_resumes: int = 0  # downloads continued with Range + If-Range after a cut
     throttled: int = 0  # 429 answers: the request waited its Retry-After and was sent again
     errors: int = 0
     errors_by_kind: Counter = field(default_factory=Counter)

@@ -2,6 +2,8 @@
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/rollout .venv/bin/python -m benchmarks engine [--quick]
 
+In-process, without agents: nothing is downloaded (the simulator's download mode does not apply).
+
 What it does (bounded: a few minutes in all, ``--quick`` under a minute):
 
 1. drops and recreates a dedicated database (``rollout_bench_engine`` on the

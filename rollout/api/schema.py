@@ -129,7 +129,10 @@ def downloads_operation() -> dict[str, Any]:
         "summary": "The bytes of a registered binary",
         "description": "`{downloadsUrl}/bcd/{version}/linux-{arch}` when this server stores the binaries "
         "(`manage.py release upload`). Unauthenticated on purpose: agents check the sha256 of the signed "
-        "manifest before running anything. `X-Checksum-Sha256` carries that sha256.",
+        "manifest before running anything. `X-Checksum-Sha256` carries that sha256, the strong `ETag` is "
+        '`"<sha256>"`; one `Range` (206), `If-Range`, `If-None-Match` (304) and `HEAD` are honoured on every '
+        "path (docs/api.md#binary-downloads). With `ROLLOUT_DOWNLOADS_OFFLOAD=redirect` the answer is a 302 "
+        "to a presigned URL of the object.",
         "tags": ["compute"],
         "security": [{}],
         "parameters": [
@@ -153,6 +156,13 @@ def downloads_operation() -> dict[str, Any]:
                 "headers": {"X-Checksum-Sha256": {"schema": {"type": "string"}}},
                 "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
             },
+            "206": {
+                "description": "One range of the binary (`Content-Range: bytes a-b/size`).",
+                "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+            },
+            "302": {"description": "`redirect` mode: the presigned URL of the object is in `Location`."},
+            "304": {"description": "`If-None-Match` names the binary's ETag."},
+            "416": {"description": "No satisfiable range: `Content-Range: bytes */size`."},
             "404": {
                 "description": "No such release or platform, or its bytes were not uploaded.",
                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/NotFoundError"}}},

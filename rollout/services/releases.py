@@ -1,22 +1,16 @@
-"""The signed release registry: register, list, store binaries."""
+"""The signed release registry: register and list (binaries' bytes: services/binaries.py)."""
 
 from __future__ import annotations
 
-import hashlib
-import os
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 import structlog
-from django.conf import settings
-from django.core.files.storage import default_storage
 from django.db import IntegrityError, transaction
 from django.db.models import Max, QuerySet
 from django.utils import timezone
 
-from core.errors import Conflict, InvalidInput, NotFound
+from core.errors import Conflict, InvalidInput
 from fleet.interface import Actor, Tenant, audit_record
 from rollout.locks import RELEASE_REGISTRY_LOCK, ROOT_CHAIN_LOCK, advisory_xact_lock
 from rollout.models import Release, ReleaseBinary
@@ -155,84 +149,3 @@ def release_register(
         platforms=sorted(manifest.binaries),
     )
     return Registration(release=release, created=True)
-
-
-def release_binary_get(*, version: str, platform: str) -> ReleaseBinary:
-    binary = ReleaseBinary.objects.select_related("release").filter(release__version=version, platform=platform).first()
-    if binary is None:
-        raise NotFound(f"Release {version} has no binary for {platform}.", code="unknown_binary")
-    return binary
-
-
-def release_binary_store(*, version: str, platform: str, source: IO[bytes]) -> ReleaseBinary:
-    """Store a binary's bytes, refusing any whose sha256 or size differ from the signed manifest.
-
-    One pass: ``source`` is hashed while it is copied to a temporary file in the
-    target's directory, which is fsynced and then renamed over the target
-    (atomic on POSIX). A download never sees a missing or half-written file:
-    it reads the old bytes or the new ones (the same bytes, as both match the
-    manifest). A refused upload removes its temporary file and leaves the
-    stored bytes as they were.
-    """
-    binary = release_binary_get(version=version, platform=platform)
-    target = Path(default_storage.path(binary.storage_name))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256()
-    size = 0
-    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            for chunk in iter(lambda: source.read(1 << 20), b""):
-                digest.update(chunk)
-                size += len(chunk)
-                if size > binary.size:
-                    break  # already refused: do not copy an arbitrarily large file
-                out.write(chunk)
-            out.flush()
-            os.fsync(out.fileno())
-        if size != binary.size:
-            raise InvalidInput(
-                f"The file has {'more than ' if size > binary.size else ''}{size} bytes; "
-                f"the manifest of {version} says {binary.size} for {platform}.",
-                code="size_mismatch",
-            )
-        if digest.hexdigest() != binary.sha256:
-            raise InvalidInput(
-                f"The file's sha256 {digest.hexdigest()} differs from the manifest's {binary.sha256}.",
-                code="sha256_mismatch",
-            )
-        os.chmod(temporary, settings.FILE_UPLOAD_PERMISSIONS or 0o644)  # mkstemp makes it 0600
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    _fsync_directory(target.parent)  # the rename itself survives a crash
-    ReleaseBinary.objects.filter(pk=binary.pk).update(stored_at=timezone.now())
-    binary.refresh_from_db()
-    log.info("release.binary_stored", version=version, platform=platform, size=size)
-    return binary
-
-
-def _fsync_directory(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def release_binary_open(*, version: str, platform: str) -> tuple[ReleaseBinary, IO[bytes]]:
-    """The binary and an open handle on its stored bytes; NotFound when unknown or not uploaded.
-
-    Opening is the check (no exists-then-open race): a handle taken before a
-    re-upload's rename keeps reading the complete old file.
-    """
-    binary = release_binary_get(version=version, platform=platform)
-    if binary.stored_at is None:
-        raise NotFound(f"bcd {version} for {platform} is registered but its bytes were not uploaded.", code="not_found")
-    try:
-        return binary, default_storage.open(binary.storage_name, "rb")
-    except FileNotFoundError as exc:
-        raise NotFound(
-            f"bcd {version} for {platform} is registered but its bytes are missing from storage.", code="not_found"
-        ) from exc

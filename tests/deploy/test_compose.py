@@ -32,8 +32,10 @@ INTERPOLATION = re.compile(r"\$\{(?P<name>[A-Z0-9_]+)(?:(?::?[-?])(?P<default>[^
 
 def interpolate(text: str) -> str:
     """Compose's ${NAME:-default} with its default (${NAME:?message} and ${NAME} as NAME), $$ as $."""
-    text = INTERPOLATION.sub(lambda m: m["default"] if m["default"] is not None else m["name"], text)
-    return text.replace("$$", "$")
+    parts = text.split("$$")  # an escaped $ is never the start of a name
+    return "$".join(
+        INTERPOLATION.sub(lambda m: m["default"] if m["default"] is not None else m["name"], part) for part in parts
+    )
 
 
 def argv(command: str | list[str]) -> list[str]:
@@ -145,7 +147,7 @@ def settings_env_vars() -> set[str]:
 
 
 def test_the_services():
-    assert set(SERVICES) == {"db", "redis", "migrate", "web", "worker", "beat"}
+    assert set(SERVICES) == {"db", "redis", "migrate", "web", "nginx", "worker", "beat"}
     assert SERVICES["db"]["image"] == "postgres:15"
     assert "pg_isready" in " ".join(argv(SERVICES["db"]["healthcheck"]["test"]))
     assert SERVICES["redis"]["image"] == "redis:7"
@@ -176,8 +178,34 @@ def test_web_runs_gunicorn_with_workers_and_threads_and_a_healthcheck():
     assert args[:2] == ["gunicorn", "project.wsgi:application"]
     assert int(args[args.index("--workers") + 1]) >= 2
     assert int(args[args.index("--threads") + 1]) >= 2
-    assert any(port.endswith(":8000") for port in SERVICES["web"]["ports"])
+    assert "ports" not in SERVICES["web"], "web is reached through nginx only"
     assert argv(SERVICES["web"]["healthcheck"]["test"])[1:] == ["python", "docker/healthcheck.py"]
+
+
+def test_nginx_runs_the_repository_config_in_front_of_web():
+    """The published port is nginx's, with docker/nginx.conf filled in by envsubst exactly as demo/web.py fills
+    it for `make web`, and the media volume read-only for the downloads it serves (X-Accel-Redirect)."""
+    from demo.web import PLACEHOLDER, render_nginx_conf
+
+    nginx = SERVICES["nginx"]
+    assert any(port.endswith(":8000") for port in nginx["ports"])
+    mounts = {target: source for source, target, *_ in (volume.split(":") for volume in nginx["volumes"])}
+    command = argv(nginx["command"])
+    assert command[:2] == ["sh", "-c"]
+    script = command[2]
+    template = re.search(r"< (\S+)", script)[1]
+    assert mounts[template] == "./docker/nginx.conf"
+    # Compose's $${NAME} reaches the shell as ${NAME}: envsubst's list of the names it may replace.
+    listed = set(re.findall(r"\$\$\{([A-Z0-9_]+)\}", re.search(r"envsubst '([^']*)'", nginx["command"])[1]))
+    assert listed == set(PLACEHOLDER.findall((ROOT / "docker/nginx.conf").read_text()))
+    assert listed <= set(nginx["environment"])
+    media = nginx["environment"]["ROLLOUT_MEDIA_ROOT"]
+    assert media == SERVICES["web"]["environment"]["ROLLOUT_MEDIA_ROOT"]
+    assert f"media:{media}:ro" in nginx["volumes"]
+    assert nginx["environment"]["APP_UPSTREAM"] == "web:8000"
+    assert nginx["depends_on"] == {"web": {"condition": "service_healthy"}}
+    assert interpolate(SERVICES["web"]["environment"]["ROLLOUT_DOWNLOADS_OFFLOAD"]) == "accel"
+    render_nginx_conf({name: "x" for name in listed})  # every name the file needs is listed
 
 
 def test_the_app_services_share_one_anchor_for_image_environment_and_volumes():
@@ -283,7 +311,7 @@ def test_the_example_env_file_names_every_variable_compose_interpolates():
         for line in (ROOT / "docker/env.example").read_text().splitlines()
         if "=" in line and not line.startswith("#")
     }
-    used = {match["name"] for match in INTERPOLATION.finditer(COMPOSE_TEXT)}
+    used = {match["name"] for part in COMPOSE_TEXT.split("$$") for match in INTERPOLATION.finditer(part)}
     assert used - example == set()
 
 

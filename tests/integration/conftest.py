@@ -24,7 +24,7 @@ from fleet.models import Permission
 from fleet.services.iam import api_key_create
 from project import celery_app
 from rollout.schedules import periodic_tick_ensure
-from rollout.services.releases import release_binary_store
+from rollout.services.binaries import release_binary_store
 from tests.factories import binary_bytes, manifest, pin, rollout_settings, signed
 
 

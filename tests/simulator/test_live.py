@@ -102,11 +102,13 @@ def test_fifty_agents_one_upgrades_failures_do_not_and_bytes_not_signed_are_refu
     assert agent(wrong.name).upgrades == []
     assert agent(wrong.name).version == "1.0.0"
     assert fleet.versions() == {"1.0.0": 48, "1.1.0": 1}
-    # One fetch per (url, signed sha256): the three agents given the right URL shared one download.
-    assert binaries.hits_for(section) == 1
+    # Each agent downloads its own bytes (the default): the three given the section once each, and the one
+    # given the other URL (its bytes match spec.daemon.sha256, not the signed manifest).
+    assert binaries.hits_for(section) == 3
     assert binaries.hits_for(other) == 1
-    assert fleet.stats.downloads == 2
-    assert fleet.stats.download_cache_hits == 2
+    assert fleet.stats.downloads == 4
+    assert fleet.stats.download_cache_hits == 0
+    assert fleet.stats.download_bytes == 3 * len(b"bcd 1.1.0\n" * 4096) + len(b"not bcd 1.1.0\n" * 4096)
     assert fleet.stats.errors == 0, fleet.stats.errors_by_kind
 
 

@@ -1,4 +1,6 @@
-"""The simulator's pieces without a server: share selection, configs, token files, cache, robustness.
+"""The simulator's pieces without a server: share selection, configs, token files, robustness.
+
+Downloads: test_downloads.py.
 
 The robustness and command-ack tests talk to a fake agent API through httpx.MockTransport.
 """
@@ -17,9 +19,7 @@ from simulator import (
     REJOIN_OLD,
     AgentConfig,
     AgentState,
-    BinaryCache,
     Fleet,
-    FleetStats,
     SimulatorError,
     build_agent_configs,
     default_max_connections,
@@ -127,44 +127,6 @@ def test_an_empty_tokens_file_is_refused(tmp_path):
     path.write_text("\n# nothing\n")
     with pytest.raises(SimulatorError, match="no tokens"):
         read_tokens(path)
-
-
-# --- the binary cache ----------------------------------------------------------------------
-
-
-def test_concurrent_agents_share_one_download_per_url_and_sha256():
-    calls = []
-
-    async def handler(request: httpx.Request) -> httpx.Response:
-        calls.append(str(request.url))
-        await asyncio.sleep(0.05)
-        return httpx.Response(200, content=b"binary")
-
-    async def scenario() -> list[bytes]:
-        stats = FleetStats()
-        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-            cache = BinaryCache(client, stats, timeout=5)
-            got = await asyncio.gather(*(cache.fetch("http://b/x", "AB" * 32) for _ in range(100)))
-            got.append(await cache.fetch("http://b/x", "ab" * 32))  # the same key, any case
-            await cache.fetch("http://b/x", "cd" * 32)  # another sha256: another entry
-        assert (stats.downloads, stats.download_cache_hits) == (2, 100)
-        return got
-
-    assert set(asyncio.run(scenario())) == {b"binary"}
-    assert calls == ["http://b/x", "http://b/x"]
-
-
-def test_a_failed_download_is_not_cached():
-    answers = iter([httpx.Response(503), httpx.Response(200, content=b"ok")])
-
-    async def scenario() -> bytes:
-        async with httpx.AsyncClient(transport=httpx.MockTransport(lambda request: next(answers))) as client:
-            cache = BinaryCache(client, FleetStats(), timeout=5)
-            with pytest.raises(httpx.HTTPStatusError):
-                await cache.fetch("http://b/x", "00")
-            return await cache.fetch("http://b/x", "00")
-
-    assert asyncio.run(scenario()) == b"ok"
 
 
 # --- a fake agent API: robustness and the command path --------------------------------------

@@ -1,18 +1,15 @@
-"""Releases (CONTRACT 4.3, 9.5) and the binary downloads."""
+"""Releases: register, list, block (docs/api.md#releases). The downloads are views/downloads.py."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.http import FileResponse, HttpRequest, JsonResponse
-from django.http.response import HttpResponseBase
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from core.errors import NotFound
 from core.pagination import PaginatedViewMixin
 from core.parsers import StrictJSONParser
 from rollout.api.schema import (
@@ -27,7 +24,7 @@ from rollout.api.serializers import (
 from rollout.api.views.common import caller_actor, caller_principal, envelope_bytes
 from rollout.models import Release
 from rollout.services.blocks import blocks_for, release_block, release_unblock
-from rollout.services.releases import release_binary_open, release_list, release_register
+from rollout.services.releases import release_list, release_register
 
 RELEASE_VERSION = OpenApiParameter("version", str, OpenApiParameter.PATH, description="The release's version.")
 
@@ -130,25 +127,3 @@ class ReleaseViewSet(PaginatedViewMixin, viewsets.ViewSet):
         )
         code = status.HTTP_201_CREATED if registration.created else status.HTTP_200_OK
         return Response(ReleaseSerializer(registration.release, context=self._seen(request)).data, status=code)
-
-
-def download_binary(request: HttpRequest, version: str, platform: str) -> HttpResponseBase:
-    """``GET {downloadsUrl}/bcd/{version}/linux-{arch}``: the stored bytes of a registered binary.
-
-    Unauthenticated on purpose: integrity comes from the sha256 in the signed
-    manifest, which agents check before running anything. Unknown, not
-    uploaded or missing bytes are a 404 with the API's JSON body, never a 500.
-    """
-    try:
-        binary, handle = release_binary_open(version=version, platform=platform)
-    except NotFound as exc:
-        return JsonResponse({"code": "not_found", "detail": exc.detail}, status=404)
-    response = FileResponse(
-        handle,
-        content_type="application/octet-stream",
-        as_attachment=True,
-        filename=f"bcd-{version}-{platform}",
-    )
-    response["Content-Length"] = str(binary.size)
-    response["X-Checksum-Sha256"] = binary.sha256
-    return response

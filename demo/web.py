@@ -1,0 +1,240 @@
+"""``make web``: the production web tier on this machine, without Docker (docs/operations.md#the-web-tier).
+
+nginx (Debian's package) in front of gunicorn (``gunicorn.conf.py``, ``WEB_WORKERS`` x ``WEB_THREADS``,
+3 x 4 as in docker-compose.yml), on ``127.0.0.1:${WEB_PORT:-8000}``. nginx runs with the repository's
+``docker/nginx.conf``, its ``${NAMES}`` filled in here as compose's envsubst fills them, as an
+unprivileged-port foreground master with its own pid file and temporary files under
+``$ROLLOUT_RUN_DIR/web`` (never the system's nginx service). Settings come from the environment as
+the compose ``web`` service reads them; ``ROLLOUT_DOWNLOADS_OFFLOAD`` defaults to ``accel`` here
+(nginx serves the downloads from ``ROLLOUT_MEDIA_ROOT``).
+
+    python -m demo.web [--port 8000] [--no-migrate]
+
+It migrates the database first (as compose's ``migrate`` service), then runs in the foreground
+until SIGTERM or SIGINT (Ctrl-C), or until nginx or gunicorn exits; then it stops both (their whole
+process groups) and exits. The children also get SIGTERM if this process dies without stopping
+them (Linux's parent-death signal).
+
+Each application server behind nginx is an ``Upstream``: its command, and the ``${NAME}`` of
+docker/nginx.conf that carries its address. Another one (an ASGI server for long-held requests,
+say) is one more entry in ``upstreams()`` and one more ``upstream`` block in the config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from demo.processes import stop
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+NGINX_CONF = BASE_DIR / "docker" / "nginx.conf"
+PLACEHOLDER = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
+DEFAULT_PORT = 8000
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """An application server behind nginx: ``variable`` (in docker/nginx.conf) is set to ``address``."""
+
+    name: str
+    variable: str
+    address: str
+    command: list[str]
+
+
+def gunicorn_command(*, bind: str, workers: int, threads: int) -> list[str]:
+    """gunicorn as docker-compose.yml's ``web`` runs it (and gunicorn.conf.py from the working directory)."""
+    return [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "project.wsgi:application",
+        f"--bind={bind}",
+        f"--workers={workers}",
+        f"--threads={threads}",
+        "--worker-tmp-dir=/dev/shm",
+        "--timeout=60",
+    ]
+
+
+def upstreams(run_dir: Path, env: Mapping[str, str]) -> list[Upstream]:
+    socket = run_dir / "gunicorn.sock"
+    workers, threads = int(env.get("WEB_WORKERS") or 3), int(env.get("WEB_THREADS") or 4)
+    return [
+        Upstream(
+            name="gunicorn",
+            variable="APP_UPSTREAM",
+            address=f"unix:{socket}",
+            command=gunicorn_command(bind=f"unix:{socket}", workers=workers, threads=threads),
+        )
+    ]
+
+
+def nginx_binary() -> str:
+    found = shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None)
+    if found is None:
+        raise SystemExit("nginx is not installed: run `bash scripts/system-deps.sh nginx` (as root) or `make web`")
+    return found
+
+
+def render_nginx_conf(values: Mapping[str, str], template: Path = NGINX_CONF) -> str:
+    """docker/nginx.conf with every ``${NAME}`` replaced by ``values[NAME]``; a name without a value fails."""
+    text = template.read_text()
+    missing = sorted(set(PLACEHOLDER.findall(text)) - set(values))
+    if missing:
+        raise ValueError(f"{template.name} needs values for {', '.join(missing)}")
+    return PLACEHOLDER.sub(lambda match: values[match[1]], text)
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _spawn(command: list[str], env: Mapping[str, str], log: Path | None) -> subprocess.Popen:
+    stream = log.open("ab") if log else None  # None: the launcher's own stdout/stderr
+    return subprocess.Popen(  # noqa: S603 - our interpreter, gunicorn, nginx
+        command,
+        cwd=BASE_DIR,
+        env=dict(env),
+        stdout=stream,
+        stderr=subprocess.STDOUT if stream else None,
+        start_new_session=True,  # its own process group: stopped with its children
+        preexec_fn=_die_with_parent,  # the launcher starts no threads: safe between fork and exec
+    )
+
+
+@dataclass
+class WebTier:
+    """nginx and the upstreams it proxies to, running; ``stop()`` ends them all."""
+
+    url: str
+    run_dir: Path
+    processes: dict[str, subprocess.Popen]
+    log_dir: Path | None = None  # each process's output, when not the launcher's own
+
+    def exited(self) -> str | None:
+        """The name of a process that has exited, if any."""
+        return next((name for name, process in self.processes.items() if process.poll() is not None), None)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM each process group (nginx: fast shutdown; gunicorn: graceful), SIGKILL what is left."""
+        stop(*self.processes.values(), timeout=timeout)
+
+
+def start(
+    env: Mapping[str, str],
+    *,
+    port: int,
+    media_root: Path,
+    run_dir: Path,
+    host: str = "127.0.0.1",
+    access_log: str = "off",
+    log_dir: Path | None = None,
+    timeout: float = 60.0,
+) -> WebTier:
+    """Start the upstreams and nginx in front of them; return once nginx answers through gunicorn."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    (run_dir / "nginx").mkdir(parents=True)
+    env = {**env, "ROLLOUT_MEDIA_ROOT": str(media_root)}
+    servers = upstreams(run_dir, env)
+    values = {
+        "NGINX_LISTEN": f"{host}:{port}",
+        "NGINX_RUN_DIR": str(run_dir / "nginx"),
+        "NGINX_ACCESS_LOG": access_log,
+        "ROLLOUT_MEDIA_ROOT": str(media_root).rstrip("/"),
+        **{server.variable: server.address for server in servers},
+    }
+    config = run_dir / "nginx" / "nginx.conf"
+    config.write_text(render_nginx_conf(values))
+    processes: dict[str, subprocess.Popen] = {}
+    tier = WebTier(url=f"http://{host}:{port}", run_dir=run_dir, processes=processes, log_dir=log_dir)
+    try:
+        for server in servers:
+            processes[server.name] = _spawn(server.command, env, log_dir / f"{server.name}.log" if log_dir else None)
+        nginx = [nginx_binary(), "-p", str(run_dir / "nginx"), "-c", str(config)]
+        processes["nginx"] = _spawn(nginx, env, log_dir / "nginx.log" if log_dir else None)
+        _wait_until(lambda: _answers(tier), timeout=timeout, tier=tier)
+    except BaseException:
+        tier.stop()
+        raise
+    return tier
+
+
+def _answers(tier: WebTier) -> bool:
+    """Django answers through nginx (nginx alone answers 503 unavailable while gunicorn starts)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(tier.url + "/admin/login/", timeout=2):  # noqa: S310 - loopback
+            return True
+    except urllib.error.HTTPError as exc:
+        return exc.code not in (502, 503, 504)
+    except OSError:
+        return False
+
+
+def _wait_until(ready: Callable[[], bool], *, timeout: float, tier: WebTier) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        gone = tier.exited()
+        if gone:
+            raise SystemExit(f"web: {gone} exited with {tier.processes[gone].returncode} while starting")
+        if time.monotonic() >= deadline:
+            raise SystemExit(f"web: no answer on {tier.url} after {timeout:.0f} s")
+        time.sleep(0.1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make web", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, default=int(os.environ.get("WEB_PORT") or DEFAULT_PORT))
+    parser.add_argument("--no-migrate", action="store_true", help="do not migrate the database first")
+    options = parser.parse_args(argv)
+    os.environ.setdefault("ROLLOUT_DOWNLOADS_OFFLOAD", "accel")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+    from django.conf import settings  # the same settings gunicorn will read: one MEDIA_ROOT
+
+    media_root, run_dir = Path(settings.MEDIA_ROOT).resolve(), Path(settings.RUN_DIR).resolve() / "web"
+    media_root.mkdir(parents=True, exist_ok=True)
+    if not options.no_migrate:
+        subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v0"], cwd=BASE_DIR, check=True)
+    stopping: list[int] = []
+
+    def request_stop(signum: int, _frame: object) -> None:
+        stopping.append(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, request_stop)
+    tier = start(os.environ, port=options.port, media_root=media_root, run_dir=run_dir)
+    try:
+        offload = os.environ["ROLLOUT_DOWNLOADS_OFFLOAD"]
+        print(f"web: {tier.url} (nginx -> gunicorn; downloads offload={offload}; binaries in {media_root})")
+        print("web: Ctrl-C or SIGTERM stops it", flush=True)
+        while not stopping and tier.exited() is None:
+            time.sleep(0.2)
+        gone = tier.exited()
+    finally:
+        tier.stop()
+    if gone and not stopping:
+        print(f"web: {gone} exited; stopped the rest", file=sys.stderr)
+        return 1
+    print("web: stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

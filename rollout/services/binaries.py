@@ -1,0 +1,77 @@
+"""A release's binaries: storing their bytes (``release upload``) and finding them for a download.
+
+How the bytes are kept and reach an agent is rollout/storage.py (docs/operations.md#binary-delivery);
+here are the rules: bytes are stored only when they are the signed manifest's, and a download is
+served only for a registered binary whose bytes were uploaded and are still there.
+"""
+
+from __future__ import annotations
+
+from typing import IO
+
+import structlog
+from django.utils import timezone
+
+from core.errors import NotFound
+from rollout import storage
+from rollout.models import ReleaseBinary
+
+log = structlog.get_logger(__name__)
+
+
+def release_binary_get(*, version: str, platform: str) -> ReleaseBinary:
+    binary = ReleaseBinary.objects.select_related("release").filter(release__version=version, platform=platform).first()
+    if binary is None:
+        raise NotFound(f"Release {version} has no binary for {platform}.", code="unknown_binary")
+    return binary
+
+
+def release_binary_store(*, version: str, platform: str, source: IO[bytes]) -> ReleaseBinary:
+    """Store a binary's bytes, refusing any whose sha256 or size differ from the signed manifest.
+
+    One pass over ``source``, a chunk at a time: it is hashed while it is written to a temporary
+    name in the same store, which becomes the binary's only once both matched (an atomic rename,
+    or a server-side copy in object storage). A download never sees a missing or half-written
+    file: it reads the old bytes or the new ones (the same bytes, as both match the manifest). A
+    refused upload (InvalidInput ``size_mismatch`` or ``sha256_mismatch``) removes its temporary
+    copy and leaves the stored bytes as they were; an interrupted one leaves at most a temporary
+    copy, never served (``.<platform>.*.part``).
+    """
+    binary = release_binary_get(version=version, platform=platform)
+    storage.store_checked(
+        binary.storage_name, source, version=version, platform=platform, size=binary.size, sha256=binary.sha256
+    )
+    ReleaseBinary.objects.filter(pk=binary.pk).update(stored_at=timezone.now())
+    binary.refresh_from_db()
+    log.info("release.binary_stored", version=version, platform=platform, size=binary.size)
+    return binary
+
+
+def release_binary_served(*, version: str, platform: str) -> ReleaseBinary:
+    """The binary a download serves; NotFound (``not_found``) when unknown, not uploaded or missing from the store."""
+    try:
+        binary = release_binary_get(version=version, platform=platform)
+    except NotFound as exc:
+        raise NotFound(exc.detail, code="not_found") from exc
+    if binary.stored_at is None:
+        raise NotFound(f"bcd {version} for {platform} is registered but its bytes were not uploaded.", code="not_found")
+    if not storage.stored(binary.storage_name):
+        raise _missing(version, platform)
+    return binary
+
+
+def release_binary_open(*, binary: ReleaseBinary) -> IO[bytes]:
+    """An open handle on a served binary's bytes (Django streams them: ``none`` mode).
+
+    Opening is the last check (no exists-then-open race): a handle taken before a re-upload's
+    rename keeps reading the complete old file.
+    """
+    try:
+        return storage.open_stored(binary.storage_name)
+    except FileNotFoundError as exc:
+        raise _missing(binary.release.version, binary.platform) from exc
+
+
+def _missing(version: str, platform: str) -> NotFound:
+    detail = f"bcd {version} for {platform} is registered but its bytes are missing from storage."
+    return NotFound(detail, code="not_found")
