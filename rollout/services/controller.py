@@ -39,7 +39,8 @@ from rollout.services.settle import (
     node_upgrades_settle_succeeded,
     readiness_tick_publish,
 )
-from rollout.services.start import rollout_start_nodes, rollouts_converge
+from rollout.services.start import StartPlan, rollout_start_nodes, rollouts_converge
+from rollout.services.start_plan import soak_running
 from rollout.services.ticks import rollout_request_tick
 from rollout.services.transitions import (
     complete_rollout,
@@ -51,8 +52,6 @@ from rollout.services.transitions import (
 log = structlog.get_logger("rollout")
 
 State = NodeUpgrade.State
-# Pending rows read per query while looking for startable nodes past offline ones.
-START_LOOKAHEAD = 100
 
 
 @dataclass
@@ -64,6 +63,8 @@ class TickResult:
     paused: bool = False
     advanced: bool = False
     completed: bool = False
+    #: The start step's plan (None when the tick did not get to the start step).
+    plan: StartPlan | None = None
 
 
 # --- counts ----------------------------------------------------------------------------
@@ -146,7 +147,7 @@ def rollout_advance(*, rollout: Rollout, now: datetime) -> bool:
     if rollout.current_wave == max(waves):
         complete_rollout(rollout=rollout, at=now)
         return True
-    if rollout.next_wave_at is not None and now < rollout.next_wave_at:
+    if soak_running(rollout=rollout, wave_settled=True, last_wave=False, at=now):
         return False
     start_next_wave(rollout=rollout, wave=waves[rollout.current_wave + 1], at=now)
     return True
@@ -195,7 +196,8 @@ def rollout_tick(*, rollout_id: UUID | str) -> TickResult | None:
             return result
         result.advanced = rollout_advance(rollout=rollout, now=now)
         if rollout.state == Rollout.State.ACTIVE:
-            result.started, result.skipped = rollout_start_nodes(rollout=rollout, now=now)
+            result.plan = rollout_start_nodes(rollout=rollout, now=now)
+            result.started, result.skipped = result.plan.started, result.plan.skipped
             if result.skipped and not result.started:
                 # A wave of only offline nodes settles here: move on without waiting a period.
                 result.advanced = rollout_advance(rollout=rollout, now=now) or result.advanced

@@ -42,8 +42,10 @@ from django.db.models import Count, Exists, OuterRef, Subquery
 from core.errors import InvalidState
 from fleet.interface import Node, NodeSession, pools_set_default_daemon_version
 from rollout.models import NodeUpgrade, Rollout, RolloutEvent, RolloutWave
+from rollout.querysets import sessions_on_target
 from rollout.services.daemons import SendBack, send_back
 from rollout.services.events import event_record
+from rollout.services.start_plan import soak_running
 
 log = structlog.get_logger("rollout")
 
@@ -122,12 +124,13 @@ def complete_rollout(*, rollout: Rollout, at: datetime) -> None:
 
 
 def rollout_soaking(rollout: Rollout, *, at: datetime) -> bool:
-    """Active, its current wave settled, not the last wave, and the next one not due yet (CONTRACT 9.4)."""
+    """Whether the rollout's current wave soaks now (``start_plan.soak_running``): what promote ends."""
     if rollout.state != Rollout.State.ACTIVE or rollout.next_wave_at is None or rollout.next_wave_at <= at:
-        return False
+        return False  # no query for what cannot be soaking
     waves = RolloutWave.objects.filter(rollout=rollout)
     settled = waves.filter(index=rollout.current_wave, settled_at__isnull=False).exists()
-    return settled and waves.filter(index__gt=rollout.current_wave).exists()
+    last = not waves.filter(index__gt=rollout.current_wave).exists()
+    return soak_running(rollout=rollout, wave_settled=settled, last_wave=last, at=at)
 
 
 def promote_rollout(*, rollout: Rollout, at: datetime, **data: Any) -> None:
@@ -216,9 +219,7 @@ def mark_arrived(*, ids: Sequence[int], **context: Any) -> int:
     UPDATE itself, and only while that session is still open on the target: a later rejoin gives a
     later ``joined_at``, which is how readiness tells the node left meanwhile.
     """
-    on_target = NodeSession.objects.filter(
-        node_id=OuterRef("node_id"), daemon_version=OuterRef("target_version"), left_at__isnull=True
-    )
+    on_target = sessions_on_target()
     arrived = (
         NodeUpgrade.objects.filter(id__in=ids, state=State.IN_FLIGHT, arrived_at__isnull=True)
         .filter(Exists(on_target))
