@@ -23,7 +23,7 @@ from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, 
 from fleet.interface import NodeSession, online_node_q
 
 if TYPE_CHECKING:
-    from rollout.models import NodeUpgrade
+    from rollout.models import NodeUpgrade  # noqa: F401  (the base class names it: QuerySet["NodeUpgrade"])
 
 
 def sessions_on_target() -> QuerySet[NodeSession]:
