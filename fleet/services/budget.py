@@ -42,10 +42,10 @@ class PoolBudget:
     nodes: int
     allowed: int
     disrupted: int
-    #: Of ``disrupted``: nodes with an active workflow, and nodes a plug-in's disruption source names
-    #: (rollout: its upgrades). A node in both counts in both, and once in ``disrupted``.
-    by_workflows: int = 0
-    by_sources: int = 0
+    #: Of ``disrupted`` (``pool_budgets(split=True)`` only, else None): nodes with an active workflow, and
+    #: nodes a plug-in's disruption source names (rollout: its upgrades). A node in both counts in both.
+    by_workflows: int | None = None
+    by_sources: int | None = None
     available: int = field(init=False)  # max(0, allowed - disrupted)
 
     def __post_init__(self) -> None:
@@ -69,25 +69,26 @@ def disrupted_node_q(*, pool_ids: list[UUID]) -> Q:
     return workflows if sources is None else workflows | sources
 
 
-def _counts(pool_ids: list[UUID]) -> dict[UUID, tuple[int, int, int, int]]:
-    """{pool_id: (nodes, disrupted, by workflows, by sources)} in one grouped query."""
+_Counts = dict[UUID, tuple[int, int, int | None, int | None]]
+
+
+def _counts(pool_ids: list[UUID], *, split: bool = False) -> _Counts:
+    """{pool_id: (nodes, disrupted, by workflows, by sources)} in one grouped query (the split: None unless asked)."""
     workflows, sources = _disruption_qs(pool_ids)
     disrupted = workflows if sources is None else workflows | sources
-    rows = (
-        Node.objects.filter(pool_id__in=pool_ids)
-        .values("pool_id")
-        .annotate(
-            nodes=Count("id"),
-            disrupted=Count("id", filter=disrupted),
-            by_workflows=Count("id", filter=workflows),
-            by_sources=Count("id", filter=sources) if sources is not None else Value(0),
-        )
-        .order_by()
-    )
-    return {row["pool_id"]: (row["nodes"], row["disrupted"], row["by_workflows"], row["by_sources"]) for row in rows}
+    counts: dict[str, Count | Value] = {"nodes": Count("id"), "disrupted": Count("id", filter=disrupted)}
+    if split:
+        counts["by_workflows"] = Count("id", filter=workflows)
+        counts["by_sources"] = Count("id", filter=sources) if sources is not None else Value(0)
+    rows = Node.objects.filter(pool_id__in=pool_ids).values("pool_id").annotate(**counts).order_by()
+    result: _Counts = {}
+    for pool_id, nodes, disrupted_nodes, *by in rows.values_list("pool_id", *counts):
+        by_workflows, by_sources = by if split else (None, None)
+        result[pool_id] = (nodes, disrupted_nodes, by_workflows, by_sources)
+    return result
 
 
-def _pool_budget(pool_id: UUID, budget: Decimal, counts: dict[UUID, tuple[int, int, int, int]]) -> PoolBudget:
+def _pool_budget(pool_id: UUID, budget: Decimal, counts: _Counts) -> PoolBudget:
     nodes, disrupted, by_workflows, by_sources = counts.get(pool_id, (0, 0, 0, 0))
     return PoolBudget(
         pool_id=pool_id,
@@ -115,11 +116,14 @@ def pool_budget(*, pool_id: UUID, lock: bool = False) -> PoolBudget:
     return _pool_budget(pool_id, budget, _counts([pool_id]))
 
 
-def pool_budgets(*, pool_ids: Iterable[UUID]) -> dict[UUID, PoolBudget]:
-    """Budgets of many pools, without locks, in two queries (admin, metrics). Unknown ids are left out."""
+def pool_budgets(*, pool_ids: Iterable[UUID], split: bool = False) -> dict[UUID, PoolBudget]:
+    """Budgets of many pools, without locks, in two queries (admin, metrics). Unknown ids are left out.
+
+    ``split``: also count who disrupts (``by_workflows``, ``by_sources``), for the admin's sentences.
+    """
     ids = list(dict.fromkeys(pool_ids))
     if not ids:
         return {}
     budgets = dict(Pool.objects.filter(pk__in=ids).values_list("id", "disruption_budget"))
-    counts = _counts(list(budgets))
+    counts = _counts(list(budgets), split=split)
     return {pool_id: _pool_budget(pool_id, budget, counts) for pool_id, budget in budgets.items()}

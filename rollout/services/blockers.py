@@ -36,6 +36,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from fleet.interface import pool_budgets
 from rollout.models import NodeUpgrade, Rollout
 from rollout.services.start_plan import (
     SKIP_NO_BINARY,
@@ -301,11 +302,13 @@ def rollout_blocker_words(rollout: Rollout, *, now: datetime) -> str | None:
         phrase = window_phrase(first) if first and opens else "the next window"
         return f"waiting for {phrase} ({', '.join(pool.name for pool in chosen)}), at {_at(opens)}"
     if blocker.code == "budget_full":
-        # The budget's own split: its only disruption source besides workflows is the rollouts' upgrades.
+        # The budget's own split: besides workflows, its only disruption source is the rollouts' upgrades.
+        split = pool_budgets(pool_ids=pool_ids, split=True)
         return "; ".join(
-            f"budget full in {pool.name}: {pool.disrupted} of {pool.allowed} disrupted by "
-            f"{_count(pool.budget.by_workflows, 'workflow')} and {_count(pool.budget.by_sources, 'upgrade')}"
+            f"budget full in {pool.name}: {budget.disrupted} of {budget.allowed} disrupted by "
+            f"{_count(budget.by_workflows or 0, 'workflow')} and {_count(budget.by_sources or 0, 'upgrade')}"
             for pool in chosen
+            if (budget := split.get(pool.pool_id)) is not None
         )
     if blocker.code == "paused":
         return f"paused: {_paused_why(rollout)}"
