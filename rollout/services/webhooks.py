@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -32,6 +32,7 @@ from core.errors import InvalidInput, NotFound
 from fleet.interface import Actor, Tenant, audit_record
 from rollout.dispatch import WEBHOOK_DELIVER_TASK, publish, publish_on_commit
 from rollout.models import Rollout, RolloutEvent, Webhook, WebhookDelivery
+from rollout.services.representation import api_datetime, rollouts_json
 from rollout.webhooks.transport import MAX_ATTEMPTS, DeliveryResult, UnsafeURL, check_url, retry_delay
 
 log = structlog.get_logger("rollout")
@@ -129,12 +130,6 @@ def deliveries_create(*, event: RolloutEvent, rollout: Rollout) -> int:
     return len(rows)
 
 
-def format_at(at: datetime) -> str:
-    """ISO 8601 in UTC with ``Z``, as the API renders datetimes."""
-    text = at.astimezone(UTC).isoformat()
-    return text[:-6] + "Z" if text.endswith("+00:00") else text
-
-
 def body_bytes(body: dict[str, Any]) -> str:
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
@@ -150,13 +145,11 @@ class Claimed:
     body: bytes
 
 
-def delivery_claim(
-    *, delivery_id: UUID | str, now: datetime, represent: Callable[[Rollout], dict[str, Any]]
-) -> Claimed | None:
+def delivery_claim(*, delivery_id: UUID | str, now: datetime) -> Claimed | None:
     """Take a due, pending delivery for one attempt (None: gone, done, not due, or claimed by another).
 
-    The first claim builds and stores the body (``represent`` renders the rollout, CONTRACT 4.5),
-    so every retry sends the same bytes under the same id.
+    The first claim builds and stores the body (the rollout as ``GET /rollouts/{id}/`` shows it
+    then: ``representation.rollouts_json``), so every retry sends the same bytes under the same id.
     """
     with transaction.atomic():
         delivery = (
@@ -174,9 +167,9 @@ def delivery_claim(
                 {
                     "id": str(delivery.id),
                     "event": delivery.event,
-                    "at": format_at(event.at),
+                    "at": api_datetime(event.at),
                     "tenant": delivery.webhook.tenant.slug,
-                    "rollout": represent(rollout),
+                    "rollout": rollouts_json([rollout], now=now)[0],
                     "data": event.data,
                 }
             )
