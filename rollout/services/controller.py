@@ -33,6 +33,7 @@ from rollout import conf
 from rollout.dispatch import TICK_TASK, publish_on_commit
 from rollout.metrics import TICK_SECONDS
 from rollout.models import NodeUpgrade, ReleaseBlock, Rollout, RolloutWave, TickRequest
+from rollout.services.events import Paused
 from rollout.services.settle import (
     node_upgrades_settle_overdue,
     node_upgrades_settle_ready,
@@ -112,15 +113,14 @@ def rollout_judge_failures(*, rollout: Rollout, now: datetime, counts: dict[str,
     counts = counts or wave_counts(rollout=rollout, wave=rollout.current_wave)
     if not failure_ratio_exceeded(rollout=rollout, counts=counts):
         return False
-    pause_rollout(
-        rollout=rollout,
+    paused = Paused(
         reason=Rollout.PausedReason.FAILURE_RATIO,
-        at=now,
         wave=rollout.current_wave,
         failed=counts[State.FAILED],
         succeeded=counts[State.SUCCEEDED],
-        maxFailureRatio=float(rollout.max_failure_ratio),
+        max_failure_ratio=float(rollout.max_failure_ratio),
     )
+    pause_rollout(rollout=rollout, at=now, paused=paused)
     return True
 
 
@@ -181,7 +181,7 @@ def rollout_tick(*, rollout_id: UUID | str) -> TickResult | None:
         result = TickResult()
         if rollout.state == Rollout.State.ACTIVE and release_blocked(rollout):
             # First: a release blocked in the tenant (CONTRACT 9.5) pauses its rollouts; nodes in flight settle.
-            pause_rollout(rollout=rollout, reason=Rollout.PausedReason.RELEASE_BLOCKED, at=now)
+            pause_rollout(rollout=rollout, at=now, paused=Paused(reason=Rollout.PausedReason.RELEASE_BLOCKED))
             result.paused = True
         result.succeeded = node_upgrades_settle_succeeded(rollout=rollout, now=now)
         arrived, result.failed = node_upgrades_settle_overdue(now=now, rollout=rollout)

@@ -41,10 +41,10 @@ from django.db.models import Count, Exists, OuterRef, Subquery
 
 from core.errors import InvalidState
 from fleet.interface import Node, NodeSession, pools_set_default_daemon_version
-from rollout.models import NodeUpgrade, Rollout, RolloutEvent, RolloutWave
+from rollout.models import NodeUpgrade, Rollout, RolloutWave
 from rollout.querysets import sessions_on_target
 from rollout.services.daemons import SendBack, send_back
-from rollout.services.events import event_record
+from rollout.services.events import Aborted, Completed, Paused, Promoted, Resumed, WaveStarted, event_record
 from rollout.services.start_plan import soak_running
 
 log = structlog.get_logger("rollout")
@@ -73,15 +73,19 @@ def _move_rollout(rollout: Rollout, *, sources: Sequence[str], action: str, **ch
         setattr(rollout, name, value)
 
 
-def pause_rollout(*, rollout: Rollout, reason: str, at: datetime, **data: Any) -> None:
-    """active -> paused (``rollout.paused``). In-flight nodes still settle; nothing new starts."""
+def pause_rollout(*, rollout: Rollout, at: datetime, paused: Paused) -> None:
+    """active -> paused (``rollout.paused``, for ``paused.reason``). In-flight nodes still settle; nothing starts."""
     _move_rollout(
-        rollout, sources=[Rollout.State.ACTIVE], action="paused", state=Rollout.State.PAUSED, paused_reason=reason
+        rollout,
+        sources=[Rollout.State.ACTIVE],
+        action="paused",
+        state=Rollout.State.PAUSED,
+        paused_reason=paused.reason,
     )
-    event_record(rollout=rollout, kind=RolloutEvent.Kind.PAUSED, at=at, reason=reason, **data)
+    event_record(rollout=rollout, payload=paused, at=at)
 
 
-def resume_rollout(*, rollout: Rollout, at: datetime, acknowledged_failures: int, **data: Any) -> None:
+def resume_rollout(*, rollout: Rollout, at: datetime, acknowledged_failures: int, actor: str) -> None:
     """paused -> active (``rollout.resumed``), accepting ``acknowledged_failures`` of the current wave."""
     _move_rollout(
         rollout,
@@ -91,11 +95,23 @@ def resume_rollout(*, rollout: Rollout, at: datetime, acknowledged_failures: int
         paused_reason=None,
         acknowledged_failures=acknowledged_failures,
     )
-    event_record(rollout=rollout, kind=RolloutEvent.Kind.RESUMED, at=at, **data)
+    event_record(rollout=rollout, payload=Resumed(actor=actor), at=at)
 
 
-def abort_rollout(*, rollout: Rollout, at: datetime, **data: Any) -> None:
-    """active|paused -> aborted (``rollout.aborted``); its settled rows stop holding their nodes."""
+def abort_rollout(
+    *,
+    rollout: Rollout,
+    at: datetime,
+    actor: str,
+    rollback: bool,
+    cancelled: int,
+    rolled_back: int,
+    not_rolled_back: int,
+) -> None:
+    """active|paused -> aborted (``rollout.aborted``); its settled rows stop holding their nodes.
+
+    ``cancelled``, ``rolled_back``, ``not_rolled_back``: what the abort did to its pending and in-flight rows.
+    """
     _move_rollout(
         rollout,
         sources=Rollout.ACTIVE_STATES,
@@ -105,8 +121,15 @@ def abort_rollout(*, rollout: Rollout, at: datetime, **data: Any) -> None:
         aborted_at=at,
     )
     release_settled_claims(rollout=rollout)
-    stats = {"stillInFlight": NodeUpgrade.objects.filter(rollout=rollout, state=State.IN_FLIGHT).count()}
-    event_record(rollout=rollout, kind=RolloutEvent.Kind.ABORTED, at=at, **data, **stats)
+    aborted = Aborted(
+        actor=actor,
+        rollback=rollback,
+        cancelled=cancelled,
+        rolled_back=rolled_back,
+        not_rolled_back=not_rolled_back,
+        still_in_flight=NodeUpgrade.objects.filter(rollout=rollout, state=State.IN_FLIGHT).count(),
+    )
+    event_record(rollout=rollout, payload=aborted, at=at)
 
 
 def complete_rollout(*, rollout: Rollout, at: datetime) -> None:
@@ -120,7 +143,7 @@ def complete_rollout(*, rollout: Rollout, at: datetime) -> None:
     covered = NodeUpgrade.objects.filter(rollout=rollout).values_list("pool_id", flat=True).distinct()
     pools_set_default_daemon_version(pool_ids=list(covered.order_by()), version=rollout.release.version)
     totals = dict(NodeUpgrade.objects.filter(rollout=rollout).values_list("state").annotate(n=Count("id")).order_by())
-    event_record(rollout=rollout, kind=RolloutEvent.Kind.COMPLETED, at=at, **totals)
+    event_record(rollout=rollout, payload=Completed(totals=totals), at=at)
 
 
 def rollout_soaking(rollout: Rollout, *, at: datetime) -> bool:
@@ -133,7 +156,7 @@ def rollout_soaking(rollout: Rollout, *, at: datetime) -> bool:
     return soak_running(rollout=rollout, wave_settled=settled, last_wave=last, at=at)
 
 
-def promote_rollout(*, rollout: Rollout, at: datetime, **data: Any) -> None:
+def promote_rollout(*, rollout: Rollout, at: datetime, actor: str) -> None:
     """Soaking -> soak over (``rollout.promoted``): the next tick starts the next wave (``rollout.wave``).
 
     The caller holds the rollout's row lock. InvalidState (409) unless the rollout is soaking.
@@ -145,12 +168,7 @@ def promote_rollout(*, rollout: Rollout, at: datetime, **data: Any) -> None:
     soak_ends_at = rollout.next_wave_at
     _move_rollout(rollout, sources=[Rollout.State.ACTIVE], action="promoted", next_wave_at=at)
     event_record(
-        rollout=rollout,
-        kind=RolloutEvent.Kind.PROMOTED,
-        at=at,
-        wave=rollout.current_wave,
-        soakEndsAt=soak_ends_at.isoformat() if soak_ends_at else None,
-        **data,
+        rollout=rollout, payload=Promoted(wave=rollout.current_wave, soak_ends_at=soak_ends_at, actor=actor), at=at
     )
 
 
@@ -167,12 +185,7 @@ def start_next_wave(*, rollout: Rollout, wave: RolloutWave, at: datetime) -> Non
     wave.started_at = at
     wave.save(update_fields=["started_at"])
     event_record(
-        rollout=rollout,
-        kind=RolloutEvent.Kind.WAVE,
-        at=at,
-        wave=wave.index,
-        percent=float(wave.percent),
-        total=wave.total,
+        rollout=rollout, payload=WaveStarted(wave=wave.index, percent=float(wave.percent), total=wave.total), at=at
     )
 
 
