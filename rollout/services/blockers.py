@@ -33,7 +33,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 from uuid import UUID
 
 from fleet.interface import pool_budgets
@@ -72,13 +71,17 @@ NODE_CODES = (
 ROLLOUT_CODES = ("paused", "soaking", "outside_window", "budget_full", "awaiting_nodes")
 
 
+#: An extra field of a blocker: a time, a reason, a count, an id, ids.
+BlockerField = datetime | str | int | list[str] | None
+
+
 @dataclass(frozen=True)
 class Blocker:
     """What a node or a rollout waits for: a code, a sentence, and the code's extra fields (API names)."""
 
     code: str
     detail: str
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, BlockerField] = field(default_factory=dict)
 
 
 def _at(value: datetime | None) -> str:
@@ -294,10 +297,11 @@ def rollout_blocker_words(rollout: Rollout, *, now: datetime) -> str | None:
     blocker = blockers[rollout.id]
     if blocker is None:
         return None
-    pool_ids = [UUID(pool_id) for pool_id in blocker.extra.get("poolIds", [])]
+    listed = blocker.extra.get("poolIds")
+    pool_ids = [UUID(pool_id) for pool_id in listed] if isinstance(listed, list) else []
     chosen = [pools[pool_id] for pool_id in pool_ids if pool_id in pools]
     if blocker.code == "outside_window":
-        opens = blocker.extra["nextWindowAt"]
+        opens = _time(blocker.extra.get("nextWindowAt"))
         first = next((pool for pool in chosen if pool.next_window_at == opens), None)
         phrase = window_phrase(first) if first and opens else "the next window"
         return f"waiting for {phrase} ({', '.join(pool.name for pool in chosen)}), at {_at(opens)}"
@@ -313,5 +317,10 @@ def rollout_blocker_words(rollout: Rollout, *, now: datetime) -> str | None:
     if blocker.code == "paused":
         return f"paused: {_paused_why(rollout)}"
     if blocker.code == "soaking":
-        return f"soaking until {_at(blocker.extra['until'])}"
-    return f"waiting for {_count(blocker.extra.get('inFlight', 0), 'node')} in flight"
+        return f"soaking until {_at(_time(blocker.extra.get('until')))}"
+    in_flight = blocker.extra.get("inFlight")
+    return f"waiting for {_count(in_flight if isinstance(in_flight, int) else 0, 'node')} in flight"
+
+
+def _time(value: BlockerField) -> datetime | None:
+    return value if isinstance(value, datetime) else None

@@ -48,7 +48,7 @@ def _event_actor(actor: Actor | None) -> str:
     return str(actor) if actor is not None else "operator"
 
 
-def _state(rollout: Rollout) -> dict[str, Any]:
+def _state(rollout: Rollout) -> dict[str, str | None]:
     return {"state": rollout.state, "pausedReason": rollout.paused_reason}
 
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from datetime import datetime
-from typing import Any
 from uuid import UUID
 
 import structlog
@@ -62,7 +61,7 @@ def claims_node(rollout_state: str) -> bool:
 # --- the rollout (the caller holds its row lock) ---------------------------------------------
 
 
-def _move_rollout(rollout: Rollout, *, sources: Sequence[str], action: str, **changes: Any) -> None:
+def _move_rollout(rollout: Rollout, *, sources: Sequence[str], action: str, **changes: object) -> None:
     """One conditional UPDATE of the rollout's row, mirrored on the instance; InvalidState if not in ``sources``."""
     if rollout.state not in sources:
         raise InvalidState(f"A {rollout.state} rollout cannot be {action}.", state=rollout.state)
@@ -225,7 +224,7 @@ def start_upgrades(
     return started
 
 
-def mark_arrived(*, ids: Sequence[int], **context: Any) -> int:
+def mark_arrived(*, ids: Sequence[int], **context: str | int) -> int:
     """in_flight, arrived_at recorded: the node rejoined on the target and now proves readiness (CONTRACT 9.3).
 
     ``arrived_at`` is the session's ``joined_at`` (when it rejoined on the target), read by the
@@ -285,7 +284,7 @@ def skip_upgrades(*, rollout: Rollout, ids: Sequence[int], reason: str, at: date
     return skipped
 
 
-def succeed_upgrades(*, ids: Sequence[int], rollout_state: str, at: datetime, **context: Any) -> int:
+def succeed_upgrades(*, ids: Sequence[int], rollout_state: str, at: datetime, **context: str | int) -> int:
     """in_flight -> succeeded: the agent rejoined reporting the target version."""
     succeeded = NodeUpgrade.objects.filter(id__in=ids, state=State.IN_FLIGHT).update(
         state=State.SUCCEEDED, settled_at=at, claims_node=claims_node(rollout_state)

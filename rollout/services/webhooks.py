@@ -51,7 +51,7 @@ def allow_http() -> bool:
 
 
 # --- subscriptions ------------------------------------------------------------------------------
-def _events(events: Any) -> list[str]:
+def _events(events: object) -> list[str]:
     known = ", ".join(Webhook.EVENTS)
     if not isinstance(events, list) or not events or not all(isinstance(e, str) for e in events):
         raise InvalidInput(f"events is a non-empty list of: {known}.", code="invalid_events")
@@ -61,7 +61,7 @@ def _events(events: Any) -> list[str]:
     return list(dict.fromkeys(events))
 
 
-def _secret(secret: Any) -> str:
+def _secret(secret: object) -> str:
     if secret is None:
         return secrets.token_urlsafe(32)
     if not isinstance(secret, str) or not SECRET_MIN <= len(secret) <= SECRET_MAX or not secret.isprintable():
@@ -72,7 +72,9 @@ def _secret(secret: Any) -> str:
     return secret
 
 
-def webhook_create(*, tenant: Tenant, url: Any, events: Any, secret: Any = None, actor: Actor | None = None) -> Webhook:
+def webhook_create(
+    *, tenant: Tenant, url: str, events: object, secret: object = None, actor: Actor | None = None
+) -> Webhook:
     """Subscribe ``url`` to ``events``. The secret (given or generated) is on the returned row only."""
     try:
         check_url(url, allow_http=allow_http())
