@@ -8,10 +8,11 @@ import hashlib
 import logging
 import random
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
+from simulator.agent_fleet import AgentFleet
 from simulator.config import (
     ACK_PATH,
     DEFAULT_HEARTBEAT_SECONDS,
@@ -24,9 +25,6 @@ from simulator.config import (
 )
 from simulator.releases import SequencesUnavailable
 from simulator.stats import Refusal, Upgrade
-
-if TYPE_CHECKING:  # the fleet holds its agents; only the type is needed here
-    from simulator.fleet import Fleet
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +39,7 @@ class _Verdict(enum.Enum):
 class Agent:
     """A simulated bcd. Its public attributes are the observable state (read them from any thread)."""
 
-    def __init__(self, fleet: Fleet, config: AgentConfig, index: int):
+    def __init__(self, fleet: AgentFleet, config: AgentConfig, index: int):
         self.fleet = fleet
         self.config = config
         self.index = index
