@@ -172,12 +172,14 @@ class PoolWindows:
         return None if self.open else opening_window(self.windows, self.opens_at)
 
 
+def windows_at(windows: tuple[MaintenanceWindow, ...], now: datetime) -> PoolWindows:
+    """``windows`` seen at ``now``: the one reading of "may this pool's nodes start now"."""
+    return PoolWindows(windows=windows, at=now, opens_at=next_opening(windows, now))
+
+
 def pool_windows_at(*, pool_ids: Iterable[UUID], now: datetime) -> dict[UUID, PoolWindows]:
-    """Each pool's windows at ``now``: the one reading of "may this pool's nodes start now" (one query)."""
-    return {
-        pool_id: PoolWindows(windows=windows, at=now, opens_at=next_opening(windows, now))
-        for pool_id, windows in pool_windows(pool_ids=pool_ids).items()
-    }
+    """Each pool's windows at ``now`` (``windows_at``): one query."""
+    return {pool_id: windows_at(windows, now) for pool_id, windows in pool_windows(pool_ids=pool_ids).items()}
 
 
 def pool_windows_open(*, pool_ids: Iterable[UUID], now: datetime) -> set[UUID]:
