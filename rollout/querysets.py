@@ -6,7 +6,7 @@ admin and the metrics call these methods instead of repeating their lookups.
 - ``on_target()``: the node's current session is open on the row's target version
   (docs/controller.md#the-tick, Settle);
 - ``disrupting(pool_ids)``: the nodes an upgrade disrupts, for the pools' budgets
-  (docs/controller.md#disrupted);
+  (docs/controller.md#the-tick);
 - ``with_start_facts(now=...)``: what the start step needs to know of a pending row
   (docs/controller.md#the-plan).
 """
