@@ -315,7 +315,8 @@ def pool_turns(
             decision = turn_decision(row, reached=True, offline_is_down=offline_is_down)
             turns.append((row, decision))
             cursor = row.position
-            started += decision.move == Move.START
+            if decision.move == Move.START:
+                started += 1
         if len(chunk) < limit:
             break
     return turns
