@@ -70,7 +70,7 @@ class NodeUpgradeQuerySet(QuerySet["NodeUpgrade"]):
         )
 
     def with_start_facts(self, *, now: datetime) -> NodeUpgradeQuerySet:
-        """Annotated with what the start step decides on: ``online``, ``has_binary`` (for the node's arch).
+        """Annotated with what the start step decides on: ``online``, ``has_binary`` (for the node's arch), ``joined``.
 
         ``online`` is the fleet's rule (``online_node_q``) on the session row the query joins
         anyway: an EXISTS was planned as a hash of every session of the fleet, once per pool
@@ -79,4 +79,5 @@ class NodeUpgradeQuerySet(QuerySet["NodeUpgrade"]):
         online = ExpressionWrapper(_on_node(online_node_q(now=now)), output_field=BooleanField())
         binaries = self.model._meta.apps.get_model("rollout", "ReleaseBinary")._default_manager  # models import us
         binary = binaries.filter(release_id=OuterRef("rollout__release_id"), arch=OuterRef("node__arch"))
-        return self.annotate(online=online, has_binary=Exists(binary))
+        joined = ExpressionWrapper(Q(node__session__joined_at__isnull=False), output_field=BooleanField())
+        return self.annotate(online=online, has_binary=Exists(binary), joined=joined)

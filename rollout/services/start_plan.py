@@ -242,29 +242,35 @@ _CANDIDATE_VALUES = (
     "node__arch",
     "online",
     "has_binary",
-    "node__session__joined_at",
+    "joined",
     "node__session__protocol_version",
-    "node__session__last_seen_at",
 )
 
 
-def candidates(rows: NodeUpgradeQuerySet, *, now: datetime) -> list[Candidate]:
-    """``rows`` (pending, in the order given) with their start facts: one query."""
-    values = rows.with_start_facts(now=now).values_list(*_CANDIDATE_VALUES)
-    return [
-        Candidate(
-            id=pk,
-            node_id=node_id,
-            position=position,
-            arch=arch,
-            online=online,
-            has_binary=has_binary,
-            joined=joined_at is not None,
-            protocol_version=protocol_version,
-            last_seen_at=last_seen_at,
+def candidates(rows: NodeUpgradeQuerySet, *, now: datetime, last_seen: bool = False) -> list[Candidate]:
+    """``rows`` (pending, in the order given) with their start facts: one query.
+
+    ``last_seen``: also read when each agent was last seen (the blockers say it; the tick does not
+    need it, and a tick may read thousands of offline rows).
+    """
+    fields = (*_CANDIDATE_VALUES, "node__session__last_seen_at") if last_seen else _CANDIDATE_VALUES
+    values = rows.with_start_facts(now=now).values_list(*fields)
+    found = []
+    for pk, node_id, position, arch, online, has_binary, joined, protocol_version, *seen in values:
+        found.append(
+            Candidate(
+                id=pk,
+                node_id=node_id,
+                position=position,
+                arch=arch,
+                online=online,
+                has_binary=has_binary,
+                joined=joined,
+                protocol_version=protocol_version,
+                last_seen_at=seen[0] if seen else None,
+            )
         )
-        for pk, node_id, position, arch, online, has_binary, joined_at, protocol_version, last_seen_at in values
-    ]
+    return found
 
 
 def turn_decision(row: Candidate, *, reached: bool, offline_is_down: bool) -> Decision:
@@ -408,7 +414,7 @@ def rows_decisions(rows: Sequence[NodeUpgrade], *, facts: Mapping[UUID, RolloutF
             open_rows.append(row)
     if not open_rows:
         return result
-    found = candidates(NodeUpgrade.objects.filter(id__in=[row.id for row in open_rows]), now=now)
+    found = candidates(NodeUpgrade.objects.filter(id__in=[row.id for row in open_rows]), now=now, last_seen=True)
     result.candidates = {candidate.id: candidate for candidate in found}
     reached = rows_reached(open_rows, facts=facts, pools=result.pools, now=now)
     offline_is_down = offline_verdicts_trusted(now=now)
