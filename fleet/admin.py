@@ -28,11 +28,12 @@ from fleet.services.pools import (
     pool_changed_fields,
     pool_create,
     pools_set_default_daemon_version,
+    windows_at,
     windows_of,
     windows_validate,
 )
 from fleet.services.workflows import workflow_finish
-from fleet.windows import next_opening, open_until
+from fleet.windows import open_until
 
 
 # --- tenants and IAM -------------------------------------------------------------------------
@@ -143,15 +144,13 @@ class PoolAdmin(TenantScopedAdmin):
     @admin.display(description="next window")
     def next_window(self, pool: Pool) -> str:
         """When its nodes may next start (CONTRACT 9.1): "always open", "open now (until ...)" or the opening."""
-        windows = windows_of(pool)
-        if not windows:
+        windows = windows_at(windows_of(pool), timezone.now())
+        if not windows.windows:
             return "always open"
-        now = timezone.now()
-        opening = next_opening(windows, now)
-        if opening <= now:
-            until = open_until(windows, now)
+        if windows.open:
+            until = open_until(windows.windows, windows.at)
             return f"open now (until {timezone.localtime(until):%Y-%m-%d %H:%M %Z})" if until else "open now"
-        return f"{timezone.localtime(opening):%Y-%m-%d %H:%M %Z}"
+        return f"{timezone.localtime(windows.opens_at):%Y-%m-%d %H:%M %Z}"
 
     def get_readonly_fields(self, request: HttpRequest, obj=None):
         return ["tenant"] if obj is not None else []

@@ -27,11 +27,18 @@ from fleet.plugins import (
 )
 from fleet.services.audit import Actor, audit_record, changed_fields
 from fleet.services.budget import PoolBudget, pool_budget, pool_budgets
-from fleet.services.commands import commands_enqueue
+from fleet.services.commands import commands_cancel, commands_enqueue
 from fleet.services.iam import Principal
 from fleet.services.liveness import offline_verdicts_trusted
 from fleet.services.nodes import nodes_set_daemon, online_node_q
-from fleet.services.pools import pool_windows, pool_windows_open, pools_set_default_daemon_version, tenant_slugs
+from fleet.services.pools import (
+    PoolWindows,
+    pool_windows,
+    pool_windows_at,
+    pool_windows_open,
+    pools_set_default_daemon_version,
+    tenant_slugs,
+)
 from fleet.windows import MaintenanceWindow, finish_after_open_seconds, next_opening
 
 __all__ = [
@@ -44,12 +51,14 @@ __all__ = [
     "NodeSession",
     "Pool",
     "PoolBudget",
+    "PoolWindows",
     "Principal",
     "ReadOnlyMixin",
     "Tenant",
     "TenantScopedAdmin",
     "audit_record",
     "changed_fields",
+    "commands_cancel",
     "commands_enqueue",
     "finish_after_open_seconds",
     "in_tenant_scope",
@@ -63,6 +72,7 @@ __all__ = [
     "pool_budget",
     "pool_budgets",
     "pool_windows",
+    "pool_windows_at",
     "pool_windows_open",
     "pools_set_default_daemon_version",
     "register_daemon_resolver",

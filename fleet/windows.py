@@ -55,6 +55,8 @@ _LOOKAHEAD = timedelta(days=8)
 # finish_after_open_seconds walks the exact calendar this far, then extrapolates (see there).
 _FINISH_CHUNK = timedelta(days=28)
 _FINISH_EXACT_HORIZON = timedelta(days=371)
+# The shortest interval: [at, at + _INSTANT) holds the instant ``at`` only.
+_INSTANT = timedelta(microseconds=1)
 
 
 class WindowError(ValueError):
@@ -256,7 +258,7 @@ def is_open(windows: Sequence[MaintenanceWindow], at: datetime) -> bool:
     at = _utc(at)
     if not windows:
         return True
-    return any(begin <= at < end for w in windows for begin, end in w.occurrences(at, at + timedelta(microseconds=1)))
+    return any(begin <= at < end for w in windows for begin, end in w.occurrences(at, at + _INSTANT))
 
 
 def next_opening(windows: Sequence[MaintenanceWindow], at: datetime) -> datetime:
@@ -267,6 +269,15 @@ def next_opening(windows: Sequence[MaintenanceWindow], at: datetime) -> datetime
     stretches = _merged(windows, at, at + _LOOKAHEAD)
     # Never empty: every window opens at least once within any 8 days (see _LOOKAHEAD).
     return stretches[0][0]
+
+
+def opening_window(windows: Sequence[MaintenanceWindow], opens_at: datetime) -> MaintenanceWindow | None:
+    """The window with an occurrence that begins at ``opens_at`` (a ``next_opening``), or None."""
+    opens_at = _utc(opens_at)
+    return next(
+        (w for w in windows if any(begin == opens_at for begin, _ in w.occurrences(opens_at, opens_at + _INSTANT))),
+        None,
+    )
 
 
 def open_until(windows: Sequence[MaintenanceWindow], at: datetime) -> datetime | None:

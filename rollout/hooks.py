@@ -15,13 +15,13 @@ from fleet.interface import (
     register_refusal_codes,
     register_session_fields,
 )
+from rollout.models import NodeUpgrade
 from rollout.release.agent import REFUSAL_CODES
-from rollout.selectors import upgrades_disrupting_in
 
 
 def upgrades_disrupting(pool_id: UUID) -> QuerySet:
-    """Disruption source: nodes of a pool that a rollout upgrade disrupts (rollout.selectors.upgrades_disrupting_in)."""
-    return upgrades_disrupting_in([pool_id])
+    """Disruption source: nodes of a pool that a rollout upgrade disrupts (``NodeUpgrade.objects.disrupting``)."""
+    return NodeUpgrade.objects.disrupting([pool_id])
 
 
 def daemon_section_for(version: str, arch: str) -> dict | None:

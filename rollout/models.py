@@ -18,6 +18,7 @@ from django.db import models
 from django.db.models import Q
 
 from fleet.interface import Node, Pool, Tenant
+from rollout.querysets import NodeUpgradeQuerySet
 
 
 class Release(models.Model):
@@ -254,6 +255,8 @@ class NodeUpgrade(models.Model):
     # session's joined_at); the row stays in flight while it proves itself.
     arrived_at = models.DateTimeField(null=True, blank=True)
     reason = models.CharField(max_length=32, choices=Reason.choices, null=True, blank=True)
+
+    objects = NodeUpgradeQuerySet.as_manager()
 
     class Meta:
         ordering = ["rollout", "position"]

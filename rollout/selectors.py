@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from uuid import UUID
 
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.db.models import Count
 
-from fleet.interface import NodeSession
 from rollout.models import NodeUpgrade, Rollout, RolloutWave
 
 State = NodeUpgrade.State
@@ -81,20 +80,3 @@ def rollout_waves(rollouts: Iterable[Rollout]) -> dict[UUID, list[WaveStats]]:
         stats.counts.update(counts[(wave.rollout_id, wave.index)])
         waves[wave.rollout_id].append(stats)
     return waves
-
-
-def upgrades_disrupting_in(pool_ids: Iterable[UUID]) -> QuerySet:
-    """Node ids of these pools that a rollout upgrade disrupts (any rollout, CONTRACT 5).
-
-    An upgrade in flight, or a failed upgrade whose node has not been online since
-    it failed: a node that never came back is still down, and still uses the budget.
-    """
-    back_since_failure = Exists(
-        NodeSession.objects.filter(node_id=OuterRef("node_id"), last_seen_at__gte=OuterRef("settled_at"))
-    )
-    failed_and_not_back = Q(state=NodeUpgrade.State.FAILED) & ~back_since_failure
-    return (
-        NodeUpgrade.objects.filter(pool_id__in=list(pool_ids))
-        .filter(Q(state=NodeUpgrade.State.IN_FLIGHT) | failed_and_not_back)
-        .values("node_id")
-    )

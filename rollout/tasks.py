@@ -7,14 +7,13 @@ moved and does nothing.
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import structlog
 from celery import shared_task
 from django.db import OperationalError
 from django.utils import timezone
 
-from rollout.api.serializers import RolloutSerializer
 from rollout.dispatch import (
     NODE_UPGRADE_TIMEOUT_TASK,
     TICK_ALL_TASK,
@@ -23,8 +22,7 @@ from rollout.dispatch import (
     WEBHOOK_DELIVER_TASK,
     WEBHOOKS_DUE_TASK,
 )
-from rollout.models import NodeUpgrade, Rollout
-from rollout.selectors import rollout_waves
+from rollout.models import NodeUpgrade
 from rollout.services import controller, settle, ticks, webhooks
 from rollout.webhooks.transport import headers_for, post_event, sign
 
@@ -81,11 +79,6 @@ def node_upgrade_timeout(node_upgrade_id: int) -> None:
         ticks.rollout_request_tick(rollout_id=upgrade.rollout_id)
 
 
-def _represent(rollout: Rollout) -> dict[str, Any]:
-    """The rollout as the API shows it (CONTRACT 4.5), for a webhook body."""
-    return dict(RolloutSerializer(rollout, context={"waves": rollout_waves([rollout])}).data)
-
-
 @shared_task(name=WEBHOOK_DELIVER_TASK, soft_time_limit=45, time_limit=60, **RETRY)
 def webhook_deliver(delivery_id: str) -> str | None:
     """One attempt of one webhook delivery (a no-op when it is gone, done, not due or taken).
@@ -93,7 +86,7 @@ def webhook_deliver(delivery_id: str) -> str | None:
     The POST runs outside any transaction and is bounded by the transport's 10 s timeout; the
     next attempt is scheduled by ``delivery_record`` (or picked up by the sweep).
     """
-    claimed = webhooks.delivery_claim(delivery_id=delivery_id, now=timezone.now(), represent=_represent)
+    claimed = webhooks.delivery_claim(delivery_id=delivery_id, now=timezone.now())
     if claimed is None:
         return None
     result = post_event(

@@ -6,11 +6,12 @@ import enum
 import logging
 import random
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
 from rollout.release.agent import Refused, TrustedRelease
+from simulator.agent_fleet import AgentFleet
 from simulator.config import (
     ACK_PATH,
     DEFAULT_HEARTBEAT_SECONDS,
@@ -23,9 +24,6 @@ from simulator.config import (
 )
 from simulator.stats import Refusal, Upgrade
 from simulator.trust import RootsUnavailable, Trust
-
-if TYPE_CHECKING:  # the fleet holds its agents; only the type is needed here
-    from simulator.fleet import Fleet
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +38,7 @@ class _Verdict(enum.Enum):
 class Agent:
     """A simulated bcd. Its public attributes are the observable state (read them from any thread)."""
 
-    def __init__(self, fleet: Fleet, config: AgentConfig, index: int):
+    def __init__(self, fleet: AgentFleet, config: AgentConfig, index: int):
         self.fleet = fleet
         self.config = config
         self.index = index

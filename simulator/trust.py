@@ -21,7 +21,7 @@ from simulator.config import MAX_LIST_PAGES, RELEASE_ROOTS_PATH, list_page
 
 if TYPE_CHECKING:  # the agent holds its trust; only the types are needed here
     from simulator.agent import Agent
-    from simulator.fleet import Fleet
+    from simulator.agent_fleet import AgentFleet
 
 
 class RootsUnavailable(Exception):
@@ -79,7 +79,7 @@ class Trust:
         """Fetch the roots after the one held, every page, and verify them in order (``bad_root`` at a bad step)."""
         assert self._trust is not None
         agent = self._agent
-        fleet: Fleet = agent.fleet
+        fleet: AgentFleet = agent.fleet
         url: str | None = f"{fleet.base_url}{RELEASE_ROOTS_PATH}?after={self._trust.root.version}"
         envelopes: list[Any] = []
         for _ in range(MAX_LIST_PAGES):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
+from uuid import UUID
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
@@ -50,11 +51,11 @@ class Actor:
         return f"{self.via}:{self.user}"
 
     @classmethod
-    def api(cls, user: Any) -> Actor:
+    def api(cls, user: object) -> Actor:
         return cls(user=_username(user), via=AuditEntry.Via.API)
 
     @classmethod
-    def admin(cls, user: Any) -> Actor:
+    def admin(cls, user: object) -> Actor:
         return cls(user=_username(user), via=AuditEntry.Via.ADMIN)
 
     @classmethod
@@ -73,7 +74,7 @@ class Actor:
 UNATTRIBUTED = Actor(user="", via=AuditEntry.Via.COMMAND)
 
 
-def _username(user: Any) -> str:
+def _username(user: object) -> str:
     if user is None:
         return ""
     get_username = getattr(user, "get_username", None)
@@ -176,7 +177,7 @@ def audit_record(
     actor: Actor | None,
     action: str,
     object_type: str,
-    object_id: Any,
+    object_id: UUID | int | str,
     before: Mapping[str, Any] | None = None,
     after: Mapping[str, Any] | None = None,
 ) -> AuditEntry:

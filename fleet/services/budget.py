@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
 from uuid import UUID
 
-from django.db.models import Count, Q
+from django.db.models import Count, Q, Value
 
 from core.errors import NotFound
 from fleet.models import Node, Pool, Workflow
@@ -42,37 +42,61 @@ class PoolBudget:
     nodes: int
     allowed: int
     disrupted: int
+    #: Of ``disrupted`` (``pool_budgets(split=True)`` only, else None): nodes with an active workflow, and
+    #: nodes a plug-in's disruption source names (rollout: its upgrades). A node in both counts in both.
+    by_workflows: int | None = None
+    by_sources: int | None = None
     available: int = field(init=False)  # max(0, allowed - disrupted)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "available", max(0, self.allowed - self.disrupted))
 
 
-def disrupted_node_q(*, pool_ids: list[UUID]) -> Q:
-    """A Q on Node: has an active workflow in these pools, or is in any disruption source."""
+def _disruption_qs(pool_ids: list[UUID]) -> tuple[Q, Q | None]:
+    """Q on Node: an active workflow in these pools; in a registered disruption source (None: no source)."""
     active_workflows = Workflow.objects.filter(pool_id__in=pool_ids, state=Workflow.State.ACTIVE).values("node_id")
-    q = Q(id__in=active_workflows)
+    sources: Q | None = None
     for source in disruption_sources():
         for pool_id in pool_ids:
-            q |= Q(id__in=source(pool_id))
-    return q
+            q = Q(id__in=source(pool_id))
+            sources = q if sources is None else sources | q
+    return Q(id__in=active_workflows), sources
 
 
-def _counts(pool_ids: list[UUID]) -> dict[UUID, tuple[int, int]]:
-    """{pool_id: (nodes, disrupted)} in one grouped query."""
-    rows = (
-        Node.objects.filter(pool_id__in=pool_ids)
-        .values("pool_id")
-        .annotate(nodes=Count("id"), disrupted=Count("id", filter=disrupted_node_q(pool_ids=pool_ids)))
-        .order_by()
-    )
-    return {row["pool_id"]: (row["nodes"], row["disrupted"]) for row in rows}
+def disrupted_node_q(*, pool_ids: list[UUID]) -> Q:
+    """A Q on Node: has an active workflow in these pools, or is in any disruption source."""
+    workflows, sources = _disruption_qs(pool_ids)
+    return workflows if sources is None else workflows | sources
 
 
-def _pool_budget(pool_id: UUID, budget: Decimal, counts: dict[UUID, tuple[int, int]]) -> PoolBudget:
-    nodes, disrupted = counts.get(pool_id, (0, 0))
+_Counts = dict[UUID, tuple[int, int, int | None, int | None]]
+
+
+def _counts(pool_ids: list[UUID], *, split: bool = False) -> _Counts:
+    """{pool_id: (nodes, disrupted, by workflows, by sources)} in one grouped query (the split: None unless asked)."""
+    workflows, sources = _disruption_qs(pool_ids)
+    disrupted = workflows if sources is None else workflows | sources
+    counts: dict[str, Count | Value] = {"nodes": Count("id"), "disrupted": Count("id", filter=disrupted)}
+    if split:
+        counts["by_workflows"] = Count("id", filter=workflows)
+        counts["by_sources"] = Count("id", filter=sources) if sources is not None else Value(0)
+    rows = Node.objects.filter(pool_id__in=pool_ids).values("pool_id").annotate(**counts).order_by()
+    result: _Counts = {}
+    for pool_id, nodes, disrupted_nodes, *by in rows.values_list("pool_id", *counts):
+        by_workflows, by_sources = by if split else (None, None)
+        result[pool_id] = (nodes, disrupted_nodes, by_workflows, by_sources)
+    return result
+
+
+def _pool_budget(pool_id: UUID, budget: Decimal, counts: _Counts) -> PoolBudget:
+    nodes, disrupted, by_workflows, by_sources = counts.get(pool_id, (0, 0, 0, 0))
     return PoolBudget(
-        pool_id=pool_id, nodes=nodes, allowed=budget_allowed(budget=budget, nodes=nodes), disrupted=disrupted
+        pool_id=pool_id,
+        nodes=nodes,
+        allowed=budget_allowed(budget=budget, nodes=nodes),
+        disrupted=disrupted,
+        by_workflows=by_workflows,
+        by_sources=by_sources,
     )
 
 
@@ -92,11 +116,14 @@ def pool_budget(*, pool_id: UUID, lock: bool = False) -> PoolBudget:
     return _pool_budget(pool_id, budget, _counts([pool_id]))
 
 
-def pool_budgets(*, pool_ids: Iterable[UUID]) -> dict[UUID, PoolBudget]:
-    """Budgets of many pools, without locks, in two queries (admin, metrics). Unknown ids are left out."""
+def pool_budgets(*, pool_ids: Iterable[UUID], split: bool = False) -> dict[UUID, PoolBudget]:
+    """Budgets of many pools, without locks, in two queries (admin, metrics). Unknown ids are left out.
+
+    ``split``: also count who disrupts (``by_workflows``, ``by_sources``), for the admin's sentences.
+    """
     ids = list(dict.fromkeys(pool_ids))
     if not ids:
         return {}
     budgets = dict(Pool.objects.filter(pk__in=ids).values_list("id", "disruption_budget"))
-    counts = _counts(list(budgets))
+    counts = _counts(list(budgets), split=split)
     return {pool_id: _pool_budget(pool_id, budget, counts) for pool_id, budget in budgets.items()}

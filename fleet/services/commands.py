@@ -5,7 +5,8 @@ pending -> acked | failed          by the agent's ack (``command_ack``)
 pending | acked -> done            self-terminating kinds, when the agent rejoins
                                    on the payload's version (``commands_complete_upgrade``)
 pending | acked -> cancelled       superseded by a newer command of the same
-                                   superseding kind for the node (``commands_enqueue``)
+                                   superseding kind for the node (``commands_enqueue``),
+                                   or withdrawn by a plug-in (``commands_cancel``)
 """
 
 from __future__ import annotations
@@ -52,6 +53,21 @@ def _enqueue(rows: list[tuple[UUID, dict[str, Any]]], kind: str) -> list[Command
         )
     return Command.objects.bulk_create(
         [Command(node_id=node_id, kind=kind, payload=payload, created_at=now) for node_id, payload in rows]
+    )
+
+
+def commands_cancel(*, node_ids: Sequence[UUID], kind: str) -> int:
+    """Withdraw these nodes' open commands of ``kind`` (pending | acked -> cancelled). One UPDATE; returns how many.
+
+    The rollout module withdraws a ``daemon.upgrade`` when it sends a node back (the node is no
+    longer to run that version).
+    """
+    if kind not in Command.Kind.values:
+        raise InvalidInput(f"Unknown command kind {kind!r}.", code="invalid_kind")
+    if not node_ids:
+        return 0
+    return Command.objects.filter(node_id__in=list(node_ids), kind=kind, state__in=OPEN_STATES).update(
+        state=Command.State.CANCELLED, completed_at=timezone.now()
     )
 
 

@@ -69,7 +69,7 @@ def node_is_online(*, node: Node, now: datetime) -> bool:
     return session is not None and session.left_at is None and session.last_seen_at >= online_since(now=now)
 
 
-def _uuid(value: Any, *, code: str, what: str) -> UUID:
+def _uuid(value: object, *, code: str, what: str) -> UUID:
     try:
         return value if isinstance(value, UUID) else UUID(str(value))
     except (TypeError, ValueError, AttributeError) as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -14,7 +15,7 @@ from core.errors import Conflict, InvalidInput, NotFound
 from fleet.models import Pool, Tenant
 from fleet.models.fleet import DEFAULT_DISRUPTION_BUDGET
 from fleet.services.audit import Actor, audit_record, changed_fields
-from fleet.windows import MaintenanceWindow, WindowError, is_open, parse_windows
+from fleet.windows import MaintenanceWindow, WindowError, next_opening, opening_window, parse_windows
 
 POOL_NAME_MAX = 100
 
@@ -152,9 +153,38 @@ def pool_windows(*, pool_ids: Iterable[UUID]) -> dict[UUID, tuple[MaintenanceWin
     return {pool_id: parse_windows(windows or None) for pool_id, windows in rows}
 
 
+@dataclass(frozen=True)
+class PoolWindows:
+    """A pool's maintenance windows seen at one instant: open then, or when they open next (docs/fleet.md)."""
+
+    windows: tuple[MaintenanceWindow, ...]
+    at: datetime
+    #: ``at`` while open, else the next opening.
+    opens_at: datetime
+
+    @property
+    def open(self) -> bool:
+        return self.opens_at <= self.at
+
+    @property
+    def opening(self) -> MaintenanceWindow | None:
+        """The window that opens next (None while open)."""
+        return None if self.open else opening_window(self.windows, self.opens_at)
+
+
+def windows_at(windows: tuple[MaintenanceWindow, ...], now: datetime) -> PoolWindows:
+    """``windows`` seen at ``now``: the one reading of "may this pool's nodes start now"."""
+    return PoolWindows(windows=windows, at=now, opens_at=next_opening(windows, now))
+
+
+def pool_windows_at(*, pool_ids: Iterable[UUID], now: datetime) -> dict[UUID, PoolWindows]:
+    """Each pool's windows at ``now`` (``windows_at``): one query."""
+    return {pool_id: windows_at(windows, now) for pool_id, windows in pool_windows(pool_ids=pool_ids).items()}
+
+
 def pool_windows_open(*, pool_ids: Iterable[UUID], now: datetime) -> set[UUID]:
     """The pools among ``pool_ids`` whose maintenance windows are open at ``now`` (no windows: open)."""
-    return {pool_id for pool_id, windows in pool_windows(pool_ids=pool_ids).items() if is_open(windows, now)}
+    return {pool_id for pool_id, windows in pool_windows_at(pool_ids=pool_ids, now=now).items() if windows.open}
 
 
 def pools_set_default_daemon_version(*, pool_ids: Sequence[UUID], version: str | None) -> int:

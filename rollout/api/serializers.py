@@ -7,8 +7,7 @@ checked once, in rollout/services/plan.py, for the API and the admin alike.
 from __future__ import annotations
 
 import json
-from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
@@ -26,9 +25,10 @@ from core.fields import (
 from rollout import conf
 from rollout.api.schema import ReleaseBinarySerializer
 from rollout.models import NodeUpgrade, Release, ReleaseRoot, Rollout, RolloutEvent, Webhook, WebhookDelivery
-from rollout.services.blockers import NODE_CODES, ROLLOUT_CODES, Blocker, node_blockers, rollout_blockers
+from rollout.services.blockers import NODE_CODES, ROLLOUT_CODES, node_blockers
 from rollout.services.blocks import block_json, blocks_for
 from rollout.services.plan import MAX_POOL_IDS, MAX_WAVES, RolloutSpec, rollout_spec
+from rollout.services.representation import blocker_json, rollouts_json
 
 
 class ReleaseBlockedSerializer(serializers.Serializer):
@@ -178,20 +178,6 @@ class RolloutBlockerSerializer(serializers.Serializer):
     inFlight = serializers.IntegerField(required=False, help_text="awaiting_nodes: nodes in flight")
 
 
-_DATETIME = serializers.DateTimeField()
-
-
-def blocker_json(blocker: Blocker | None) -> dict[str, Any] | None:
-    """A blocker as the API shows it: ``{"code", "detail", ...extra}`` (times as the API writes them)."""
-    if blocker is None:
-        return None
-    extra = {
-        key: _DATETIME.to_representation(value) if isinstance(value, datetime) else value
-        for key, value in blocker.extra.items()
-    }
-    return {"code": blocker.code, "detail": blocker.detail, **extra}
-
-
 class RolloutWaveSerializer(serializers.Serializer):
     """One wave of a rollout with its nodes counted by upgrade state (a rollout.selectors.WaveStats)."""
 
@@ -210,12 +196,16 @@ class RolloutWaveSerializer(serializers.Serializer):
 
 
 class RolloutSerializer(ResponseModelSerializer):
-    """CONTRACT 4.5. ``waves`` come from the view's context (rollout.selectors.rollout_waves)."""
+    """The rollout (docs/api.md#rollouts), rendered by ``representation.rollout_json`` (webhooks carry the same).
+
+    The fields declare the shape for the OpenAPI description. Context: ``waves`` and ``blockers``
+    for a page (``rollouts_json`` reads them at once); without them they are read for the rollout.
+    """
 
     id = serializers.CharField()
     version = serializers.CharField(source="release.version")
-    poolIds = serializers.SerializerMethodField()
-    waves = serializers.SerializerMethodField()
+    poolIds = serializers.ListField(child=serializers.CharField(), read_only=True)
+    waves = RolloutWaveSerializer(many=True, read_only=True)
     currentWave = serializers.IntegerField(source="current_wave")
     maxFailureRatio = serializers.FloatField(source="max_failure_ratio")
     soakSeconds = serializers.IntegerField(source="soak_seconds")
@@ -225,7 +215,7 @@ class RolloutSerializer(ResponseModelSerializer):
     pausedReason = serializers.CharField(source="paused_reason", allow_null=True)
     createdAt = serializers.DateTimeField(source="created_at")
     completedAt = serializers.DateTimeField(source="completed_at", allow_null=True)
-    blocker = serializers.SerializerMethodField()
+    blocker = RolloutBlockerSerializer(allow_null=True, read_only=True)
 
     class Meta:
         model = Rollout
@@ -247,23 +237,11 @@ class RolloutSerializer(ResponseModelSerializer):
             "blocker",
         ]
 
-    @extend_schema_field(RolloutBlockerSerializer(allow_null=True))
-    def get_blocker(self, rollout: Rollout) -> dict[str, Any] | None:
-        blockers = self.context.get("blockers")  # a list passes its page's (constant queries)
-        if blockers is None:
-            blockers = rollout_blockers([rollout], now=timezone.now())
-        return blocker_json(blockers.get(rollout.id))
-
-    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
-    def get_poolIds(self, rollout: Rollout) -> list[str]:
-        return sorted(str(pool.id) for pool in rollout.pools.all())
-
-    @extend_schema_field(RolloutWaveSerializer(many=True))
-    def get_waves(self, rollout: Rollout) -> list[dict[str, Any]]:
-        # many=True builds a ListSerializer, whose data is a list (the stubs type the call as one Serializer).
-        return cast(
-            list[dict[str, Any]], RolloutWaveSerializer(self.context["waves"].get(rollout.id, []), many=True).data
+    def to_representation(self, instance: Rollout) -> dict[str, Any]:
+        (shown,) = rollouts_json(
+            [instance], now=timezone.now(), waves=self.context.get("waves"), blockers=self.context.get("blockers")
         )
+        return shown
 
 
 class PlannedWaveSerializer(serializers.Serializer):

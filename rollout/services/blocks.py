@@ -38,7 +38,7 @@ def _release(version: str) -> Release:
     return release
 
 
-def _reason(value: Any) -> str:
+def _reason(value: object) -> str:
     if not isinstance(value, str) or not value.strip() or len(value) > MAX_REASON:
         raise InvalidInput(
             f"reason must be 1 to {MAX_REASON} characters (not only spaces).", code="invalid_input", field="reason"
@@ -66,7 +66,7 @@ def blocks_for(*, tenant: Tenant | None, release_ids: Iterable[int]) -> dict[int
 
 
 def release_block(
-    *, tenant: Tenant, version: str, reason: Any, blocked_by: _User | None = None, actor: Actor | None = None
+    *, tenant: Tenant, version: str, reason: object, blocked_by: _User | None = None, actor: Actor | None = None
 ) -> Release:
     """Block ``version`` in ``tenant``: its active rollouts pause at their next tick (asked for now).
 

@@ -33,13 +33,15 @@ from rollout import conf
 from rollout.dispatch import TICK_TASK, publish_on_commit
 from rollout.metrics import TICK_SECONDS
 from rollout.models import NodeUpgrade, ReleaseBlock, Rollout, RolloutWave, TickRequest
+from rollout.services.events import Paused
 from rollout.services.settle import (
     node_upgrades_settle_overdue,
     node_upgrades_settle_ready,
     node_upgrades_settle_succeeded,
     readiness_tick_publish,
 )
-from rollout.services.start import rollout_start_nodes, rollouts_converge
+from rollout.services.start import StartPlan, rollout_start_nodes, rollouts_converge
+from rollout.services.start_plan import soak_running
 from rollout.services.ticks import rollout_request_tick
 from rollout.services.transitions import (
     complete_rollout,
@@ -51,8 +53,6 @@ from rollout.services.transitions import (
 log = structlog.get_logger("rollout")
 
 State = NodeUpgrade.State
-# Pending rows read per query while looking for startable nodes past offline ones.
-START_LOOKAHEAD = 100
 
 
 @dataclass
@@ -64,6 +64,8 @@ class TickResult:
     paused: bool = False
     advanced: bool = False
     completed: bool = False
+    #: The start step's plan (None when the tick did not get to the start step).
+    plan: StartPlan | None = None
 
 
 # --- counts ----------------------------------------------------------------------------
@@ -111,15 +113,14 @@ def rollout_judge_failures(*, rollout: Rollout, now: datetime, counts: dict[str,
     counts = counts or wave_counts(rollout=rollout, wave=rollout.current_wave)
     if not failure_ratio_exceeded(rollout=rollout, counts=counts):
         return False
-    pause_rollout(
-        rollout=rollout,
+    paused = Paused(
         reason=Rollout.PausedReason.FAILURE_RATIO,
-        at=now,
         wave=rollout.current_wave,
         failed=counts[State.FAILED],
         succeeded=counts[State.SUCCEEDED],
-        maxFailureRatio=float(rollout.max_failure_ratio),
+        max_failure_ratio=float(rollout.max_failure_ratio),
     )
+    pause_rollout(rollout=rollout, at=now, paused=paused)
     return True
 
 
@@ -146,7 +147,7 @@ def rollout_advance(*, rollout: Rollout, now: datetime) -> bool:
     if rollout.current_wave == max(waves):
         complete_rollout(rollout=rollout, at=now)
         return True
-    if rollout.next_wave_at is not None and now < rollout.next_wave_at:
+    if soak_running(rollout=rollout, wave_settled=True, last_wave=False, at=now):
         return False
     start_next_wave(rollout=rollout, wave=waves[rollout.current_wave + 1], at=now)
     return True
@@ -186,11 +187,11 @@ def rollout_tick(*, rollout_id: UUID | str) -> TickResult | None:
         result = TickResult()
         if rollout.state == Rollout.State.ACTIVE and release_blocked(rollout):
             # First: a release blocked in the tenant (CONTRACT 9.5) pauses its rollouts; nodes in flight settle.
-            pause_rollout(rollout=rollout, reason=Rollout.PausedReason.RELEASE_BLOCKED, at=now)
+            pause_rollout(rollout=rollout, at=now, paused=Paused(reason=Rollout.PausedReason.RELEASE_BLOCKED))
             result.paused = True
         elif rollout.state == Rollout.State.ACTIVE and release_expired(rollout, now=now):
             # The periodic tick checks every active rollout each period: an expiry pauses it with no node settling.
-            pause_rollout(rollout=rollout, reason=Rollout.PausedReason.RELEASE_EXPIRED, at=now)
+            pause_rollout(rollout=rollout, at=now, paused=Paused(reason=Rollout.PausedReason.RELEASE_EXPIRED))
             result.paused = True
         result.succeeded = node_upgrades_settle_succeeded(rollout=rollout, now=now)
         arrived, result.failed = node_upgrades_settle_overdue(now=now, rollout=rollout)
@@ -205,7 +206,8 @@ def rollout_tick(*, rollout_id: UUID | str) -> TickResult | None:
             return result
         result.advanced = rollout_advance(rollout=rollout, now=now)
         if rollout.state == Rollout.State.ACTIVE:
-            result.started, result.skipped = rollout_start_nodes(rollout=rollout, now=now)
+            result.plan = rollout_start_nodes(rollout=rollout, now=now)
+            result.started, result.skipped = result.plan.started, result.plan.skipped
             if result.skipped and not result.started:
                 # A wave of only offline nodes settles here: move on without waiting a period.
                 result.advanced = rollout_advance(rollout=rollout, now=now) or result.advanced

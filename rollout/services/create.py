@@ -26,8 +26,8 @@ from fleet.interface import (
     pool_windows,
 )
 from rollout import conf
-from rollout.models import NodeUpgrade, Release, ReleaseBlock, Rollout, RolloutEvent, RolloutWave, TickRequest
-from rollout.services.events import event_record
+from rollout.models import NodeUpgrade, Release, ReleaseBlock, Rollout, RolloutWave, TickRequest
+from rollout.services.events import Created, event_record
 from rollout.services.plan import (
     PoolPlan,
     RolloutOptions,
@@ -278,14 +278,12 @@ def rollout_create(
             # Another rollout took a node between the check and the insert: the
             # partial unique index refused it. Report which, and write nothing.
             _raise_conflict(_conflicts(snapshot) or sorted(str(n) for n in pool_of))
-        event_record(
-            rollout=rollout,
-            kind=RolloutEvent.Kind.CREATED,
-            at=now,
+        created = Created(
             nodes=len(order),
             waves=[wave.total for wave in waves_planned],
-            poolIds=[str(pool.id) for pool in snapshot.pools],
+            pool_ids=[str(pool.id) for pool in snapshot.pools],
         )
+        event_record(rollout=rollout, payload=created, at=now)
         rollout_request_tick(rollout_id=rollout.id)
         audit_rollout(
             rollout,

@@ -27,9 +27,8 @@ from django.conf import settings
 from django.db.models import JSONField, OuterRef, QuerySet, Subquery
 from django.db.models.expressions import Func
 from django.db.models.fields.json import KeyTransform
-from django.utils import timezone
 
-from fleet.interface import Command, Node, commands_enqueue, nodes_set_daemon
+from fleet.interface import Command, Node, commands_cancel, commands_enqueue, nodes_set_daemon
 from rollout import conf
 from rollout.models import NodeUpgrade, Release, ReleaseBinary
 
@@ -200,15 +199,8 @@ def send_back(rows: Sequence[SendBack], *, fallback_to_previous: bool) -> None:
     minimum = min_protocol_version()
     old = [(row.node_id, section) for row, section in targets if section and (row.protocol_version or 0) < minimum]
     old_ids = {node_id for node_id, _ in old}
-    cancel_upgrade_commands([row.node_id for row, _ in targets if row.node_id not in old_ids])
+    commands_cancel(
+        node_ids=[row.node_id for row, _ in targets if row.node_id not in old_ids], kind=Command.Kind.DAEMON_UPGRADE
+    )
     if old:
         commands_enqueue(node_ids_payloads=old, kind=Command.Kind.DAEMON_UPGRADE)
-
-
-def cancel_upgrade_commands(node_ids: list[UUID]) -> None:
-    if node_ids:
-        Command.objects.filter(
-            node_id__in=node_ids,
-            kind=Command.Kind.DAEMON_UPGRADE,
-            state__in=[Command.State.PENDING, Command.State.ACKED],
-        ).update(state=Command.State.CANCELLED, completed_at=timezone.now())

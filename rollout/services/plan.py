@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from operator import attrgetter
-from typing import Any
 from uuid import UUID
 
 from core.errors import InvalidInput
@@ -45,7 +44,7 @@ class RolloutOptions:
     failure_ratio_min_settled: int = DEFAULT_FAILURE_RATIO_MIN_SETTLED
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: object) -> bool:
     if isinstance(value, bool):
         return False
     return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
@@ -56,7 +55,7 @@ def _exact_decimal(value: int | float) -> Decimal:
     return Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
 
 
-def _seconds(value: Any, name: str, minimum: int) -> int:
+def _seconds(value: object, name: str, minimum: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= MAX_SECONDS:
         raise InvalidInput(
             f"{name} must be an integer from {minimum} to {MAX_SECONDS}.", code="invalid_input", field=name
@@ -66,12 +65,12 @@ def _seconds(value: Any, name: str, minimum: int) -> int:
 
 def options_validate(
     *,
-    waves: Any = None,
-    max_failure_ratio: Any = None,
-    soak_seconds: Any = None,
-    upgrade_timeout_seconds: Any = None,
-    min_ready_seconds: Any = None,
-    failure_ratio_min_settled: Any = None,
+    waves: object = None,
+    max_failure_ratio: object = None,
+    soak_seconds: object = None,
+    upgrade_timeout_seconds: object = None,
+    min_ready_seconds: object = None,
+    failure_ratio_min_settled: object = None,
 ) -> RolloutOptions:
     """Apply defaults and check every option; raises InvalidInput (400) naming the field."""
     waves = list(DEFAULT_WAVES) if waves is None else waves
@@ -114,7 +113,7 @@ def options_validate(
     )
 
 
-def _min_ready_seconds(value: Any) -> int:
+def _min_ready_seconds(value: object) -> int:
     """``minReadySeconds`` (CONTRACT 9.3): a JSON integer from 0 to 86400, default 0."""
     if value is None:
         return 0
@@ -127,7 +126,7 @@ def _min_ready_seconds(value: Any) -> int:
     return value
 
 
-def _min_settled(value: Any) -> int:
+def _min_settled(value: object) -> int:
     """``failureRatioMinSettled``: a JSON integer >= 0 (no bool, no 3.0); None is the default."""
     if value is None:
         return DEFAULT_FAILURE_RATIO_MIN_SETTLED
@@ -150,14 +149,14 @@ class RolloutSpec:
 
 def rollout_spec(
     *,
-    version: Any,
-    pool_ids: Any = None,
-    waves: Any = None,
-    max_failure_ratio: Any = None,
-    soak_seconds: Any = None,
-    upgrade_timeout_seconds: Any = None,
-    min_ready_seconds: Any = None,
-    failure_ratio_min_settled: Any = None,
+    version: object,
+    pool_ids: object = None,
+    waves: object = None,
+    max_failure_ratio: object = None,
+    soak_seconds: object = None,
+    upgrade_timeout_seconds: object = None,
+    min_ready_seconds: object = None,
+    failure_ratio_min_settled: object = None,
 ) -> RolloutSpec:
     """Check what can be checked without the database; raises InvalidInput (400) naming the field."""
     options = options_validate(

@@ -17,9 +17,9 @@ import structlog
 from django.db import transaction
 from django.utils import timezone
 
-from rollout.models import NodeUpgrade, Rollout, RolloutEvent
+from rollout.models import NodeUpgrade, Rollout
 from rollout.services.daemons import send_back_rows
-from rollout.services.events import event_record
+from rollout.services.events import NodeUpgradeRefused, event_record
 from rollout.services.ticks import rollout_request_tick
 from rollout.services.transitions import fail_and_send_back
 
@@ -53,13 +53,7 @@ def node_upgrade_settle_refused(*, node_id: UUID, version: str, code: str, detai
             log.info("node_upgrade.refusal_ignored", node=str(node_id), version=version, code=code)
             return False
         rollout = Rollout.objects.select_related("release").get(pk=rows[0].rollout_id)
-        event_record(
-            rollout=rollout,
-            kind=RolloutEvent.Kind.NODE_UPGRADE_REFUSED,
-            at=now,
-            node=str(node_id),
-            code=code,
-            detail=detail,
-        )  # the version is the rollout's (its log line names it)
+        # The version is the rollout's (its log line names it).
+        event_record(rollout=rollout, payload=NodeUpgradeRefused(node=str(node_id), code=code, detail=detail), at=now)
         rollout_request_tick(rollout_id=rollout.id)  # the failure ratio is judged now, not at the next period
     return True

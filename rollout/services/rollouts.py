@@ -6,7 +6,7 @@ The controller's steps live in rollout/services/controller.py.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 import structlog
@@ -22,6 +22,7 @@ from fleet.interface import (
 )
 from rollout.models import Rollout
 from rollout.services.controller import release_blocked, release_expired, wave_failures
+from rollout.services.events import Paused
 from rollout.services.settle import node_upgrades_roll_back
 from rollout.services.ticks import rollout_request_tick
 from rollout.services.transitions import (
@@ -32,14 +33,7 @@ from rollout.services.transitions import (
     resume_rollout,
 )
 
-if TYPE_CHECKING:
-    # django-stubs' placeholder for the AUTH_USER_MODEL (its mypy plugin resolves it).
-    pass
-
 log = structlog.get_logger("rollout")
-
-BULK_BATCH = 5000
-ECHOED_IDS = 10  # unknown ids named in an error body
 
 
 def audit_rollout(rollout: Rollout, actor: Actor | None, action: str, **changes: dict[str, Any] | None) -> None:
@@ -54,7 +48,7 @@ def _event_actor(actor: Actor | None) -> str:
     return str(actor) if actor is not None else "operator"
 
 
-def _state(rollout: Rollout) -> dict[str, Any]:
+def _state(rollout: Rollout) -> dict[str, str | None]:
     return {"state": rollout.state, "pausedReason": rollout.paused_reason}
 
 
@@ -74,9 +68,8 @@ def rollout_pause(*, rollout_id: UUID | str, tenant: Tenant | None = None, actor
     with transaction.atomic():
         rollout = _locked(tenant=tenant, rollout_id=rollout_id)
         before = _state(rollout)
-        pause_rollout(
-            rollout=rollout, reason=Rollout.PausedReason.OPERATOR, at=timezone.now(), actor=_event_actor(actor)
-        )
+        paused = Paused(reason=Rollout.PausedReason.OPERATOR, actor=_event_actor(actor))
+        pause_rollout(rollout=rollout, at=timezone.now(), paused=paused)
         audit_rollout(rollout, actor, "rollout.pause", before=before, after=_state(rollout))
     return rollout
 
@@ -158,8 +151,8 @@ def rollout_abort(
             actor=_event_actor(actor),
             rollback=rollback,
             cancelled=cancelled,
-            rolledBack=rolled_back,
-            notRolledBack=kept,
+            rolled_back=rolled_back,
+            not_rolled_back=kept,
         )
         audit_rollout(rollout, actor, "rollout.abort", before=before, after={**_state(rollout), "rollback": rollback})
     return rollout

@@ -11,18 +11,18 @@ from uuid import UUID
 
 import structlog
 from django.db import transaction
-from django.db.models import Exists, F, Min, OuterRef
+from django.db.models import Exists, Min, OuterRef
 from django.utils import timezone
 
 from fleet.interface import (
     Node,
-    NodeSession,
     offline_verdicts_trusted,
     online_node_q,
 )
 from rollout import conf
 from rollout.dispatch import TICK_TASK, publish_on_commit
 from rollout.models import NodeUpgrade, Rollout
+from rollout.querysets import sessions_on_target
 from rollout.services.daemons import send_back_rows
 from rollout.services.ticks import rollout_request_tick
 from rollout.services.transitions import (
@@ -36,8 +36,6 @@ from rollout.services.transitions import (
 log = structlog.get_logger("rollout")
 
 State = NodeUpgrade.State
-# Pending rows read per query while looking for startable nodes past offline ones.
-START_LOOKAHEAD = 100
 
 
 def node_upgrades_settle_succeeded(*, rollout: Rollout, now: datetime) -> int:
@@ -47,13 +45,9 @@ def node_upgrades_settle_succeeded(*, rollout: Rollout, now: datetime) -> int:
     (``node_upgrades_settle_ready``). Returns the nodes that succeeded.
     """
     ids = list(
-        NodeUpgrade.objects.filter(
-            rollout=rollout,
-            state=State.IN_FLIGHT,
-            arrived_at__isnull=True,
-            node__session__daemon_version=F("target_version"),
-            node__session__left_at__isnull=True,
-        ).values_list("id", flat=True)
+        NodeUpgrade.objects.filter(rollout=rollout, state=State.IN_FLIGHT, arrived_at__isnull=True)
+        .on_target()
+        .values_list("id", flat=True)
     )
     if rollout.min_ready_seconds:
         mark_arrived(ids=ids, rollout=str(rollout.id))
@@ -99,15 +93,6 @@ def node_upgrade_settle_reported(*, node_id: UUID, daemon_version: str) -> bool:
     return bool(settled)
 
 
-def _on_target() -> Exists:
-    """The node's current session (open, not left) reports the row's target version."""
-    return Exists(
-        NodeSession.objects.filter(
-            node_id=OuterRef("node_id"), daemon_version=OuterRef("target_version"), left_at__isnull=True
-        )
-    )
-
-
 @transaction.atomic
 def node_upgrades_settle_overdue(
     *,
@@ -137,7 +122,7 @@ def node_upgrades_settle_overdue(
     if ids is not None:
         queryset = queryset.filter(id__in=list(ids))
     locked = queryset.select_for_update(skip_locked=True, of=("self",))
-    arrived = list(locked.filter(_on_target()).values_list("id", "rollout__state", "rollout__min_ready_seconds"))
+    arrived = list(locked.on_target().values_list("id", "rollout__state", "rollout__min_ready_seconds"))
     mark_arrived(ids=[pk for pk, _, ready in arrived if ready])
     succeeded = 0
     for rollout_state in {state for _, state, ready in arrived if not ready}:
@@ -174,14 +159,7 @@ def node_upgrades_settle_ready(
     if node_id is not None:
         queryset = queryset.filter(node_id=node_id)
     locked = queryset.select_for_update(skip_locked=True, of=("self",))
-    still = Exists(
-        NodeSession.objects.filter(
-            node_id=OuterRef("node_id"),
-            daemon_version=OuterRef("target_version"),
-            left_at__isnull=True,
-            joined_at__lte=OuterRef("arrived_at"),
-        )
-    )
+    still = Exists(sessions_on_target().filter(joined_at__lte=OuterRef("arrived_at")))
     online = Exists(Node.objects.filter(online_node_q(now=now), pk=OuterRef("node_id")))
     rows = list(
         locked.annotate(still=still, online=online).values_list(
@@ -236,7 +214,7 @@ def node_upgrades_roll_back(*, rollout: Rollout, now: datetime) -> tuple[int, in
     """
     # Locked: a node the join path settles meanwhile must not be sent back (succeeded is final).
     locked = NodeUpgrade.objects.filter(rollout=rollout, state=State.IN_FLIGHT).select_for_update(of=("self",))
-    arrived = list(locked.filter(_on_target()).values_list("id", flat=True))
+    arrived = list(locked.on_target().values_list("id", flat=True))
     succeed_upgrades(
         ids=arrived, rollout_state=rollout.state, at=now, rollout=str(rollout.id), why="on_target_at_abort"
     )

@@ -1,20 +1,22 @@
 """Starting nodes within each pool's budget: the current wave's pending nodes, and convergence after completion.
 
-Under each pool's row lock (taken in pool id order by every worker), so two
-workers starting at once never exceed a budget (CONTRACT 5).
+The start step executes its plan (rollout/services/start_plan.py decides who starts, who is
+skipped and who waits). Under each pool's row lock, taken in pool id order by every worker,
+so two workers starting at once never exceed a budget (docs/controller.md#the-tick).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 import structlog
 from django.db import IntegrityError, transaction
-from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, Q, QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from fleet.interface import (
@@ -24,11 +26,13 @@ from fleet.interface import (
     offline_verdicts_trusted,
     online_node_q,
     pool_budget,
+    pool_windows_at,
     pool_windows_open,
 )
 from rollout.dispatch import TIMEOUTS_DUE_TASK, publish_on_commit
 from rollout.models import NodeUpgrade, Release, ReleaseBinary, ReleaseBlock, Rollout
 from rollout.services.daemons import SignedRelease, min_protocol_version, set_daemons, signed_releases
+from rollout.services.start_plan import Candidate, Decision, Move, PoolPlan, pool_turns
 from rollout.services.transitions import (
     converge_upgrades,
     skip_upgrades,
@@ -38,100 +42,94 @@ from rollout.services.transitions import (
 log = structlog.get_logger("rollout")
 
 State = NodeUpgrade.State
-# Pending rows read per query while looking for startable nodes past offline ones.
-START_LOOKAHEAD = 100
 
 
-def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
-    """Start pending nodes of the current wave within each pool's budget. Returns (started, skipped)."""
-    pending = NodeUpgrade.objects.filter(rollout=rollout, wave=rollout.current_wave, state=State.PENDING)
+@dataclass
+class StartPlan:
+    """The start step of one tick as data: the wave it starts from, its closed pools, and each open pool's plan."""
+
+    wave: int
+    #: Pools with pending rows that are outside their maintenance windows: pool id -> next opening.
+    closed: dict[UUID, datetime] = field(default_factory=dict)
+    pools: dict[UUID, PoolPlan] = field(default_factory=dict)
+    #: Rows that actually moved to in flight (a row another worker moved meanwhile is not counted).
+    started: int = 0
+
+    def decided(self) -> dict[int, Decision]:
+        """{row id: decision} for every row the tick reached."""
+        return {row.id: decision for plan in self.pools.values() for row, decision in plan.turns}
+
+    @property
+    def skipped(self) -> int:
+        return sum(len(plan.moves(Move.SKIP)) for plan in self.pools.values())
+
+
+def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> StartPlan:
+    """Plan and start the current wave's pending nodes within each pool's budget (start_plan.py says how)."""
+    pending = NodeUpgrade.objects.filter(rollout=rollout, wave=rollout.current_wave).pending()
     waiting = sorted(rollout.pools.filter(Exists(pending.filter(pool_id=OuterRef("pk")))).values_list("id", flat=True))
-    # CONTRACT 9.1: a pool's nodes start only while one of its maintenance windows is open. A closed
-    # pool's pending nodes wait (they are not skipped); the periodic tick sees the window open.
-    open_now = pool_windows_open(pool_ids=waiting, now=now)
-    pool_ids = [pool_id for pool_id in waiting if pool_id in open_now]
+    plan = StartPlan(wave=rollout.current_wave)
+    # A closed pool's pending nodes wait (they are not skipped); the periodic tick sees the window open.
+    windows = pool_windows_at(pool_ids=waiting, now=now)
+    plan.closed = {pool_id: windows[pool_id].opens_at for pool_id in waiting if not windows[pool_id].open}
+    pool_ids = [pool_id for pool_id in waiting if pool_id not in plan.closed]
     if not pool_ids:
-        return 0, 0
+        return plan
+    if rollout.release.expires_at is not None and rollout.release.expires_at <= now:
+        return plan  # never sent (docs/signing.md#expiry): the tick pauses the rollout
+    # Right after the server could not hear its fleet (its database or web tier was down), a
+    # node that looks offline may well be running: wait for it instead of skipping it.
+    offline_is_down = offline_verdicts_trusted(now=now)
+    for pool_id in pool_ids:  # sorted: every worker takes pool locks in the same order
+        budget = pool_budget(pool_id=pool_id, lock=True)
+        turns = pool_turns(
+            pending.filter(pool_id=pool_id), room=budget.available, now=now, offline_is_down=offline_is_down
+        )
+        plan.pools[pool_id] = PoolPlan(pool_id=pool_id, budget=budget, turns=turns)
+    _execute(rollout=rollout, plan=plan, now=now)
+    return plan
+
+
+def _execute(*, rollout: Rollout, plan: StartPlan, now: datetime) -> None:
+    """Skip and start what the plan says: one UPDATE per skip reason, one for the starts, then the specs."""
+    skipped: dict[str, list[int]] = defaultdict(list)
+    to_start: list[Candidate] = []
+    for pool_plan in plan.pools.values():
+        for row, decision in pool_plan.turns:
+            if decision.move == Move.SKIP and decision.reason is not None:
+                skipped[decision.reason].append(row.id)
+            elif decision.move == Move.START:
+                to_start.append(row)
+    for reason, ids in skipped.items():
+        skip_upgrades(rollout=rollout, ids=ids, reason=reason, at=now)
+    if not to_start:
+        return
+    # Start time is read under every pool lock: a node is never recorded as started before
+    # the settle that freed its slot committed. One time for the tick: one UPDATE, one sweep.
+    started_at = max(now, timezone.now())
+    deadline = started_at + timedelta(seconds=rollout.upgrade_timeout_seconds)
+    plan.started = start_upgrades(
+        rollout=rollout, starts=[(row.id, row.node_id) for row in to_start], started_at=started_at, deadline=deadline
+    )
+    _timeouts_due(rollout_id=rollout.id, at=deadline)
+    if not plan.started:
+        return
     release = rollout.release
-    if release.expires_at is not None and release.expires_at <= now:
-        return 0, 0  # never sent (docs/signing.md#expiry): the tick pauses the rollout
     signed = SignedRelease(
         version=release.version,
         envelope=release.envelope,
         sha256_by_arch=dict(ReleaseBinary.objects.filter(release=release).values_list("arch", "sha256")),
     )
-    # On the session row the chunk joins anyway: an EXISTS here was planned as a hash of every
-    # session of the fleet, once per pool (0.3 s per pool at 100,000 nodes).
-    online = ExpressionWrapper(_on_node(online_node_q(now=now)), output_field=BooleanField())
-    timeout = timedelta(seconds=rollout.upgrade_timeout_seconds)
     minimum_protocol = min_protocol_version()
-    # Right after the server could not hear its fleet (its database or web tier was down), a
-    # node that looks offline may well be running: wait for it instead of skipping it.
-    offline_is_down = offline_verdicts_trusted(now=now)
-
-    to_start: list[tuple[int, UUID]] = []  # (upgrade, node) ids
     sections: list[tuple[UUID, dict[str, Any]]] = []
     old_agents: list[tuple[UUID, dict[str, Any]]] = []
-    skipped: dict[str, list[int]] = defaultdict(list)
-    for pool_id in pool_ids:  # sorted: every worker takes pool locks in the same order
-        room = pool_budget(pool_id=pool_id, lock=True).available
-        cursor = -1
-        while room > 0:
-            limit = room + START_LOOKAHEAD
-            chunk = list(
-                pending.filter(pool_id=pool_id, position__gt=cursor)
-                .annotate(online=online)
-                .order_by("position")
-                .values(
-                    "id",
-                    "node_id",
-                    "position",
-                    "online",
-                    "node__arch",
-                    "node__session__protocol_version",
-                    "node__session__joined_at",
-                )[:limit]
-            )
-            for row in chunk:
-                if room == 0:
-                    break
-                cursor = row["position"]
-                arch = row["node__arch"]
-                if not row["online"]:
-                    if offline_is_down or row["node__session__joined_at"] is None:  # never joined: never ran
-                        skipped[NodeUpgrade.Reason.OFFLINE].append(row["id"])
-                    continue
-                section = signed.section(arch)
-                if section is None:
-                    skipped[NodeUpgrade.Reason.NO_BINARY].append(row["id"])
-                    continue
-                to_start.append((row["id"], row["node_id"]))
-                sections.append((row["node_id"], section))
-                if (row["node__session__protocol_version"] or 0) < minimum_protocol:
-                    old_agents.append((row["node_id"], section))
-                room -= 1
-            if len(chunk) < limit:
-                break
-
-    for reason, ids in skipped.items():
-        skip_upgrades(rollout=rollout, ids=ids, reason=reason, at=now)
-    started = 0
-    if to_start:
-        # Start time is read under every pool lock: a node is never recorded as started before
-        # the settle that freed its slot committed. One time for the tick: one UPDATE, one sweep.
-        started_at = max(now, timezone.now())
-        started = start_upgrades(rollout=rollout, starts=to_start, started_at=started_at, deadline=started_at + timeout)
-        _timeouts_due(rollout_id=rollout.id, at=started_at + timeout)
-    if started:
-        _send_out(sections=sections, old_agents=old_agents)
-    return started, sum(len(ids) for ids in skipped.values())
-
-
-def _on_node(q: Q, prefix: str = "node__") -> Q:
-    """``q``, a Q on Node, as a Q on rows that reference the node (``node__`` before each lookup)."""
-    # A Q's leaves are (lookup, value) pairs.
-    children = [_on_node(c, prefix) if isinstance(c, Q) else (prefix + c[0], c[1]) for c in q.children]  # type: ignore[index]
-    return Q(*children, _connector=q.connector, _negated=q.negated)
+    for row in to_start:
+        section = signed.section(row.arch)
+        assert section is not None  # the plan starts only rows whose arch has a binary
+        sections.append((row.node_id, section))
+        if (row.protocol_version or 0) < minimum_protocol:
+            old_agents.append((row.node_id, section))
+    _send_out(sections=sections, old_agents=old_agents)
 
 
 def _timeouts_due(*, rollout_id: UUID, at: datetime) -> None:

@@ -7,13 +7,9 @@ from uuid import UUID
 import structlog
 
 from rollout.dispatch import TICK_TASK, publish_on_commit
-from rollout.models import NodeUpgrade, Rollout, TickRequest
+from rollout.models import Rollout, TickRequest
 
 log = structlog.get_logger("rollout")
-
-State = NodeUpgrade.State
-# Pending rows read per query while looking for startable nodes past offline ones.
-START_LOOKAHEAD = 100
 
 
 def rollout_request_tick(*, rollout_id: UUID | str, countdown: float = 0.0) -> None:

@@ -33,7 +33,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from datetime import datetime
-from typing import Any
 from uuid import UUID
 
 import structlog
@@ -41,9 +40,11 @@ from django.db.models import Count, Exists, OuterRef, Subquery
 
 from core.errors import InvalidState
 from fleet.interface import NodeSession, pools_set_default_daemon_version
-from rollout.models import NodeUpgrade, Rollout, RolloutEvent, RolloutWave
+from rollout.models import NodeUpgrade, Rollout, RolloutWave
+from rollout.querysets import sessions_on_target
 from rollout.services.daemons import SendBack, previous_daemon, send_back
-from rollout.services.events import event_record
+from rollout.services.events import Aborted, Completed, Paused, Promoted, Resumed, WaveStarted, event_record
+from rollout.services.start_plan import soak_running
 
 log = structlog.get_logger("rollout")
 
@@ -60,7 +61,7 @@ def claims_node(rollout_state: str) -> bool:
 # --- the rollout (the caller holds its row lock) ---------------------------------------------
 
 
-def _move_rollout(rollout: Rollout, *, sources: Sequence[str], action: str, **changes: Any) -> None:
+def _move_rollout(rollout: Rollout, *, sources: Sequence[str], action: str, **changes: object) -> None:
     """One conditional UPDATE of the rollout's row, mirrored on the instance; InvalidState if not in ``sources``."""
     if rollout.state not in sources:
         raise InvalidState(f"A {rollout.state} rollout cannot be {action}.", state=rollout.state)
@@ -71,15 +72,19 @@ def _move_rollout(rollout: Rollout, *, sources: Sequence[str], action: str, **ch
         setattr(rollout, name, value)
 
 
-def pause_rollout(*, rollout: Rollout, reason: str, at: datetime, **data: Any) -> None:
-    """active -> paused (``rollout.paused``). In-flight nodes still settle; nothing new starts."""
+def pause_rollout(*, rollout: Rollout, at: datetime, paused: Paused) -> None:
+    """active -> paused (``rollout.paused``, for ``paused.reason``). In-flight nodes still settle; nothing starts."""
     _move_rollout(
-        rollout, sources=[Rollout.State.ACTIVE], action="paused", state=Rollout.State.PAUSED, paused_reason=reason
+        rollout,
+        sources=[Rollout.State.ACTIVE],
+        action="paused",
+        state=Rollout.State.PAUSED,
+        paused_reason=paused.reason,
     )
-    event_record(rollout=rollout, kind=RolloutEvent.Kind.PAUSED, at=at, reason=reason, **data)
+    event_record(rollout=rollout, payload=paused, at=at)
 
 
-def resume_rollout(*, rollout: Rollout, at: datetime, acknowledged_failures: int, **data: Any) -> None:
+def resume_rollout(*, rollout: Rollout, at: datetime, acknowledged_failures: int, actor: str) -> None:
     """paused -> active (``rollout.resumed``), accepting ``acknowledged_failures`` of the current wave."""
     _move_rollout(
         rollout,
@@ -89,11 +94,23 @@ def resume_rollout(*, rollout: Rollout, at: datetime, acknowledged_failures: int
         paused_reason=None,
         acknowledged_failures=acknowledged_failures,
     )
-    event_record(rollout=rollout, kind=RolloutEvent.Kind.RESUMED, at=at, **data)
+    event_record(rollout=rollout, payload=Resumed(actor=actor), at=at)
 
 
-def abort_rollout(*, rollout: Rollout, at: datetime, **data: Any) -> None:
-    """active|paused -> aborted (``rollout.aborted``); its settled rows stop holding their nodes."""
+def abort_rollout(
+    *,
+    rollout: Rollout,
+    at: datetime,
+    actor: str,
+    rollback: bool,
+    cancelled: int,
+    rolled_back: int,
+    not_rolled_back: int,
+) -> None:
+    """active|paused -> aborted (``rollout.aborted``); its settled rows stop holding their nodes.
+
+    ``cancelled``, ``rolled_back``, ``not_rolled_back``: what the abort did to its pending and in-flight rows.
+    """
     _move_rollout(
         rollout,
         sources=Rollout.ACTIVE_STATES,
@@ -103,8 +120,15 @@ def abort_rollout(*, rollout: Rollout, at: datetime, **data: Any) -> None:
         aborted_at=at,
     )
     release_settled_claims(rollout=rollout)
-    stats = {"stillInFlight": NodeUpgrade.objects.filter(rollout=rollout, state=State.IN_FLIGHT).count()}
-    event_record(rollout=rollout, kind=RolloutEvent.Kind.ABORTED, at=at, **data, **stats)
+    aborted = Aborted(
+        actor=actor,
+        rollback=rollback,
+        cancelled=cancelled,
+        rolled_back=rolled_back,
+        not_rolled_back=not_rolled_back,
+        still_in_flight=NodeUpgrade.objects.filter(rollout=rollout, state=State.IN_FLIGHT).count(),
+    )
+    event_record(rollout=rollout, payload=aborted, at=at)
 
 
 def complete_rollout(*, rollout: Rollout, at: datetime) -> None:
@@ -118,19 +142,20 @@ def complete_rollout(*, rollout: Rollout, at: datetime) -> None:
     covered = NodeUpgrade.objects.filter(rollout=rollout).values_list("pool_id", flat=True).distinct()
     pools_set_default_daemon_version(pool_ids=list(covered.order_by()), version=rollout.release.version)
     totals = dict(NodeUpgrade.objects.filter(rollout=rollout).values_list("state").annotate(n=Count("id")).order_by())
-    event_record(rollout=rollout, kind=RolloutEvent.Kind.COMPLETED, at=at, **totals)
+    event_record(rollout=rollout, payload=Completed(totals=totals), at=at)
 
 
 def rollout_soaking(rollout: Rollout, *, at: datetime) -> bool:
-    """Active, its current wave settled, not the last wave, and the next one not due yet (CONTRACT 9.4)."""
+    """Whether the rollout's current wave soaks now (``start_plan.soak_running``): what promote ends."""
     if rollout.state != Rollout.State.ACTIVE or rollout.next_wave_at is None or rollout.next_wave_at <= at:
-        return False
+        return False  # no query for what cannot be soaking
     waves = RolloutWave.objects.filter(rollout=rollout)
     settled = waves.filter(index=rollout.current_wave, settled_at__isnull=False).exists()
-    return settled and waves.filter(index__gt=rollout.current_wave).exists()
+    last = not waves.filter(index__gt=rollout.current_wave).exists()
+    return soak_running(rollout=rollout, wave_settled=settled, last_wave=last, at=at)
 
 
-def promote_rollout(*, rollout: Rollout, at: datetime, **data: Any) -> None:
+def promote_rollout(*, rollout: Rollout, at: datetime, actor: str) -> None:
     """Soaking -> soak over (``rollout.promoted``): the next tick starts the next wave (``rollout.wave``).
 
     The caller holds the rollout's row lock. InvalidState (409) unless the rollout is soaking.
@@ -142,12 +167,7 @@ def promote_rollout(*, rollout: Rollout, at: datetime, **data: Any) -> None:
     soak_ends_at = rollout.next_wave_at
     _move_rollout(rollout, sources=[Rollout.State.ACTIVE], action="promoted", next_wave_at=at)
     event_record(
-        rollout=rollout,
-        kind=RolloutEvent.Kind.PROMOTED,
-        at=at,
-        wave=rollout.current_wave,
-        soakEndsAt=soak_ends_at.isoformat() if soak_ends_at else None,
-        **data,
+        rollout=rollout, payload=Promoted(wave=rollout.current_wave, soak_ends_at=soak_ends_at, actor=actor), at=at
     )
 
 
@@ -164,12 +184,7 @@ def start_next_wave(*, rollout: Rollout, wave: RolloutWave, at: datetime) -> Non
     wave.started_at = at
     wave.save(update_fields=["started_at"])
     event_record(
-        rollout=rollout,
-        kind=RolloutEvent.Kind.WAVE,
-        at=at,
-        wave=wave.index,
-        percent=float(wave.percent),
-        total=wave.total,
+        rollout=rollout, payload=WaveStarted(wave=wave.index, percent=float(wave.percent), total=wave.total), at=at
     )
 
 
@@ -209,16 +224,14 @@ def start_upgrades(
     return started
 
 
-def mark_arrived(*, ids: Sequence[int], **context: Any) -> int:
+def mark_arrived(*, ids: Sequence[int], **context: str | int) -> int:
     """in_flight, arrived_at recorded: the node rejoined on the target and now proves readiness (CONTRACT 9.3).
 
     ``arrived_at`` is the session's ``joined_at`` (when it rejoined on the target), read by the
     UPDATE itself, and only while that session is still open on the target: a later rejoin gives a
     later ``joined_at``, which is how readiness tells the node left meanwhile.
     """
-    on_target = NodeSession.objects.filter(
-        node_id=OuterRef("node_id"), daemon_version=OuterRef("target_version"), left_at__isnull=True
-    )
+    on_target = sessions_on_target()
     arrived = (
         NodeUpgrade.objects.filter(id__in=ids, state=State.IN_FLIGHT, arrived_at__isnull=True)
         .filter(Exists(on_target))
@@ -271,7 +284,7 @@ def skip_upgrades(*, rollout: Rollout, ids: Sequence[int], reason: str, at: date
     return skipped
 
 
-def succeed_upgrades(*, ids: Sequence[int], rollout_state: str, at: datetime, **context: Any) -> int:
+def succeed_upgrades(*, ids: Sequence[int], rollout_state: str, at: datetime, **context: str | int) -> int:
     """in_flight -> succeeded: the agent rejoined reporting the target version."""
     succeeded = NodeUpgrade.objects.filter(id__in=ids, state=State.IN_FLIGHT).update(
         state=State.SUCCEEDED, settled_at=at, claims_node=claims_node(rollout_state)

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -32,6 +32,7 @@ from core.errors import InvalidInput, NotFound
 from fleet.interface import Actor, Tenant, audit_record
 from rollout.dispatch import WEBHOOK_DELIVER_TASK, publish, publish_on_commit
 from rollout.models import Rollout, RolloutEvent, Webhook, WebhookDelivery
+from rollout.services.representation import api_datetime, rollouts_json
 from rollout.webhooks.transport import MAX_ATTEMPTS, DeliveryResult, UnsafeURL, check_url, retry_delay
 
 log = structlog.get_logger("rollout")
@@ -50,7 +51,7 @@ def allow_http() -> bool:
 
 
 # --- subscriptions ------------------------------------------------------------------------------
-def _events(events: Any) -> list[str]:
+def _events(events: object) -> list[str]:
     known = ", ".join(Webhook.EVENTS)
     if not isinstance(events, list) or not events or not all(isinstance(e, str) for e in events):
         raise InvalidInput(f"events is a non-empty list of: {known}.", code="invalid_events")
@@ -60,7 +61,7 @@ def _events(events: Any) -> list[str]:
     return list(dict.fromkeys(events))
 
 
-def _secret(secret: Any) -> str:
+def _secret(secret: object) -> str:
     if secret is None:
         return secrets.token_urlsafe(32)
     if not isinstance(secret, str) or not SECRET_MIN <= len(secret) <= SECRET_MAX or not secret.isprintable():
@@ -71,7 +72,9 @@ def _secret(secret: Any) -> str:
     return secret
 
 
-def webhook_create(*, tenant: Tenant, url: Any, events: Any, secret: Any = None, actor: Actor | None = None) -> Webhook:
+def webhook_create(
+    *, tenant: Tenant, url: str, events: object, secret: object = None, actor: Actor | None = None
+) -> Webhook:
     """Subscribe ``url`` to ``events``. The secret (given or generated) is on the returned row only."""
     try:
         check_url(url, allow_http=allow_http())
@@ -129,12 +132,6 @@ def deliveries_create(*, event: RolloutEvent, rollout: Rollout) -> int:
     return len(rows)
 
 
-def format_at(at: datetime) -> str:
-    """ISO 8601 in UTC with ``Z``, as the API renders datetimes."""
-    text = at.astimezone(UTC).isoformat()
-    return text[:-6] + "Z" if text.endswith("+00:00") else text
-
-
 def body_bytes(body: dict[str, Any]) -> str:
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
@@ -150,13 +147,11 @@ class Claimed:
     body: bytes
 
 
-def delivery_claim(
-    *, delivery_id: UUID | str, now: datetime, represent: Callable[[Rollout], dict[str, Any]]
-) -> Claimed | None:
+def delivery_claim(*, delivery_id: UUID | str, now: datetime) -> Claimed | None:
     """Take a due, pending delivery for one attempt (None: gone, done, not due, or claimed by another).
 
-    The first claim builds and stores the body (``represent`` renders the rollout, CONTRACT 4.5),
-    so every retry sends the same bytes under the same id.
+    The first claim builds and stores the body (the rollout as ``GET /rollouts/{id}/`` shows it
+    then: ``representation.rollouts_json``), so every retry sends the same bytes under the same id.
     """
     with transaction.atomic():
         delivery = (
@@ -174,9 +169,9 @@ def delivery_claim(
                 {
                     "id": str(delivery.id),
                     "event": delivery.event,
-                    "at": format_at(event.at),
+                    "at": api_datetime(event.at),
                     "tenant": delivery.webhook.tenant.slug,
-                    "rollout": represent(rollout),
+                    "rollout": rollouts_json([rollout], now=now)[0],
                     "data": event.data,
                 }
             )

@@ -7,6 +7,7 @@ import time
 import psycopg
 import pytest
 
+from demo.processes import wait_until
 from tests.faults.conftest import (
     Monitor,
     agents_fleet,
@@ -20,22 +21,41 @@ from tests.faults.conftest import (
 
 pytestmark = pytest.mark.integration
 
-BUSY_WORKER_SQL = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'faults-worker' AND state <> 'idle'"
+# Backends of the worker inside a transaction and waiting for a lock that connection ``%s`` holds.
+WORKER_BLOCKED_SQL = """
+    SELECT pid FROM pg_stat_activity
+    WHERE application_name = 'faults-worker' AND xact_start IS NOT NULL AND %s = ANY(pg_blocking_pids(pid))
+"""
+WORKER_BACKENDS_SQL = "SELECT pid FROM pg_stat_activity WHERE application_name = 'faults-worker'"
 
 
-def kill_mid_transaction(stack, *, within: float = 8.0) -> bool:
-    """SIGKILL the worker while it holds an open transaction (a tick or a task), polled in pg_stat_activity;
-    kill it anyway after ``within`` seconds. True when it was caught mid-transaction."""
-    caught = False
-    deadline = time.monotonic() + within
-    with psycopg.connect(stack.db_url, autocommit=True) as conn:
-        while time.monotonic() < deadline:
-            if conn.execute(BUSY_WORKER_SQL).fetchone()[0]:
-                caught = True
-                break
-            time.sleep(0.002)  # a busy-poll's pace, not a synchronisation
-    stack.kill("worker")
-    return caught
+def kill_mid_transaction(stack, *, pools: list[str], timeout: float = 60.0) -> int:
+    """SIGKILL the worker inside a tick's transaction; returns the backend that was in it.
+
+    This connection takes the pools' row locks (as a workflow start does): the worker's next tick
+    of the rollout takes the rollout's row lock and then waits for a pool's inside its transaction.
+    Once PostgreSQL shows a worker backend in a transaction blocked by this connection, the worker
+    is killed; then the locks are released, and the dead worker's backend ends, its transaction
+    rolled back.
+    """
+    with psycopg.connect(stack.db_url, autocommit=True) as watch, psycopg.connect(stack.db_url) as holder:
+        holder.execute("SELECT id FROM fleet_pool WHERE name = ANY(%s) ORDER BY id FOR UPDATE", (pools,))
+        holder_pid = holder.info.backend_pid
+        blocked: list[int] = []
+
+        def worker_blocked() -> bool:
+            blocked[:] = [pid for (pid,) in watch.execute(WORKER_BLOCKED_SQL, (holder_pid,)).fetchall()]
+            return bool(blocked)
+
+        wait_until(worker_blocked, timeout=timeout, poll=0.02, what="a tick to wait for a pool inside its transaction")
+        stack.kill("worker")
+        holder.rollback()
+        wait_until(
+            lambda: not watch.execute(WORKER_BACKENDS_SQL).fetchall(),
+            timeout=30,
+            what="the killed worker's backends to end",
+        )
+    return blocked[0]
 
 
 def test_a_worker_killed_mid_tick_and_mid_rollout_is_replaced_and_the_rollout_completes(fault_stack):
@@ -48,7 +68,7 @@ def test_a_worker_killed_mid_tick_and_mid_rollout_is_replaced_and_the_rollout_co
         rollout = create_two_wave_rollout(stack, pools)
         # Mid-rollout: the last wave under way, with nodes still pending. Mid-tick: see kill_mid_transaction.
         wait_last_wave(monitor, rollout, succeeded=5)
-        caught = kill_mid_transaction(stack)
+        backend = kill_mid_transaction(stack, pools=list(pools))
         killed_at = time.monotonic()
         started = monitor.last.started
         stack.start_worker()  # a fresh process: the killed one's unacked message stays in Redis
@@ -61,7 +81,7 @@ def test_a_worker_killed_mid_tick_and_mid_rollout_is_replaced_and_the_rollout_co
         monitor.wait(lambda poll: poll.rollouts[rollout] == "completed", timeout=120, what="the rollout to complete")
         report(
             "worker SIGKILL mid-rollout",
-            mid_transaction=caught,
+            killed_in_transaction_of_backend=backend,
             new_worker_ready_s=ready,
             next_start_after_kill_s=progressed - killed_at,
             rollout_total_s=time.monotonic() - began,

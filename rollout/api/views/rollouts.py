@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 from uuid import UUID
 
 from django.db.models import QuerySet
@@ -34,9 +34,8 @@ from rollout.api.serializers import (
 )
 from rollout.api.views.common import caller_actor, caller_principal, represent_upgrades
 from rollout.models import NodeUpgrade, Rollout
-from rollout.selectors import rollout_waves
-from rollout.services.blockers import rollout_blockers
 from rollout.services.create import rollout_create, rollout_plan
+from rollout.services.representation import rollouts_json
 from rollout.services.rollouts import rollout_abort, rollout_pause, rollout_promote, rollout_resume, rollouts_for
 
 
@@ -75,17 +74,8 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
             raise NotFound("No such rollout.") from exc
         return get_object_or_404(self.get_queryset(), pk=rollout_id)
 
-    def get_serializer_context(self) -> dict:
-        return {**super().get_serializer_context(), "waves": {}}
-
     def _represent(self, rollouts: list[Rollout]) -> list[dict[str, Any]]:
-        context = {
-            **self.get_serializer_context(),
-            "waves": rollout_waves(rollouts),
-            "blockers": rollout_blockers(rollouts, now=timezone.now()),
-        }
-        # many=True builds a ListSerializer, whose data is a list (the stubs type the call as one Serializer).
-        return cast(list[dict[str, Any]], RolloutSerializer(rollouts, many=True, context=context).data)
+        return rollouts_json(rollouts, now=timezone.now())
 
     @extend_schema(
         responses={200: RolloutSerializer(many=True), **error_responses("RolloutList", bad_request=["invalid_input"])}

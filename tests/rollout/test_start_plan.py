@@ -1,0 +1,301 @@
+"""Why not yet is what the next tick does: blockers against the tick, over random fleets (docs/controller.md#the-plan).
+
+Hypothesis draws a fleet (pools with budgets 0 to 1 and maintenance windows open, closed or
+absent; nodes of two archs whose agents are up, silent, gone or never joined; workflows) and a
+rollout in the middle of its life (waves, the current one moving with pending, in-flight and
+settled rows, or settled and soaking or done soaking; failed nodes back or not; active or
+paused), writes it, reads every row's blocker, runs one tick at the same instant, and checks:
+
+1. the rows whose blocker is ``next_tick`` are exactly the rows the tick started, plus the rows
+   it skipped for want of a binary (the table has no code of its own for those: the next tick
+   settles them, so ``next_tick``);
+2. the rows it skipped as offline said ``offline``;
+3. every pending row the tick left pending carries the blocker the tick's plan gave it: the
+   plan's decision for the rows it reached, ``outside_window`` in its closed pools,
+   ``budget_full`` (or ``offline``, first in the table) behind the rows that took the free
+   slots, and the rollout's own reason (paused, wave not started, soaking) for the others;
+4. a single row asked alone says what it says in its page.
+
+The tick's settle and judge steps are kept out of the way (no agent on its target, deadlines
+ahead, a failure ratio of 1): what is checked is the start step and the wave's advance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from uuid import UUID
+
+import pytest
+import time_machine
+from django.db import transaction
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from fleet.models import FleetPulse, Node, NodeSession, Pool, Workflow
+from fleet.tokens import new_token, token_hash
+from rollout.models import NodeUpgrade, Release, Rollout, RolloutWave
+from rollout.services.blockers import node_blockers
+from rollout.services.controller import rollout_tick
+from rollout.services.start_plan import Move
+
+pytestmark = pytest.mark.django_db
+
+NOW = datetime(2031, 3, 5, 12, 0, tzinfo=UTC)  # a Wednesday, noon UTC
+DAYS = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+WINDOWS = {
+    "none": [],
+    "open": [{"days": DAYS, "start": "11:00", "durationMinutes": 120, "timezone": "UTC"}],
+    "closed": [{"days": DAYS, "start": "20:00", "durationMinutes": 60, "timezone": "UTC"}],
+}
+# What an agent does: heartbeating, silent past the online window, gone (left), or it never joined.
+AGENTS = ("up", "up", "up", "up", "silent", "left", "never")
+S = NodeUpgrade.State
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    arch: str
+    agent: str
+    workflow: bool
+    # The row's state when its wave is the current one (other waves: settled before it, pending after it).
+    state: str
+
+
+@dataclass(frozen=True)
+class Scenario:
+    pools: list[tuple[str, str, list[NodeSpec]]]  # (budget, windows, nodes)
+    order: list[int]  # position -> node index (over all pools' nodes)
+    waves: int
+    current: int
+    #: The current wave settled (its moving rows drawn as succeeded); then it soaks, or its soak is over.
+    wave_done: bool
+    soak_over: bool
+    paused: bool
+    trusted: bool
+
+
+NODES = st.builds(
+    NodeSpec,
+    arch=st.sampled_from(["amd64", "amd64", "arm64"]),  # 1.0.0 has no arm64 binary
+    agent=st.sampled_from(AGENTS),
+    workflow=st.sampled_from([False, False, False, True]),
+    state=st.sampled_from([S.PENDING] * 4 + [S.IN_FLIGHT, S.SUCCEEDED, S.FAILED, S.SKIPPED]),
+)
+
+
+@st.composite
+def scenarios(draw) -> Scenario:
+    pools = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["0", "0.2", "0.34", "0.5", "1"]),
+                st.sampled_from(["none", "none", "open", "open", "closed"]),
+                st.lists(NODES, min_size=1, max_size=10),
+            ),
+            min_size=1,
+            max_size=3,
+        )
+    )
+    size = sum(len(nodes) for _, _, nodes in pools)
+    waves = min(draw(st.sampled_from([1, 1, 2, 3])), size)
+    return Scenario(
+        pools=pools,
+        order=draw(st.permutations(range(size))),
+        waves=waves,
+        current=draw(st.integers(0, waves - 1)),
+        wave_done=draw(st.integers(0, 3)) == 0,
+        soak_over=draw(st.booleans()),
+        paused=draw(st.integers(0, 9)) == 0,
+        trusted=draw(st.integers(0, 5)) != 0,
+    )
+
+
+def _session(node: Node, agent: str) -> NodeSession | None:
+    seen = {"up": NOW - timedelta(seconds=5), "silent": NOW - timedelta(minutes=2), "left": NOW - timedelta(minutes=1)}
+    if agent == "never":
+        return None
+    return NodeSession(
+        node=node,
+        daemon_version="0.9.0",
+        protocol_version=3,
+        joined_at=NOW - timedelta(hours=1),
+        last_seen_at=seen[agent],
+        left_at=NOW - timedelta(minutes=1) if agent == "left" else None,
+    )
+
+
+def build(scenario: Scenario, tenant, release: Release) -> Rollout:
+    """Write the scenario's fleet and rollout (rows straight in the tables, as a run of the controller leaves them)."""
+    FleetPulse.objects.update_or_create(
+        pk=1,
+        defaults={
+            "last_heard_at": NOW,
+            "listening_since": NOW - (timedelta(hours=1) if scenario.trusted else timedelta(seconds=5)),
+        },
+    )
+    nodes: list[tuple[Node, NodeSpec]] = []
+    for index, (budget, windows, specs) in enumerate(scenario.pools):
+        pool = Pool.objects.create(
+            id=UUID(int=index + 1),
+            tenant=tenant,
+            name=f"p{index}",
+            disruption_budget=Decimal(budget),
+            maintenance_windows=WINDOWS[windows],
+        )
+        created = Node.objects.bulk_create(
+            Node(
+                id=UUID(int=1000 * (index + 1) + n),
+                tenant=tenant,
+                pool=pool,
+                name=f"p{index}-{n}",
+                arch=spec.arch,
+                agent_token_hash=token_hash(new_token("at")),
+            )
+            for n, spec in enumerate(specs)
+        )
+        nodes += zip(created, specs, strict=True)
+    NodeSession.objects.bulk_create(filter(None, (_session(node, spec.agent) for node, spec in nodes)))
+    Workflow.objects.bulk_create(
+        Workflow(tenant=tenant, node=node, pool=node.pool, kind="maintenance", started_at=NOW - timedelta(minutes=5))
+        for node, spec in nodes
+        if spec.workflow
+    )
+    size = len(nodes)
+    wave_of = [position * scenario.waves // size for position in range(size)]
+    current = scenario.current
+    rows = []
+    for position, node_index in enumerate(scenario.order):
+        node, spec = nodes[node_index]
+        wave = wave_of[position]
+        state = S.SUCCEEDED if wave < current else S.PENDING if wave > current else spec.state
+        if wave == current and scenario.wave_done and state in (S.PENDING, S.IN_FLIGHT):
+            state = S.SUCCEEDED
+        row = NodeUpgrade(node=node, pool=node.pool, wave=wave, position=position, state=state, target_version="1.0.0")
+        if state in (S.IN_FLIGHT, S.SUCCEEDED, S.FAILED):
+            row.started_at, row.deadline = NOW - timedelta(minutes=20), NOW + timedelta(minutes=10)
+        if state in (S.SUCCEEDED, S.FAILED, S.SKIPPED):
+            # 90 s ago: an agent silent for 2 minutes has not been back since it failed (it still holds a slot).
+            row.settled_at = NOW - (timedelta(minutes=10) if wave < current else timedelta(seconds=90))
+            row.reason = {S.FAILED: "timeout", S.SKIPPED: "offline"}.get(state)
+        rows.append(row)
+    moving = any(row.wave == current and row.state in (S.PENDING, S.IN_FLIGHT) for row in rows)
+    settled_at = None if moving else NOW - timedelta(minutes=10)  # recorded by the tick that saw it settle
+    rollout = Rollout.objects.create(
+        tenant=tenant,
+        release=release,
+        waves=[100 * (k + 1) // scenario.waves for k in range(scenario.waves)],
+        max_failure_ratio=1,
+        soak_seconds=300,
+        upgrade_timeout_seconds=1800,
+        state=Rollout.State.PAUSED if scenario.paused else Rollout.State.ACTIVE,
+        paused_reason=Rollout.PausedReason.OPERATOR if scenario.paused else None,
+        current_wave=current,
+        next_wave_at=None if moving else NOW + timedelta(minutes=1 if not scenario.soak_over else -1),
+        created_at=NOW - timedelta(hours=1),
+    )
+    rollout.pools.set([pool_id for pool_id in {node.pool_id for node, _ in nodes}])
+    RolloutWave.objects.bulk_create(
+        RolloutWave(
+            rollout=rollout,
+            index=k,
+            percent=rollout.waves[k],
+            total=wave_of.count(k),
+            started_at=NOW - timedelta(minutes=30) if k <= current else None,
+            settled_at=NOW - timedelta(minutes=10) if k < current else settled_at if k == current else None,
+        )
+        for k in range(scenario.waves)
+    )
+    for row in rows:
+        row.rollout = rollout
+    NodeUpgrade.objects.bulk_create(rows)
+    return rollout
+
+
+def offline(node_id: UUID) -> bool:
+    session = NodeSession.objects.filter(node_id=node_id).first()
+    return session is None or session.left_at is not None or session.last_seen_at < NOW - timedelta(seconds=30)
+
+
+def check(scenario: Scenario, tenant, release: Release) -> None:
+    rollout = build(scenario, tenant, release)
+    rows = list(NodeUpgrade.objects.filter(rollout=rollout).select_related("rollout").order_by("position"))
+    blockers = node_blockers(rows, now=NOW)
+    code = {row.id: blocker.code if blocker else None for row, blocker in ((r, blockers[r.id]) for r in rows)}
+    pending = [row for row in rows if row.state == S.PENDING]
+    for row in pending[:3]:  # 4. alone as in its page
+        assert node_blockers([row], now=NOW)[row.id] == blockers[row.id]
+
+    soaking = rollout_soaks(rollout)  # before the tick: a wave it settles soaks only from then on
+    result = rollout_tick(rollout_id=rollout.id)
+    assert result is not None
+    after = dict(NodeUpgrade.objects.filter(rollout=rollout).values_list("id", "state"))
+    reasons = dict(NodeUpgrade.objects.filter(rollout=rollout).values_list("id", "reason"))
+    started = {row.id for row in pending if after[row.id] == S.IN_FLIGHT}
+    skipped = {row.id: reasons[row.id] for row in pending if after[row.id] == S.SKIPPED}
+
+    # 1 and 2: what the blockers promised, the tick did.
+    next_tick = {row.id for row in pending if code[row.id] == "next_tick"}
+    no_binary = {pk for pk, reason in skipped.items() if reason == NodeUpgrade.Reason.NO_BINARY}
+    assert next_tick == started | no_binary, (code, after)
+    assert all(code[pk] == "offline" for pk, reason in skipped.items() if reason == NodeUpgrade.Reason.OFFLINE)
+
+    # 3: what the tick left pending says why, as its plan says.
+    plan = result.plan
+    decided = plan.decided() if plan is not None else {}
+    for row in pending:
+        if after[row.id] != S.PENDING:
+            continue
+        if scenario.paused:
+            expected = {"rollout_paused"}
+        elif plan is None or row.wave != plan.wave:
+            expected = {"soaking"} if soaking else {"wave_not_started"}
+        elif row.pool_id in plan.closed:
+            expected = {"outside_window"}
+        elif row.id in decided:
+            assert decided[row.id].move == Move.WAIT
+            expected = {decided[row.id].code}
+        else:  # the tick did not reach it: the free slots went to the rows ahead of it
+            expected = {"offline"} if offline(row.node_id) else {"budget_full"}
+        assert code[row.id] in expected, (row.wave, row.position, code[row.id], expected)
+
+
+def rollout_soaks(rollout: Rollout) -> bool:
+    """Its current wave settled and soaks (the scenario records next_wave_at only then)."""
+    return rollout.state == Rollout.State.ACTIVE and rollout.next_wave_at is not None and rollout.next_wave_at > NOW
+
+
+def _turns(*, trusted: bool) -> Scenario:
+    """One pool, 2 free slots: a node without a binary, an offline one, then three that could start."""
+    nodes = [
+        NodeSpec("arm64", "up", workflow=False, state=S.PENDING),  # skipped: no binary, takes no slot
+        NodeSpec("amd64", "silent", workflow=False, state=S.PENDING),  # offline: skipped (or waited for)
+        NodeSpec("amd64", "up", workflow=False, state=S.PENDING),
+        NodeSpec("amd64", "up", workflow=False, state=S.PENDING),
+        NodeSpec("amd64", "up", workflow=False, state=S.PENDING),  # behind the free slots: budget_full
+        NodeSpec("amd64", "up", workflow=True, state=S.SUCCEEDED),  # its workflow takes a slot
+    ]
+    return Scenario([("0.5", "none", nodes)], [0, 1, 2, 3, 4, 5], 1, 0, False, False, False, trusted)
+
+
+def test_the_blockers_say_what_the_next_tick_does(tenant, releases):
+    _, release = releases
+
+    @settings(
+        max_examples=50,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+    @given(scenario=scenarios())
+    @example(scenario=_turns(trusted=True))
+    @example(scenario=_turns(trusted=False))
+    def one_fleet(scenario: Scenario) -> None:
+        # One savepoint per example: every example starts from the same database.
+        with time_machine.travel(NOW, tick=False), transaction.atomic():
+            check(scenario, tenant, release)
+            transaction.set_rollback(True)
+
+    one_fleet()
+    assert not Rollout.objects.exists()
