@@ -39,18 +39,25 @@ from fleet.plugins import node_session_reported
 from fleet.services.commands import commands_complete_upgrade, commands_pending
 from fleet.services.liveness import GAP_HEARTBEATS, PULSE_EVERY, pulse_heard
 from fleet.services.nodes import heartbeat_seconds, node_session
+from fleet.services.revision import spec_revision
 
 log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
 class SessionReport:
-    """What the agent gets back: its desired state and pending commands."""
+    """What the agent gets back: its desired state and pending commands (and whose node they are)."""
 
     spec: dict[str, Any]
     commands: list[dict[str, Any]]
     heartbeat_seconds: int
     joined: bool
+    node_id: UUID | None = None
+
+    @property
+    def spec_revision(self) -> str:
+        """Changes when, and only when, the spec or the pending commands change (docs/fleet.md#watch)."""
+        return spec_revision(spec=self.spec, commands=self.commands)
 
 
 def last_seen_due(*, last_seen_at: datetime, now: datetime) -> bool:
@@ -79,7 +86,7 @@ WITH node AS (
     WHERE p.id = 1 AND p.last_heard_at <= %(pulse_due)s AND EXISTS (SELECT 1 FROM node)
     RETURNING p.id
 )
-SELECT node.spec::text, s.daemon_version, s.left_at,
+SELECT node.spec::text, s.daemon_version, s.left_at, node.id,
     (SELECT coalesce(json_agg(json_build_object('id', c.id, 'kind', c.kind, 'payload', c.payload)
                               ORDER BY c.created_at, c.id), '[]')::text
      FROM {Command._meta.db_table} AS c WHERE c.node_id = node.id AND c.state = %(pending)s)
@@ -128,11 +135,14 @@ def agent_heartbeat(
 ) -> SessionReport | None:
     """A plain heartbeat of the node whose agent token hashes to ``token_hash``, in one statement.
 
-    None when it is not one, and then nothing was written: not PostgreSQL, an unknown token, no open
-    session, or another daemon version (the caller takes the full path: 401, or ``agent_session_report``).
+    None when it is not one, and then nothing was written: an unknown token, no open session, or another
+    daemon version (the caller takes the full path: 401, or ``agent_session_report``). Elsewhere than on
+    PostgreSQL (SQLite, the demo) the same in up to four ORM queries.
     """
     if connection.vendor != "postgresql":
-        return None
+        return _heartbeat_orm(
+            token_hash=token_hash, daemon_version=daemon_version, protocol_version=protocol_version, now=now
+        )
     now = now or timezone.now()
     seconds = heartbeat_seconds()
     with _prepared_cursor() as cursor:
@@ -152,10 +162,23 @@ def agent_heartbeat(
         row = cursor.fetchone()
     if row is None:
         return None
-    spec, session_version, left_at, commands = row
+    spec, session_version, left_at, node_id, commands = row
     if session_version != daemon_version or left_at is not None:
         return None
-    return SessionReport(spec=json.loads(spec), commands=json.loads(commands), heartbeat_seconds=seconds, joined=False)
+    return SessionReport(
+        spec=json.loads(spec), commands=json.loads(commands), heartbeat_seconds=seconds, joined=False, node_id=node_id
+    )
+
+
+def _heartbeat_orm(
+    *, token_hash: str, daemon_version: str, protocol_version: int, now: datetime | None
+) -> SessionReport | None:
+    node = Node.objects.select_related("session").filter(agent_token_hash=token_hash).first()
+    session = None if node is None else node_session(node)
+    if node is None or session is None or session.left_at is not None or session.daemon_version != daemon_version:
+        return None
+    report = agent_session_report(node=node, daemon_version=daemon_version, protocol_version=protocol_version, now=now)
+    return None if report.joined else report
 
 
 def agent_session_report(
@@ -186,6 +209,7 @@ def agent_session_report(
         commands=commands_pending(node_id=node.id),
         heartbeat_seconds=heartbeat_seconds(),
         joined=not heartbeat,
+        node_id=node.id,
     )
 
 
