@@ -39,6 +39,9 @@ WAIT_MIN_SECONDS = 1
 WAIT_MAX_SECONDS = 60
 #: A ``seen`` longer than this cannot be a revision (they are 22 characters): 400 invalid_input.
 SEEN_MAX_LENGTH = 64
+#: The PostgreSQL channel the triggers NOTIFY node ids on (fleet/migrations/0005_watch_notify.py). Channels are
+#: per database: two deployments (or test runs) on one server, each with its database, never wake each other.
+NOTIFY_CHANNEL = "fleet_watch"
 #: How often the polling hold (synchronous servers, no NOTIFY) reads the revision again.
 POLL_SECONDS = 0.5
 
