@@ -118,6 +118,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--leave-on-exit", action="store_true", help="agents leave their sessions when stopping")
     parser.add_argument(
+        "--watch",
+        action="store_true",
+        help="hold session requests (wait = the heartbeat interval, at most 60 s): a new spec arrives at once",
+    )
+    parser.add_argument(
         "--processes",
         type=int,
         default=1,
@@ -195,6 +200,7 @@ async def run_cli(options: argparse.Namespace, out: IO[str] | io.TextIOBase | No
         "max_connections": options.max_connections,
         "spec_min_protocol_version": options.spec_min_protocol_version,
         "leave_on_stop": options.leave_on_exit,
+        "watch": options.watch,
     }
     failing = sum(1 for config in configs if config.fail_mode)
     offline = sum(1 for config in configs if config.offline)

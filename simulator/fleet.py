@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import ssl
 import threading
 import time
 from collections import Counter
@@ -58,7 +59,9 @@ class Fleet(FleetStatus):
     - ``record_latencies``: keep every heartbeat latency in ``stats.latencies``;
     - ``max_connections``: the connection pool size, and the most requests in flight at once
       (default ``default_max_connections(n)``: from 8 to 16 with the number of agents);
-    - ``client``: an ``httpx.AsyncClient`` to use instead of creating one.
+    - ``client``: an ``httpx.AsyncClient`` to use instead of creating one;
+    - ``watch``: session requests carry ``wait`` (the interval, 1-60 s) and ``seen``: the server holds them until
+      the spec changes; each agent then has a connection of its own for them (docs/simulator.md, "Watching").
     """
 
     def __init__(
@@ -83,6 +86,7 @@ class Fleet(FleetStatus):
         record_latencies: bool = False,
         release_refresh_interval: float = 2.0,
         client: httpx.AsyncClient | None = None,
+        watch: bool = False,
     ):
         if not 0 <= jitter < 1:
             raise ValueError("jitter is a fraction in [0, 1)")
@@ -104,6 +108,8 @@ class Fleet(FleetStatus):
         self.spec_min_protocol_version = spec_min_protocol_version
         self.leave_on_stop = leave_on_stop
         self.record_latencies = record_latencies
+        self.watch = watch
+        self._held_clients: dict[int, httpx.AsyncClient] = {}
         self.max_connections = max_connections or default_max_connections(
             sum(1 for config in agents if not config.offline)
         )
@@ -115,6 +121,7 @@ class Fleet(FleetStatus):
         self._given_client = client
         self._client: httpx.AsyncClient | None = None
         self.binaries: BinaryCache
+        self._ssl_context: ssl.SSLContext
         self._gate: asyncio.Semaphore
         self.sequences: SequenceBook
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -168,12 +175,22 @@ class Fleet(FleetStatus):
         """
         assert self._client is not None, "the fleet is not running"
         try:
-            async with self._gate:
-                # An absolute URL (a list's `next` link) is used as is.
-                url = path if "://" in path else self.base_url + path
-                response = await self._client.request(
-                    method, url, json=json, headers={"Authorization": f"Bearer {token}"}
-                )
+            # An absolute URL (a list's `next` link) is used as is.
+            url = path if "://" in path else self.base_url + path
+            headers = {"Authorization": f"Bearer {token}"}
+            if isinstance(json, dict) and "wait" in json and agent is not None:
+                # A held request occupies its connection for up to `wait`: the agent's own, outside the gate;
+                # stopping the fleet ends it at once.
+                held = asyncio.ensure_future(self._held_client(agent).request(method, url, json=json, headers=headers))
+                assert self._stop_future is not None
+                await asyncio.wait({held, self._stop_future}, return_when=asyncio.FIRST_COMPLETED)
+                if not held.done():
+                    held.cancel()
+                    return None
+                response = held.result()
+            else:
+                async with self._gate:
+                    response = await self._client.request(method, url, json=json, headers=headers)
         except httpx.HTTPError as exc:
             detail = f"{type(exc).__name__}: {exc}"[:300]
             self._error(f"{kind}_{type(exc).__name__}", detail, agent)
@@ -231,6 +248,17 @@ class Fleet(FleetStatus):
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 loop.call_soon_threadsafe(finish)
 
+    def _held_client(self, agent: Agent) -> httpx.AsyncClient:
+        """One connection per watching agent (httpcore's pool work per request grows with its connections)."""
+        client = self._held_clients.get(agent.index)
+        if client is None:
+            client = self._held_clients[agent.index] = httpx.AsyncClient(
+                limits=httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=5.0),
+                timeout=httpx.Timeout(self.request_timeout + 60, connect=min(5.0, self.request_timeout)),
+                verify=self._ssl_context,
+            )
+        return client
+
     def _make_client(self) -> httpx.AsyncClient:
         limits = httpx.Limits(
             max_connections=self.max_connections,
@@ -259,6 +287,7 @@ class Fleet(FleetStatus):
             self._stop_future.set_result(None)
         client = self._given_client or self._make_client()
         self._client = client
+        self._ssl_context = httpx.create_ssl_context()  # one for every agent's own client: building one is costly
         self._gate = asyncio.Semaphore(self.max_connections)
         self.binaries = BinaryCache(client, self.stats, timeout=self.download_timeout, gate=self._gate)
         self.sequences = SequenceBook(
@@ -293,6 +322,8 @@ class Fleet(FleetStatus):
                 await asyncio.gather(*tasks, return_exceptions=True)
             if self._given_client is None:
                 await client.aclose()
+            await asyncio.gather(*(held.aclose() for held in self._held_clients.values()), return_exceptions=True)
+            self._held_clients.clear()
             self.finished.set()
         return met
 
