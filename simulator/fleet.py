@@ -183,7 +183,8 @@ class Fleet(FleetStatus):
                 # stopping the fleet ends it at once.
                 held = asyncio.ensure_future(self._held_client(agent).request(method, url, json=json, headers=headers))
                 assert self._stop_future is not None
-                await asyncio.wait({held, self._stop_future}, return_when=asyncio.FIRST_COMPLETED)
+                stopping: asyncio.Future[Any] = self._stop_future
+                await asyncio.wait([held, stopping], return_when=asyncio.FIRST_COMPLETED)
                 if not held.done():
                     held.cancel()
                     return None
