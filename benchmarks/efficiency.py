@@ -128,12 +128,15 @@ def run(
     progress: bool = False,
     start_spread: float | None = None,
     simulator_processes: int = 1,
+    watch: bool = False,
 ) -> dict:
     """One rollout over ``agents`` simulated agents, whole system; the rows to print (name -> value).
 
     With ``measure``: also the heartbeat rate, latency (p50/p99) and errors during the
     rollout, the agents' 5xx answers, and the peak RSS of the Celery worker and gunicorn.
-    The agents run in ``simulator_processes`` child processes (``simulator.ShardedFleet``).
+    The agents run in ``simulator_processes`` child processes (``simulator.ShardedFleet``); with ``watch`` they
+    hold their session requests (``--watch``). ``measure`` also prices polling: before the rollout, a closed loop of
+    plain heartbeats gives the web tier's CPU per heartbeat, hence what polling every 10 s would cost.
     """
     database_url, admin_url = database_urls(os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL, bench_db)
     recreate_database(admin_url, bench_db)
@@ -254,11 +257,13 @@ def run(
             seed=3,
             record_latencies=measure,
             start_spread=start_spread,
+            watch=watch,
         )
         online_timeout = 120 + 2 * max(heartbeat, start_spread or 0)
         with fleet.start(timeout=online_timeout + timeout + 120):
             if not fleet.wait_for(lambda f: f.online_count() == agents, timeout=online_timeout, poll=0.5):
                 raise SystemExit(f"only {fleet.online_count()} of {agents} agents came online: {fleet.status_line()}")
+            per_heartbeat = web_cpu_per_heartbeat(web.pid, port, tokens) if measure else 0.0
             if sampler:
                 sampler.start()
             beats_before, latencies_before, round_trips_before, errors_before = (
@@ -324,9 +329,19 @@ def run(
         server_errors = sum(n for kind, n in stats.errors_by_kind.items() if is_5xx(kind))
         kinds = ", ".join(f"{kind} {n}" for kind, n in stats.errors_by_kind.most_common(5)) or "-"
         assert sampler is not None
+        agent_minutes = agents * window / 60 / 1000
+        web_cpu = sampler.cpu["web"].seconds() / agent_minutes
+        polling = per_heartbeat * 6 * 1000  # every 10 s: 6 heartbeats per agent-minute
+        if not watch:
+            result["minimum + half a heartbeat per round"] = (
+                f"{reference:.1f} s (actual / that: {actual / reference:.2f})"
+            )
         result.update(
             {
-                "minimum + half a heartbeat per round": f"{reference:.1f} s (actual / that: {actual / reference:.2f})",
+                "web CPU s per 1,000 agent-minutes": (
+                    f"{web_cpu:.2f} (polling every 10 s: {polling:.2f}, {1000 * per_heartbeat:.2f} ms per plain"
+                    f" heartbeat measured before the rollout; ratio {web_cpu / polling:.2f})"
+                ),
                 "heartbeats/s during the rollout": f"{beats / window:.0f} (offered {agents / heartbeat:.0f})",
                 "heartbeat round trip p50 / p99": (
                     f"{1000 * percentile(round_trips, 0.5):.0f} ms / {1000 * percentile(round_trips, 0.99):.0f} ms"
@@ -345,6 +360,21 @@ def run(
         )
         result["_failed"] = bool(server_errors or stats.errors or states.keys() - {"succeeded"})
     return result
+
+
+def web_cpu_per_heartbeat(web_pid: int, port: int, tokens: list[tuple[str, str]], seconds: float = 10.0) -> float:
+    """Web-tier CPU seconds per plain heartbeat: a closed loop of 16 connections for ``seconds`` over the agents'
+    tokens (their sessions are open on 1.0.0, so every request is a plain heartbeat)."""
+    import asyncio
+
+    from benchmarks.heartbeat_floor import REAL_PATH, load, request_bytes
+
+    cpu = CpuSampler(lambda: ProcessSampler.tree(web_pid))
+    requests = [request_bytes(REAL_PATH, token, port) for _, token in tokens[:2000]]
+    cpu.sample()
+    answered, _, _ = asyncio.run(load(port, requests, 16, seconds, [0]))
+    cpu.sample()
+    return cpu.seconds() / max(1, answered)
 
 
 def main(argv: list[str] | None = None) -> int:
