@@ -122,7 +122,7 @@ def run(
     soak: float = 0,
     bench_db: str = BENCH_DB,
     web_workers: int = 3,
-    web_threads: int = 16,
+    web_threads: int = 8,
     worker_concurrency: int = 4,
     measure: bool = False,
     progress: bool = False,
