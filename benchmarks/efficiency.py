@@ -129,6 +129,7 @@ def run(
     start_spread: float | None = None,
     simulator_processes: int = 1,
     watch: bool = False,
+    idle_seconds: float = 0,
 ) -> dict:
     """One rollout over ``agents`` simulated agents, whole system; the rows to print (name -> value).
 
@@ -264,6 +265,10 @@ def run(
             if not fleet.wait_for(lambda f: f.online_count() == agents, timeout=online_timeout, poll=0.5):
                 raise SystemExit(f"only {fleet.online_count()} of {agents} agents came online: {fleet.status_line()}")
             per_heartbeat = web_cpu_per_heartbeat(web.pid, port, tokens) if measure else 0.0
+            idle_cpu = CpuSampler(lambda: ProcessSampler.tree(web.pid))
+            idle_cpu.sample()
+            time.sleep(idle_seconds)  # a measured window: every agent online, nothing changing
+            idle_cpu.sample()
             if sampler:
                 sampler.start()
             beats_before, latencies_before, round_trips_before, errors_before = (
@@ -338,7 +343,7 @@ def run(
             )
         result.update(
             {
-                "web CPU s per 1,000 agent-minutes": (
+                "web CPU s per 1,000 agent-minutes, rollout": (
                     f"{web_cpu:.2f} (polling every 10 s: {polling:.2f}, {1000 * per_heartbeat:.2f} ms per plain"
                     f" heartbeat measured before the rollout; ratio {web_cpu / polling:.2f})"
                 ),

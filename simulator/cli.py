@@ -86,7 +86,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=SPEC_MIN_PROTOCOL_VERSION,
         help="agents below this protocol version ignore spec.daemon and upgrade on daemon.upgrade commands",
     )
-    parser.add_argument("--heartbeat-seconds", type=_positive, help="override the server's heartbeatSeconds")
+    parser.add_argument(
+        "--heartbeat-seconds", "--heartbeat", type=_positive, help="override the server's heartbeatSeconds"
+    )
     parser.add_argument("--heartbeat-scale", type=_positive, default=1.0, help="multiply the server's interval")
     parser.add_argument("--jitter", type=float, default=0.1, help="+/- fraction of jitter on each interval")
     parser.add_argument("--restart-delay", type=_non_negative, default=1.0, help="seconds a restart takes")

@@ -10,12 +10,12 @@ threads for a moment each: ``agent_heartbeat`` (sessions.py) at arrival and at r
 (``manage.py runserver``, a WSGI gunicorn): it polls, and holds its thread and connection meanwhile.
 
 Liveness: a node is online while it heartbeated within 3 x heartbeatSeconds, and a node whose request is held
-must stay online however long ``wait`` is. The arrival counts as a heartbeat (the same coalesced write), every
-process touches the nodes it holds at least every half interval (``held_sessions_touch``: one UPDATE for all of
-them, written only where ``last_seen_at`` is a whole interval old, as a heartbeat would), and the release (an
-answer, or the agent hanging up) counts as one more heartbeat. So ``last_seen_at`` lags by less than 1.5
-intervals while a request is held and by less than one once it ends: online while held, offline within one
-interval of the end, as for a polling agent.
+must stay online however long ``wait`` is. The arrival counts as a heartbeat (the same coalesced write), and
+every process touches the nodes it holds every half interval (``held_sessions_touch``: one UPDATE for all of
+them, written only where ``last_seen_at`` is half an interval old). So ``last_seen_at`` lags by at most about
+one interval while a request is held, and when the hold ends (an answer, or the agent hanging up) nothing more
+needs writing: the node is online while held, and offline within one interval of a polling agent's time once
+it stops asking.
 """
 
 from __future__ import annotations
@@ -51,18 +51,22 @@ def held_touch_every() -> float:
     return max(1.0, heartbeat_seconds() / 2)
 
 
+def _touch_due(now: datetime) -> datetime:
+    """A held node's ``last_seen_at`` at or before this is written: half an interval old."""
+    return now - timedelta(seconds=heartbeat_seconds() / 2)
+
+
 def held_sessions_touch(*, node_ids: Iterable[UUID], now: datetime | None = None) -> int:
     """The agents of these nodes are connected (their requests are held): count it as a heartbeat of each.
 
-    One UPDATE for any number of nodes, coalesced as heartbeats are (a session is written only when its
-    ``last_seen_at`` is at least one interval old, or ahead of ``now``); the fleet is being heard. Returns the
-    sessions written.
+    One UPDATE for any number of nodes, coalesced (a session is written only when its ``last_seen_at`` is at
+    least half an interval old, or ahead of ``now``); the fleet is being heard. Returns the sessions written.
     """
     ids = list(node_ids)
     if not ids:
         return 0
     now = now or timezone.now()
-    due = now - timedelta(seconds=heartbeat_seconds())
+    due = _touch_due(now)
     touched = (
         NodeSession.objects.filter(node_id__in=ids, left_at__isnull=True)
         .filter(Q(last_seen_at__lte=due) | Q(last_seen_at__gt=now))

@@ -186,9 +186,16 @@ class AgentSessionFront:
     async def _hold(
         self, request: SessionRequest, hashed: str, report: SessionReport, node_id: Any, since: float, receive: Receive
     ) -> SessionReport | None:
-        """Hold until the revision is not ``seen`` or ``wait`` passes; every read is a heartbeat (touch + answer)."""
+        """Hold until the revision is not ``seen`` or ``wait`` passes; None when the agent hung up.
+
+        A wake reads again (a heartbeat: touch and answer). At ``wait``, when the subscription was live from
+        before the arrival's read and brought nothing for this node, nothing changed: the answer is the report
+        read at arrival, without a statement. Otherwise (the subscription was lost meanwhile, or no NOTIFY) the
+        answer is read again: a lost wake costs the wait, never a stale answer.
+        """
         loop = asyncio.get_running_loop()
         deadline = since + (request.wait or 0)
+        arrived = since
         hung_up = asyncio.ensure_future(_disconnected(receive))
         try:
             with self.hub.holding(node_id):
@@ -198,9 +205,10 @@ class AgentSessionFront:
                         wake = self.hub.next_wake(node_id)
                         done, _ = await asyncio.wait({wake, hung_up}, timeout=remaining, return_when="FIRST_COMPLETED")
                         self.hub.forget(node_id, wake)
-                        if hung_up in done:  # the agent was connected until now: one more heartbeat, no answer
-                            await self._run(held_sessions_touch, node_ids=[node_id])
+                        if hung_up in done:  # kept online until now by the keeper; nobody to answer
                             return None
+                    if not self.hub.notified_since(node_id, since) and self.hub.unbroken_since(arrived):
+                        return report  # at wait, nothing changed (or shutting down): the same answer
                     since = loop.time()
                     fresh = await self._heartbeat(request, hashed)
                     if fresh is None:  # the session ended meanwhile (left, or another version joined)

@@ -52,18 +52,21 @@ class WatchHub:
         self._notified_at: dict[UUID, float] = {}
         self._task: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
+        self._ever_subscribed = False
+        self._listening_since = math.inf  # the loop's time the live subscription began (inf: none)
         self.closing = False
 
     # -- running -------------------------------------------------------------------------
 
     async def start(self, *, timeout: float = 2.0) -> None:
-        """Start the subscription once; wait (at most ``timeout``) until it is live, so a request that reads its
-        revision after this cannot miss a later change. Idempotent."""
+        """Start the subscription once; until it has been live once, wait for it (at most ``timeout``), so that
+        the first requests, which read their revision after this, cannot miss a later change. Afterwards this
+        returns at once: while a lost subscription is restored, requests are held anyway (answered at wait)."""
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(
                 self._listen_forever() if self.conninfo is not None else self._poll_forever(), name="watch-hub"
             )
-        if self.conninfo is not None and not self._subscribed.is_set():
+        if self.conninfo is not None and not self._ever_subscribed:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._subscribed.wait(), timeout)
 
@@ -100,8 +103,10 @@ class WatchHub:
 
     def _set_listening(self, listening: bool) -> None:
         self.listening = listening
+        self._listening_since = asyncio.get_running_loop().time() if listening and self.conninfo else math.inf
         LISTENING.set(1 if listening else 0)
         if listening:
+            self._ever_subscribed = True
             self._subscribed.set()
         else:
             self._subscribed.clear()
@@ -151,6 +156,11 @@ class WatchHub:
     def notified_since(self, node_id: UUID, since: float) -> bool:
         """Whether a notification for ``node_id`` arrived at or after ``since`` (the loop's clock)."""
         return self.closing or self._notified_at.get(node_id, -math.inf) >= since
+
+    def unbroken_since(self, moment: float) -> bool:
+        """Whether every change committed since ``moment`` has been notified: the NOTIFY subscription has been
+        live all along (never in poll mode); or the process is stopping (answer now)."""
+        return self.closing or self._listening_since <= moment
 
     def next_wake(self, node_id: UUID) -> asyncio.Future[None]:
         """A future resolved by the next notification for ``node_id`` (or the next poll, or shutdown)."""

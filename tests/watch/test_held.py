@@ -160,6 +160,41 @@ def test_old_agents_without_wait_are_answered_at_once(server, agents):
     assert again.headers["x-frame-options"] == "DENY"
 
 
+def test_a_join_that_would_repeat_seen_is_held_too(server, agents):
+    (agent,) = agents(1)
+    seen = agent.session().json()["specRevision"]
+    assert httpx.delete(agent.url + SESSION, headers={"Authorization": f"Bearer {agent.token}"}).status_code == 204
+    started = time.monotonic()
+    response, arrived = agent.watch(seen, 2).result(timeout=20)  # a join (the agent left): answered, then held
+    assert response.status_code == 200
+    assert response.json()["specRevision"] == seen
+    assert arrived - started >= 2.0
+    assert NodeSession.objects.get(node=agent.node).left_at is None
+    agent.session()  # and a join whose answer differs from seen comes at once
+    httpx.delete(agent.url + SESSION, headers={"Authorization": f"Bearer {agent.token}"})
+    started = time.monotonic()
+    assert agent.session(wait=30, seen="another").status_code == 200
+    assert time.monotonic() - started < 2
+
+
+def test_what_the_front_does_not_take_is_django_s_answer(server, agents):
+    (agent,) = agents(1)
+    unknown = httpx.post(
+        server.url + SESSION,
+        json={"daemonVersion": "0.9.0", "protocolVersion": 3, "wait": 5, "seen": "x"},
+        headers={"Authorization": "Bearer at_unknown"},
+    )
+    assert unknown.status_code == 401
+    assert unknown.json()["code"] == "authentication_failed"
+    too_large = httpx.post(
+        server.url + SESSION,
+        content=b'{"daemonVersion": "' + b"x" * (1 << 20) + b'"}',
+        headers={"Authorization": f"Bearer {agent.token}", "Content-Type": "application/json"},
+    )
+    assert too_large.status_code == 413
+    assert too_large.json()["code"] == "too_large"
+
+
 def test_wait_outside_1_to_60_is_400_and_writes_nothing(server, agents):
     (agent,) = agents(1)
     NodeSession.objects.filter(node=agent.node).delete()  # a join would create it: nothing may
