@@ -152,22 +152,29 @@ class Agent:
         """One heartbeat and what it brings; returns the delay before the next one (None: stay down)."""
         fleet = self.fleet
         started = time.perf_counter()
-        body: dict[str, Any] = {"daemonVersion": self.version, "protocolVersion": self.config.protocol_version}
+        sent: dict[str, Any] = {"daemonVersion": self.version, "protocolVersion": self.config.protocol_version}
         # --- watch (docs/simulator.md "Watching"): the request is held until the spec changes or `wait` passes.
         wait = watch_wait(self._base_interval()) if fleet.watch and self._session_open else None
         if wait is not None:
-            body.update(wait=wait, **({"seen": self.revision} if self.revision else {}))
-        response = await fleet.request("POST", SESSION_PATH, self.config.token, json=body, kind="session", agent=self)
+            sent.update(wait=wait, **({"seen": self.revision} if self.revision else {}))
+        response = await fleet.request(
+            "POST",
+            SESSION_PATH,
+            self.config.token,
+            json=sent,
+            kind="session",
+            agent=self,
+        )
         if response is None:
             return self._interval()
         if fleet.record_latencies:
             fleet.stats.latencies.append(time.perf_counter() - started)
             fleet.stats.round_trips.append(response.elapsed.total_seconds())
         try:
-            answer = response.json()
-            spec = answer.get("spec") or {}
-            commands = answer.get("commands") or []
-            heartbeat_seconds = answer.get("heartbeatSeconds")
+            body = response.json()
+            spec = body.get("spec") or {}
+            commands = body.get("commands") or []
+            heartbeat_seconds = body.get("heartbeatSeconds")
             if not isinstance(spec, dict) or not isinstance(commands, list):
                 raise TypeError("spec must be an object and commands a list")
         except (ValueError, TypeError, AttributeError) as exc:
@@ -192,7 +199,7 @@ class Agent:
         if isinstance(heartbeat_seconds, int | float) and heartbeat_seconds > 0:
             self.heartbeat_seconds = float(heartbeat_seconds)
         self.spec = spec
-        seen, revision = body.get("seen"), answer.get("specRevision")
+        seen, revision = sent.get("seen"), body.get("specRevision")
         self.revision = revision if isinstance(revision, str) else None
         # Watching: ask again at once (after a join too), unless the server did not hold an unchanged answer.
         watching = fleet.watch and (
