@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import structlog
 from a2wsgi import WSGIMiddleware
 from django.conf import settings
+from django.db import close_old_connections
 
 from core.database import DATABASE_ERRORS, database_unavailable
 from core.middleware import MAX_BODY_BYTES
@@ -120,7 +121,7 @@ class AgentSessionFront:
     # -- the session request ------------------------------------------------------------------
 
     async def _run(self, function: Callable[..., T], /, **kwargs: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self.executor, partial(function, **kwargs))
+        return await asyncio.get_running_loop().run_in_executor(self.executor, partial(_on_thread, function, kwargs))
 
     async def _session(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {name: value.decode("latin-1") for name, value in scope["headers"]}
@@ -256,6 +257,17 @@ class AgentSessionFront:
         ]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": content})
+
+
+def _on_thread(function: Callable[..., T], kwargs: dict[str, Any]) -> T:
+    """``function(**kwargs)`` on a session thread, whose Django connection persists across calls. No request
+    signals run here: a connection that failed (the database restarted) is checked and closed as Django's
+    request cycle would, so the next call connects again instead of failing on it forever."""
+    try:
+        return function(**kwargs)
+    except DATABASE_ERRORS:
+        close_old_connections()
+        raise
 
 
 async def _read_body(receive: Receive) -> bytes:
