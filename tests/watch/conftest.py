@@ -25,6 +25,7 @@ SESSION = "/api/compute/agent/session"
 HEARTBEAT_SECONDS = 1  # the server's and the tests': a node is offline after 3 s unheard
 RECONNECT_SECONDS = 3  # how long a web process stays unsubscribed after losing its LISTEN connection
 THREADS = 4
+_held_requests = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="held-request")
 
 
 def database_url() -> str:
@@ -116,7 +117,7 @@ class Agent:
             response = self.session(wait=wait, seen=seen)
             return response, time.monotonic()
 
-        return concurrent.futures.ThreadPoolExecutor(max_workers=1).submit(held)
+        return _held_requests.submit(held)
 
 
 @pytest.fixture
