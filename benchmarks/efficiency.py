@@ -337,6 +337,11 @@ def run(
         agent_minutes = agents * window / 60 / 1000
         web_cpu = sampler.cpu["web"].seconds() / agent_minutes
         polling = per_heartbeat * 6 * 1000  # every 10 s: 6 heartbeats per agent-minute
+        if idle_seconds:
+            idle = idle_cpu.seconds() / (agents * idle_seconds / 60 / 1000)
+            result[f"web CPU s per 1,000 agent-minutes, idle ({idle_seconds:g} s)"] = (
+                f"{idle:.2f} ({idle / polling:.2f}x polling every 10 s)"
+            )
         if not watch:
             result["minimum + half a heartbeat per round"] = (
                 f"{reference:.1f} s (actual / that: {actual / reference:.2f})"
