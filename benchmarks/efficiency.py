@@ -264,7 +264,8 @@ def run(
         with fleet.start(timeout=online_timeout + timeout + 120):
             if not fleet.wait_for(lambda f: f.online_count() == agents, timeout=online_timeout, poll=0.5):
                 raise SystemExit(f"only {fleet.online_count()} of {agents} agents came online: {fleet.status_line()}")
-            per_heartbeat = web_cpu_per_heartbeat(web.pid, port, tokens) if measure else 0.0
+            # Priced while the agents watch (idle); polling agents would add their own heartbeats to it.
+            per_heartbeat = web_cpu_per_heartbeat(web.pid, port, tokens) if measure and watch else 0.0
             idle_cpu = CpuSampler(lambda: ProcessSampler.tree(web.pid))
             idle_cpu.sample()
             time.sleep(idle_seconds)  # a measured window: every agent online, nothing changing
@@ -337,21 +338,21 @@ def run(
         agent_minutes = agents * window / 60 / 1000
         web_cpu = sampler.cpu["web"].seconds() / agent_minutes
         polling = per_heartbeat * 6 * 1000  # every 10 s: 6 heartbeats per agent-minute
+        priced = f"polling every 10 s: {polling:.2f}, {1000 * per_heartbeat:.2f} ms a heartbeat at {agents // 10}/s"
+
+        def against_polling(value: float) -> str:
+            return f"{value:.2f} ({priced}; ratio {value / polling:.2f})" if watch else f"{value:.2f}"
+
         if idle_seconds:
             idle = idle_cpu.seconds() / (agents * idle_seconds / 60 / 1000)
-            result[f"web CPU s per 1,000 agent-minutes, idle ({idle_seconds:g} s)"] = (
-                f"{idle:.2f} ({idle / polling:.2f}x polling every 10 s)"
-            )
+            result[f"web CPU s per 1,000 agent-minutes, idle ({idle_seconds:g} s)"] = against_polling(idle)
         if not watch:
             result["minimum + half a heartbeat per round"] = (
                 f"{reference:.1f} s (actual / that: {actual / reference:.2f})"
             )
         result.update(
             {
-                "web CPU s per 1,000 agent-minutes, rollout": (
-                    f"{web_cpu:.2f} (polling every 10 s: {polling:.2f}, {1000 * per_heartbeat:.2f} ms per plain"
-                    f" heartbeat at {agents / 10:.0f}/s before the rollout; ratio {web_cpu / polling:.2f})"
-                ),
+                "web CPU s per 1,000 agent-minutes, rollout": against_polling(web_cpu),
                 "heartbeats/s during the rollout": f"{beats / window:.0f} (offered {agents / heartbeat:.0f})",
                 "heartbeat round trip p50 / p99": (
                     f"{1000 * percentile(round_trips, 0.5):.0f} ms / {1000 * percentile(round_trips, 0.99):.0f} ms"
