@@ -50,6 +50,11 @@ BENCHMARKS: dict[str, tuple[str, str, list[str]]] = {
         "the make web tier: 1,000 agents heartbeating while 50 download 32 MiB at 1 MiB/s; offload accel vs none",
         [],  # the module's QUICK_ARGV
     ),
+    "watch": (
+        "benchmarks.watch",
+        "10,000 held agent sessions on the ASGI tier: web RSS, wake latency, plain heartbeats beside them",
+        [],  # the module's QUICK_ARGV
+    ),
     "fleet10k": (
         "benchmarks.fleet10k",
         "a whole rollout over 10,000 simulated agents: efficiency, hb/s, p99, 5xx, worker RSS (~11 min)",

@@ -126,18 +126,22 @@ def run(
     soak: float = 0,
     bench_db: str = BENCH_DB,
     web_workers: int = 3,
-    web_threads: int = 16,
+    web_threads: int = 8,
     worker_concurrency: int = 4,
     measure: bool = False,
     progress: bool = False,
     start_spread: float | None = None,
     simulator_processes: int = 1,
+    watch: bool = False,
+    idle_seconds: float = 0,
 ) -> dict:
     """One rollout over ``agents`` simulated agents, whole system; the rows to print (name -> value).
 
     With ``measure``: also the heartbeat rate, latency (p50/p99) and errors during the
     rollout, the agents' 5xx answers, and the peak RSS of the Celery worker and gunicorn.
-    The agents run in ``simulator_processes`` child processes (``simulator.ShardedFleet``).
+    The agents run in ``simulator_processes`` child processes (``simulator.ShardedFleet``); with ``watch`` they
+    hold their session requests (``--watch``). ``measure`` also prices polling: before the rollout, a closed loop of
+    plain heartbeats gives the web tier's CPU per heartbeat, hence what polling every 10 s would cost.
     """
     database_url, admin_url = database_urls(os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL, bench_db)
     recreate_database(admin_url, bench_db)
@@ -258,11 +262,18 @@ def run(
             record_latencies=measure,
             start_spread=start_spread,
             shared_downloads=False,  # each agent downloads its own (small) binary, as nodes do
+            watch=watch,
         )
         online_timeout = 120 + 2 * max(heartbeat, start_spread or 0)
         with fleet.start(timeout=online_timeout + timeout + 120):
             if not fleet.wait_for(lambda f: f.online_count() == agents, timeout=online_timeout, poll=0.5):
                 raise SystemExit(f"only {fleet.online_count()} of {agents} agents came online: {fleet.status_line()}")
+            # Priced while the agents watch (idle); polling agents would add their own heartbeats to it.
+            per_heartbeat = web_cpu_per_heartbeat(web.pid, port, tokens) if measure and watch else 0.0
+            idle_cpu = CpuSampler(lambda: ProcessSampler.tree(web.pid))
+            idle_cpu.sample()
+            time.sleep(idle_seconds)  # a measured window: every agent online, nothing changing
+            idle_cpu.sample()
             if sampler:
                 sampler.start()
             beats_before, latencies_before, round_trips_before, errors_before = (
@@ -328,9 +339,24 @@ def run(
         server_errors = sum(n for kind, n in stats.errors_by_kind.items() if is_5xx(kind))
         kinds = ", ".join(f"{kind} {n}" for kind, n in stats.errors_by_kind.most_common(5)) or "-"
         assert sampler is not None
+        agent_minutes = agents * window / 60 / 1000
+        web_cpu = sampler.cpu["web"].seconds() / agent_minutes
+        polling = per_heartbeat * 6 * 1000  # every 10 s: 6 heartbeats per agent-minute
+        priced = f"polling every 10 s: {polling:.2f}, {1000 * per_heartbeat:.2f} ms a heartbeat at {agents // 10}/s"
+
+        def against_polling(value: float) -> str:
+            return f"{value:.2f} ({priced}; ratio {value / polling:.2f})" if watch else f"{value:.2f}"
+
+        if idle_seconds:
+            idle = idle_cpu.seconds() / (agents * idle_seconds / 60 / 1000)
+            result[f"web CPU s per 1,000 agent-minutes, idle ({idle_seconds:g} s)"] = against_polling(idle)
+        if not watch:
+            result["minimum + half a heartbeat per round"] = (
+                f"{reference:.1f} s (actual / that: {actual / reference:.2f})"
+            )
         result.update(
             {
-                "minimum + half a heartbeat per round": f"{reference:.1f} s (actual / that: {actual / reference:.2f})",
+                "web CPU s per 1,000 agent-minutes, rollout": against_polling(web_cpu),
                 "heartbeats/s during the rollout": f"{beats / window:.0f} (offered {agents / heartbeat:.0f})",
                 "heartbeat round trip p50 / p99": (
                     f"{1000 * percentile(round_trips, 0.5):.0f} ms / {1000 * percentile(round_trips, 0.99):.0f} ms"
@@ -349,6 +375,43 @@ def run(
         )
         result["_failed"] = bool(server_errors or stats.errors or states.keys() - {"succeeded"})
     return result
+
+
+def web_cpu_per_heartbeat(web_pid: int, port: int, tokens: list[tuple[str, str]], seconds: float = 10.0) -> float:
+    """Web-tier CPU seconds per plain heartbeat when the agents poll every 10 s: ``len(tokens) / 10`` requests a
+    second, paced over 16 connections for ``seconds`` (their sessions are open on 1.0.0: every request is a
+    plain heartbeat). A server that cannot keep up serves as many as it can (then it is a closed loop)."""
+    import asyncio
+
+    from benchmarks.heartbeat_floor import REAL_PATH, request_bytes
+
+    connections, rate = 16, len(tokens) / 10
+    requests = [request_bytes(REAL_PATH, token, port) for _, token in tokens]
+    answered = [0]
+
+    async def paced(first: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        loop, index = asyncio.get_running_loop(), first
+        due = start = loop.time()
+        while loop.time() - start < seconds:
+            writer.write(requests[index % len(requests)])
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(int(line[15:]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-l"))
+            await reader.readexactly(length)
+            answered[0] += 1
+            index += connections
+            due += connections / rate
+            await asyncio.sleep(max(0.0, due - loop.time()))
+        writer.close()
+
+    async def load() -> None:
+        await asyncio.gather(*(paced(first) for first in range(connections)))
+
+    cpu = CpuSampler(lambda: ProcessSampler.tree(web_pid))
+    cpu.sample()
+    asyncio.run(load())
+    cpu.sample()
+    return cpu.seconds() / max(1, answered[0])
 
 
 def main(argv: list[str] | None = None) -> int:

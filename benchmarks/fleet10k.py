@@ -46,13 +46,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--simulator-processes", type=int, default=2, help="processes the agents are split over (one event loop each)"
     )
+    parser.add_argument(
+        "--idle", type=float, default=60.0, help="seconds of an idle fleet measured before the rollout (web CPU)"
+    )
+    parser.add_argument(
+        "--watch", action="store_true", help="agents hold their session requests (wait = --heartbeat, at most 60 s)"
+    )
     parser.add_argument("--quick", action="store_true", help="2,000 agents, 6 s heartbeats (same offered rate)")
     args = parser.parse_args(argv)
     if args.quick:
         args.agents, args.heartbeat = 2_000, 6.0
     print(
         f"{args.agents:,} agents, heartbeat {args.heartbeat:g} s, restart {args.restart_delay:g} s, "
-        f"soak {args.soak:g} s, {args.simulator_processes} simulator process(es): starting (several minutes)",
+        f"soak {args.soak:g} s, {args.simulator_processes} simulator process(es)"
+        + (", watching" if args.watch else "")
+        + ": starting (several minutes)",
         flush=True,
     )
     result = run(
@@ -70,8 +78,15 @@ def main(argv: list[str] | None = None) -> int:
         progress=True,
         # Joins take the full path (DRF, session row, settle check): at most about 100 a second.
         start_spread=max(args.heartbeat, args.agents / 100),
+        watch=args.watch,
+        idle_seconds=args.idle,
     )
-    print_result(f"rollout over {args.agents:,} simulated agents (whole system, PostgreSQL + Redis)", result)
+    mode = "watching" if args.watch else "polling"
+    print_result(f"rollout over {args.agents:,} simulated agents, {mode} (whole system, PostgreSQL + Redis)", result)
+    if args.watch:
+        print(
+            "targets (watching): actual / minimum <= 1.3; idle web CPU per 1,000 agent-minutes <= 0.3x polling at 10 s"
+        )
     if result["_failed"]:
         print("FAILED: 5xx answers, agent errors or nodes that did not succeed (all must be 0)")
         return 1

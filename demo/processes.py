@@ -81,20 +81,20 @@ def celery_beat(env: Mapping[str, str], *, max_interval: int = 1, log_path: Path
 def web_server(
     env: Mapping[str, str], *, port: int, workers: int = 2, threads: int = 8, log_path: Path | None = None
 ) -> subprocess.Popen:
-    """gunicorn serving project.wsgi on loopback, as the compose file's ``web`` service does."""
+    """The web tier on loopback as the compose file's ``web`` service runs it: gunicorn with uvicorn workers
+    serving ``project.asgi`` (agent sessions in async code, Django's views on ``threads`` threads per worker)."""
     return _spawn(
         [
             sys.executable,
             "-m",
             "gunicorn",
-            "project.wsgi:application",
+            "project.asgi:application",
             f"--bind=127.0.0.1:{port}",
             f"--workers={workers}",
-            "--worker-class=gthread",
-            f"--threads={threads}",
+            "--worker-class=uvicorn_worker.UvicornWorker",
             "--log-level=warning",
         ],
-        env,
+        {"WEB_THREADS": str(threads), **env},
         log_path,
     )
 

@@ -8,7 +8,7 @@ class FleetConfig(AppConfig):
 
     def ready(self) -> None:
         from core.metrics import register_collector
-        from fleet import checks  # noqa: F401 - registers the request limits' system checks
+        from fleet import checks  # noqa: F401  (checks register themselves)
         from fleet.metrics import PoolCollector, PulseCollector
 
         register_collector(PoolCollector())

@@ -1,10 +1,12 @@
-"""System checks of the request limits (docs/operations.md#request-limits).
+"""System checks of the fleet's settings: a bad value stops ``migrate`` and the servers with a clear message.
 
-| id | what |
+| id | problem |
 | --- | --- |
-| fleet.E001 | API_KEY_RATE is not a rate such as ``1200/min`` |
+| fleet.E001 | API_KEY_RATE is not a rate such as ``1200/min`` (docs/operations.md#request-limits) |
 | fleet.E002 | AGENT_TOKEN_RATE is not a rate such as ``5/heartbeat`` or ``30/min`` |
 | fleet.E003 | CACHE_URL is not a ``redis://``, ``rediss://`` or ``unix://`` URL |
+| fleet.E004 | FLEET_WATCH_RECONNECT_SECONDS is not an integer >= 1 (docs/fleet.md#watch) |
+| fleet.E005 | WEB_THREADS is not an integer >= 1 |
 | fleet.W001 | no CACHE_URL on PostgreSQL: each web process counts requests alone |
 """
 
@@ -55,3 +57,25 @@ def check_request_limits(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
             )
         )
     return messages
+
+
+_POSITIVE = (
+    ("FLEET_WATCH_RECONNECT_SECONDS", 1, "fleet.E004", "seconds before a web process LISTENs again"),
+    ("WEB_THREADS", 8, "fleet.E005", "threads per web process"),
+)
+
+
+@register(TAG)
+def check_positive_integers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    for name, default, code, meaning in _POSITIVE:
+        value = getattr(settings, name, default)
+        if type(value) is not int or value < 1:
+            errors.append(
+                Error(
+                    f"{name} must be an integer >= 1, not {value!r}.",
+                    hint=f"Set {name} to the {meaning}, an integer >= 1 (default {default}).",
+                    id=code,
+                )
+            )
+    return errors

@@ -258,6 +258,13 @@ CELERY_TASK_ROUTES = {
 # --- The fleet (host) ---------------------------------------------------------
 FLEET_MIN_PROTOCOL_VERSION = env_int_or_raw("FLEET_MIN_PROTOCOL_VERSION", 2)
 FLEET_HEARTBEAT_SECONDS = env_int_or_raw("FLEET_HEARTBEAT_SECONDS", 10)
+# Held agent sessions (docs/fleet.md#watch): a web process that lost its LISTEN connection tries again after
+# this many seconds (its held requests answer at their wait meanwhile).
+FLEET_WATCH_RECONNECT_SECONDS = env_int_or_raw("FLEET_WATCH_RECONNECT_SECONDS", 1)
+
+# --- The web tier (project/asgi.py) -------------------------------------------------
+# Threads per web process for Django's synchronous views, and as many for the agent sessions' statements.
+WEB_THREADS = env_int_or_raw("WEB_THREADS", 8)
 
 # --- Request limits per credential (docs/operations.md#request-limits; fleet.E001-E003) -----------
 API_KEY_RATE = env_str("API_KEY_RATE", "1200/min")

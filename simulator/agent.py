@@ -48,6 +48,7 @@ class Agent:
         self.confirmed_sequence = config.confirmed_sequence
         self.heartbeat_seconds: float | None = None  # the server's last answer
         self.spec: dict | None = None  # the server's last spec
+        self.revision: str | None = None  # the server's last specRevision (what a watching agent has seen)
         self.heartbeats = 0
         self.joins = 0
         self.errors = 0
@@ -132,13 +133,15 @@ class Agent:
         self.aways += 1
         return back
 
-    def _interval(self) -> float:
+    def _base_interval(self) -> float:
         fleet = self.fleet
         if fleet.heartbeat_override is not None:
-            base = fleet.heartbeat_override
-        else:
-            base = (self.heartbeat_seconds or DEFAULT_HEARTBEAT_SECONDS) * fleet.heartbeat_scale
-        return max(0.001, base * self._rng.uniform(1 - fleet.jitter, 1 + fleet.jitter))
+            return fleet.heartbeat_override
+        return (self.heartbeat_seconds or DEFAULT_HEARTBEAT_SECONDS) * fleet.heartbeat_scale
+
+    def _interval(self) -> float:
+        fleet = self.fleet
+        return max(0.001, self._base_interval() * self._rng.uniform(1 - fleet.jitter, 1 + fleet.jitter))
 
     def _failed(self, kind: str, detail: str) -> None:
         self.errors += 1
@@ -150,15 +153,19 @@ class Agent:
         """One heartbeat and what it brings; returns the delay before the next one (None: stay down)."""
         fleet = self.fleet
         started = time.perf_counter()
-        body: dict[str, Any] = {"daemonVersion": self.version, "protocolVersion": self.config.protocol_version}
+        sent: dict[str, Any] = {"daemonVersion": self.version, "protocolVersion": self.config.protocol_version}
+        # --- watch (docs/simulator.md "Watching"): the request is held until the spec changes or `wait` passes.
+        wait = watch_wait(self._base_interval()) if fleet.watch and self._session_open else None
+        if wait is not None:
+            sent.update(wait=wait, **({"seen": self.revision} if self.revision else {}))
         refused = self._refused
         if refused is not None:
-            body["refused"] = refused
+            sent["refused"] = refused
         response = await fleet.request(
             "POST",
             SESSION_PATH,
             self.config.token,
-            json=body,
+            json=sent,
             kind="session",
             agent=self,
             final_4xx=refused is not None,
@@ -203,6 +210,12 @@ class Agent:
         if isinstance(root_version, int) and not isinstance(root_version, bool):
             self.trust.announced = root_version
         self.spec = spec
+        seen, revision = sent.get("seen"), answer.get("specRevision")
+        self.revision = revision if isinstance(revision, str) else None
+        # Watching: ask again at once (after a join too), unless the server did not hold an unchanged answer.
+        watching = fleet.watch and (
+            wait is None or revision != seen or time.perf_counter() - started >= min(1.0, wait / 2)
+        )
 
         target: tuple[dict, str] | None = None
         for command in commands:
@@ -214,7 +227,7 @@ class Agent:
             target = (daemon, "spec")
         if target is not None:
             return await self._restart_into(*target)
-        return self._interval()
+        return 0.0 if watching and self.revision is not None else self._interval()
 
     def _confirm(self) -> None:
         """The rejoin was answered: the release it installed (verified before the restart) is confirmed."""
@@ -331,6 +344,7 @@ class Agent:
     async def _leave(self) -> None:
         response = await self.fleet.request("DELETE", SESSION_PATH, self.config.token, kind="leave", agent=self)
         self._session_open = False
+        self.revision = None  # a restarted agent has seen nothing yet
         if response is not None:
             self.fleet.stats.leaves += 1
 
@@ -363,6 +377,11 @@ class Agent:
         self.version = new
         self._pending_confirm = new
         return 0.0
+
+
+def watch_wait(interval: float) -> int:
+    """A watching agent's ``wait``: its heartbeat interval, in whole seconds from 1 to 60 (the server's bounds)."""
+    return max(1, min(60, round(interval)))
 
 
 def _valid_section(section: Any) -> bool:

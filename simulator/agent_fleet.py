@@ -63,6 +63,11 @@ class AgentFleet(Protocol):
     @property
     def record_latencies(self) -> bool: ...
 
+    @property
+    def watch(self) -> bool:
+        """Session requests are held (``wait``, ``seen``): docs/simulator.md, "Watching"."""
+        ...
+
     def start_spread(self) -> float:
         """Over how many seconds the agents' first beats are spread."""
         ...

@@ -94,7 +94,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=SPEC_MIN_PROTOCOL_VERSION,
         help="agents below this protocol version ignore spec.daemon and upgrade on daemon.upgrade commands",
     )
-    parser.add_argument("--heartbeat-seconds", type=_positive, help="override the server's heartbeatSeconds")
+    parser.add_argument(
+        "--heartbeat-seconds", "--heartbeat", type=_positive, help="override the server's heartbeatSeconds"
+    )
     parser.add_argument("--heartbeat-scale", type=_positive, default=1.0, help="multiply the server's interval")
     parser.add_argument("--jitter", type=float, default=0.1, help="+/- fraction of jitter on each interval")
     parser.add_argument("--restart-delay", type=_non_negative, default=1.0, help="seconds a restart takes")
@@ -139,6 +141,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--shared-downloads",
         action="store_true",
         help="one download per binary for the whole fleet instead of one per agent (control-plane benchmarks)",
+    )
+    parser.add_argument(
+        "--watch",
+        action="store_true",
+        help="hold session requests (wait = the heartbeat interval, at most 60 s): a new spec arrives at once",
     )
     parser.add_argument(
         "--processes",
@@ -224,6 +231,7 @@ async def run_cli(options: argparse.Namespace, out: IO[str] | io.TextIOBase | No
         "leave_on_stop": options.leave_on_exit,
         "download_rate": options.download_rate,
         "shared_downloads": options.shared_downloads,
+        "watch": options.watch,
     }
     failing = sum(1 for config in configs if config.fail_mode)
     offline = sum(1 for config in configs if config.offline)

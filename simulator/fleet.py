@@ -7,6 +7,7 @@ import contextlib
 import email.utils
 import logging
 import math
+import ssl
 import threading
 import time
 from collections import Counter
@@ -63,7 +64,9 @@ class Fleet(FleetStatus):
       downloads its own bytes on its own connection, unless ``shared_downloads`` (one fetch per
       binary for the whole fleet: control-plane benchmarks); ``download_timeout``: seconds a
       download may wait for its next bytes (see simulator/downloads.py);
-    - ``client``: an ``httpx.AsyncClient`` to use instead of creating one.
+    - ``client``: an ``httpx.AsyncClient`` to use instead of creating one;
+    - ``watch``: session requests carry ``wait`` (the interval, 1-60 s) and ``seen``: the server holds them until
+      the spec changes; each agent then has a connection of its own for them (docs/simulator.md, "Watching").
     """
 
     def __init__(
@@ -89,6 +92,7 @@ class Fleet(FleetStatus):
         leave_on_stop: bool = False,
         record_latencies: bool = False,
         client: httpx.AsyncClient | None = None,
+        watch: bool = False,
     ):
         if not 0 <= jitter < 1:
             raise ValueError("jitter is a fraction in [0, 1)")
@@ -115,6 +119,8 @@ class Fleet(FleetStatus):
         self.spec_min_protocol_version = spec_min_protocol_version
         self.leave_on_stop = leave_on_stop
         self.record_latencies = record_latencies
+        self.watch = watch
+        self._held_clients: dict[int, httpx.AsyncClient] = {}
         self.max_connections = max_connections or default_max_connections(
             sum(1 for config in agents if not config.offline)
         )
@@ -124,6 +130,7 @@ class Fleet(FleetStatus):
         self._given_client = client
         self._client: httpx.AsyncClient | None = None
         self.binaries: Downloads
+        self._ssl_context: ssl.SSLContext
         self._gate: asyncio.Semaphore
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_future: asyncio.Future[None] | None = None
@@ -177,17 +184,16 @@ class Fleet(FleetStatus):
         (counted in ``stats.throttled``), or answers None if the fleet stops meanwhile.
         """
         assert self._client is not None, "the fleet is not running"
+        url = path if "://" in path else self.base_url + path  # a list's `next` link is used as is
+        headers = {"Authorization": f"Bearer {token}"}
         while True:
             try:
-                async with self._gate:
-                    # An absolute URL (a list's `next` link) is used as is.
-                    url = path if "://" in path else self.base_url + path
-                    response = await self._client.request(
-                        method, url, json=json, headers={"Authorization": f"Bearer {token}"}
-                    )
+                response = await self._send(method, url, json=json, headers=headers, agent=agent)
             except httpx.HTTPError as exc:
                 detail = f"{type(exc).__name__}: {exc}"[:300]
                 self._error(f"{kind}_{type(exc).__name__}", detail, agent)
+                return None
+            if response is None:  # the fleet stopped during a held request
                 return None
             if response.status_code != 429:
                 break
@@ -203,6 +209,25 @@ class Fleet(FleetStatus):
         if final_4xx and 400 <= response.status_code < 500:
             return response
         return None
+
+    async def _send(
+        self, method: str, url: str, *, json: Any, headers: dict[str, str], agent: Agent | None
+    ) -> httpx.Response | None:
+        """One HTTP exchange; None when the fleet stopped while a held request waited."""
+        if isinstance(json, dict) and "wait" in json and agent is not None:
+            # A held request occupies its connection for up to `wait`: the agent's own, outside the gate;
+            # stopping the fleet ends it at once.
+            held = asyncio.ensure_future(self._held_client(agent).request(method, url, json=json, headers=headers))
+            assert self._stop_future is not None
+            stopping: asyncio.Future[Any] = self._stop_future
+            await asyncio.wait([held, stopping], return_when=asyncio.FIRST_COMPLETED)
+            if not held.done():
+                held.cancel()
+                return None
+            return held.result()
+        assert self._client is not None, "the fleet is not running"
+        async with self._gate:
+            return await self._client.request(method, url, json=json, headers=headers)
 
     def _error(self, kind: str, detail: str, agent: Agent | None) -> None:
         logger.debug("simulator: %s %s", kind, detail)
@@ -249,6 +274,17 @@ class Fleet(FleetStatus):
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 loop.call_soon_threadsafe(finish)
 
+    def _held_client(self, agent: Agent) -> httpx.AsyncClient:
+        """One connection per watching agent (httpcore's pool work per request grows with its connections)."""
+        client = self._held_clients.get(agent.index)
+        if client is None:
+            client = self._held_clients[agent.index] = httpx.AsyncClient(
+                limits=httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=5.0),
+                timeout=httpx.Timeout(self.request_timeout + 60, connect=min(5.0, self.request_timeout)),
+                verify=self._ssl_context,
+            )
+        return client
+
     def _make_client(self) -> httpx.AsyncClient:
         limits = httpx.Limits(
             max_connections=self.max_connections,
@@ -277,6 +313,7 @@ class Fleet(FleetStatus):
             self._stop_future.set_result(None)
         client = self._given_client or self._make_client()
         self._client = client
+        self._ssl_context = httpx.create_ssl_context()  # one for every agent's own client: building one is costly
         self._gate = asyncio.Semaphore(self.max_connections)
         # Downloads never queue behind heartbeats (nor hold their connections): a client of their own.
         downloads = self._given_client or downloads_client(self.download_rate)
@@ -310,6 +347,8 @@ class Fleet(FleetStatus):
             if self._given_client is None:
                 await client.aclose()
                 await downloads.aclose()
+            await asyncio.gather(*(held.aclose() for held in self._held_clients.values()), return_exceptions=True)
+            self._held_clients.clear()
             self.finished.set()
         return met
 

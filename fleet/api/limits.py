@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -29,6 +30,9 @@ API_PREFIX = "/api/compute/"
 AGENT_PREFIX = "/api/compute/agent/"
 DOWNLOADS_PREFIX = "/api/compute/downloads/"  # binaries: never counted (rollout's downloads endpoint)
 API_KEY, AGENT_TOKEN = "api_key", "agent_token"
+# Set in the ASGI scope by the async agent-session front (fleet/watch/front.py) on a request it counted before
+# handing it to Django: Django's middleware does not count it twice. A client cannot set it (not a header).
+COUNTED_SCOPE_KEY = "rollout.request_counted"
 
 THROTTLED = Counter(
     "api_requests_throttled",
@@ -61,18 +65,41 @@ def limiter() -> SlidingWindowLimiter:
     return _limiter(settings.CACHE_URL or "")
 
 
-def throttled_response(wait: int, rate: Rate, credential: str) -> JsonResponse:
-    what = "agent token" if credential == AGENT_TOKEN else "API key"
-    response = JsonResponse(
-        {
+@dataclass(frozen=True)
+class Throttled:
+    """A request over its credential's limit: what it is told (429 ``throttled``)."""
+
+    wait: int  # whole seconds: Retry-After
+    rate: Rate
+    credential: str
+
+    def body(self) -> dict[str, object]:
+        what = "agent token" if self.credential == AGENT_TOKEN else "API key"
+        return {
             "code": "throttled",
-            "detail": f"Too many requests with this {what}: at most {rate}. Retry in {wait} s.",
-            "retryAfter": wait,
-        },
-        status=429,
-    )
-    response["Retry-After"] = str(wait)
-    return response
+            "detail": f"Too many requests with this {what}: at most {self.rate}. Retry in {self.wait} s.",
+            "retryAfter": self.wait,
+        }
+
+
+def request_throttled(*, path: str, authorization: str | None) -> Throttled | None:
+    """Count a request to ``path`` against its Bearer credential; how it is refused when over the limit, else None.
+
+    The one place requests are counted: the middleware (every Django view) and the async agent-session front
+    (fleet/watch/front.py) both ask it, once per request, when it arrives.
+    """
+    if not path.startswith(API_PREFIX) or path.startswith(DOWNLOADS_PREFIX):
+        return None
+    token = bearer_token(authorization)
+    if token is None:
+        return None
+    credential = AGENT_TOKEN if path.startswith(AGENT_PREFIX) else API_KEY
+    rate = agent_token_rate() if credential == AGENT_TOKEN else api_key_rate()
+    wait = limiter().hit(credential, token_hash(token), rate)
+    if wait is None:
+        return None
+    THROTTLED.labels(credential=credential).inc()
+    return Throttled(wait=wait, rate=rate, credential=credential)
 
 
 class RequestLimitMiddleware:
@@ -82,14 +109,11 @@ class RequestLimitMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        path = request.path_info
-        if path.startswith(API_PREFIX) and not path.startswith(DOWNLOADS_PREFIX):
-            token = bearer_token(request.META.get("HTTP_AUTHORIZATION"))
-            if token is not None:
-                credential = AGENT_TOKEN if path.startswith(AGENT_PREFIX) else API_KEY
-                rate = agent_token_rate() if credential == AGENT_TOKEN else api_key_rate()
-                wait = limiter().hit(credential, token_hash(token), rate)
-                if wait is not None:
-                    THROTTLED.labels(credential=credential).inc()
-                    return throttled_response(wait, rate, credential)
+        if request.META.get("asgi.scope", {}).get(COUNTED_SCOPE_KEY):
+            return self.get_response(request)
+        throttled = request_throttled(path=request.path_info, authorization=request.META.get("HTTP_AUTHORIZATION"))
+        if throttled is not None:
+            response = JsonResponse(throttled.body(), status=429)
+            response["Retry-After"] = str(throttled.wait)
+            return response
         return self.get_response(request)

@@ -17,6 +17,7 @@ from core.fields import (
     StrictSerializer,
     StrictUUIDField,
 )
+from fleet.api.agent_session import VERSION_REGEX
 from fleet.api.schema import AgentCommandSerializer, NodeSpecSerializer
 from fleet.models import Workflow
 from fleet.models.fleet import DEFAULT_DISRUPTION_BUDGET
@@ -24,8 +25,7 @@ from fleet.plugins import refusal_codes
 from fleet.services.audit import entry_representation
 from fleet.services.nodes import node_is_online, node_session
 from fleet.services.pools import pool_policy
-
-VERSION_REGEX = r"\A[A-Za-z0-9._+-]{1,64}\Z"
+from fleet.services.watch import SEEN_MAX_LENGTH, WAIT_MAX_SECONDS, WAIT_MIN_SECONDS
 
 
 @extend_schema_field(NodeSpecSerializer)
@@ -181,12 +181,29 @@ class AgentSessionInSerializer(StrictSerializer):
     daemonVersion = StrictRegexField(VERSION_REGEX, max_length=64, trim_whitespace=False)
     protocolVersion = StrictIntegerField(min_value=1, max_value=PG_INT_MAX)
     refused = AgentRefusalSerializer(required=False)
+    # docs/fleet.md#watch: with ``wait``, an answer that would repeat ``seen`` is held.
+    wait = StrictIntegerField(
+        required=False,
+        min_value=WAIT_MIN_SECONDS,
+        max_value=WAIT_MAX_SECONDS,
+        help_text="Hold the answer up to this many seconds while the revision is still `seen`.",
+    )
+    seen = StrictCharField(
+        required=False,
+        allow_blank=True,
+        max_length=SEEN_MAX_LENGTH,
+        trim_whitespace=False,
+        help_text="The specRevision the agent has.",
+    )
 
 
 class AgentSessionSerializer(serializers.Serializer):
     spec = NodeSpecField()
     commands = AgentCommandsField(child=serializers.DictField())
     heartbeatSeconds = serializers.IntegerField(source="heartbeat_seconds")
+    specRevision = serializers.CharField(
+        source="spec_revision", help_text="Changes when, and only when, the spec or the pending commands change."
+    )
 
 
 class CommandAckInSerializer(StrictSerializer):

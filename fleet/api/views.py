@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
-import re
 from typing import cast
 from uuid import UUID
 
@@ -18,22 +16,21 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import InvalidInput, NotFound
-from core.fields import PG_INT_MAX
 from core.pagination import PaginatedViewMixin
-from core.parsers import loads_strict
 from fleet.api import serializers as s
 from fleet.api.agent_auth import AgentTokenAuthentication, IsAgent
+from fleet.api.agent_session import session_answer, session_answer_bytes, session_request
 from fleet.api.schema import error_responses
 from fleet.models import AuditEntry, Node, Pool, Tenant, Workflow
-from fleet.plugins import session_fields
 from fleet.services.audit import Actor
 from fleet.services.commands import command_ack
 from fleet.services.iam import Principal
 from fleet.services.nodes import node_create
 from fleet.services.pools import pool_create, pool_update
-from fleet.services.sessions import agent_heartbeat, agent_session_leave, agent_session_report
+from fleet.services.sessions import SessionReport, agent_heartbeat, agent_session_leave, agent_session_report
+from fleet.services.watch import session_hold
 from fleet.services.workflows import workflow_finish, workflow_start
-from fleet.tokens import bearer_token, token_hash
+from fleet.tokens import token_hash
 
 # Any path segment reaches the view, so a malformed id is a JSON 404 rather than an unmatched URL.
 ANY_SEGMENT = r"[^/]+"
@@ -286,42 +283,39 @@ def _agent_node(request: Request) -> Node:
     return cast(Node, request.auth)
 
 
-_VERSION = re.compile(s.VERSION_REGEX)
-_SESSION_KEYS = frozenset({"daemonVersion", "protocolVersion"})
-
-
 def _plain_heartbeat(request: HttpRequest) -> HttpResponse | None:
     """The answer to a plain heartbeat, without DRF; None for anything else (DRF answers it, errors included).
 
     Only what AgentSessionView would answer 200 to is taken here: a Bearer token, a JSON body that the
-    strict parser and AgentSessionInSerializer accept (the same checks, never looser), and an open session
-    on the reported version (``agent_heartbeat``). The body limit is BodySizeLimitMiddleware's, as for DRF.
+    strict parser and AgentSessionInSerializer accept (``session_request``: the same checks, never looser),
+    and an open session on the reported version (``agent_heartbeat``). The body limit is
+    BodySizeLimitMiddleware's, as for DRF. A held request (``wait``) is held here by polling: this is the
+    synchronous server's way; the production tier holds it in async code (fleet/watch/front.py).
     """
-    token = bearer_token(request.META.get("HTTP_AUTHORIZATION"))
-    accept = request.META.get("HTTP_ACCEPT", "*/*")
-    if token is None or request.content_type != "application/json" or not ("*/*" in accept or "json" in accept):
+    parsed = session_request(
+        authorization=request.META.get("HTTP_AUTHORIZATION"),
+        content_type=request.content_type or "",
+        accept=request.META.get("HTTP_ACCEPT", "*/*"),
+        body=request.body,
+    )
+    if parsed is None:
         return None
-    try:
-        data = loads_strict(request.body)
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or data.keys() != _SESSION_KEYS:
-        return None
-    version, protocol = data["daemonVersion"], data["protocolVersion"]
-    if not isinstance(version, str) or not _VERSION.match(version):
-        return None
-    if isinstance(protocol, bool) or not isinstance(protocol, int) or not 1 <= protocol <= PG_INT_MAX:
-        return None
-    report = agent_heartbeat(token_hash=token_hash(token), daemon_version=version, protocol_version=protocol)
+    report = agent_heartbeat(
+        token_hash=token_hash(parsed.token),
+        daemon_version=parsed.daemon_version,
+        protocol_version=parsed.protocol_version,
+    )
     if report is None:
         return None
-    # The spec and commands go out as the database rendered them (valid JSON by construction); the rest as
-    # DRF's JSONRenderer writes it (compact, UTF-8).
-    rest = json.dumps(
-        {"heartbeatSeconds": report.heartbeat_seconds, **session_fields()}, separators=(",", ":"), ensure_ascii=False
-    )
-    body = f'{{"spec":{report.spec_json},"commands":{report.commands_json},{rest[1:]}'
-    return HttpResponse(body.encode(), content_type="application/json")
+    report = _held(report, wait=parsed.wait, seen=parsed.seen)
+    return HttpResponse(session_answer_bytes(report), content_type="application/json")
+
+
+def _held(report: SessionReport, *, wait: int | None, seen: str | None) -> SessionReport:
+    """``report``, or (when it would repeat ``seen`` to a request with ``wait``) what the polling hold answers."""
+    if wait is None or seen != report.spec_revision or report.node_id is None:
+        return report
+    return session_hold(node_id=report.node_id, seen=seen, wait=wait) or report
 
 
 class AgentSessionView(AgentView):
@@ -357,14 +351,7 @@ class AgentSessionView(AgentView):
             protocol_version=data["protocolVersion"],
             refused=data.get("refused"),
         )
-        return Response(
-            {
-                "spec": report.spec,
-                "commands": report.commands,
-                "heartbeatSeconds": report.heartbeat_seconds,
-                **session_fields(),
-            }
-        )
+        return Response(session_answer(_held(report, wait=data.get("wait"), seen=data.get("seen"))))
 
     @extend_schema(request=None, responses={204: None, **error_responses("AgentLeave", auth="agent")})
     def delete(self, request: Request) -> Response:

@@ -23,7 +23,8 @@ node's daemon.upgrade commands to that version (self-terminating), and sends
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -34,33 +35,32 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from fleet.models import Command, FleetPulse, Node, NodeSession
-from fleet.plugins import node_daemon_refused, node_session_reported
+from fleet.plugins import node_daemon_refused, node_session_reported, session_fields
 from fleet.services.commands import commands_complete_upgrade, commands_pending
 from fleet.services.liveness import GAP_HEARTBEATS, PULSE_EVERY, pulse_heard
 from fleet.services.nodes import heartbeat_seconds, node_session
+from fleet.services.revision import spec_revision
 
 log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
-class HeartbeatAnswer:
-    """A plain heartbeat's answer as its one statement read it: the spec and the pending commands as the
-    database's JSON text, passed on to the agent without a parse and serialise round trip (a spec carries
-    a signed release of a kilobyte or two: the round trip cost more than the rest of the answer)."""
-
-    spec_json: str
-    commands_json: str
-    heartbeat_seconds: int
-
-
-@dataclass(frozen=True)
 class SessionReport:
-    """What the agent gets back: its desired state and pending commands."""
+    """What the agent gets back: its desired state and pending commands (and whose node they are)."""
 
     spec: dict[str, Any]
     commands: list[dict[str, Any]]
     heartbeat_seconds: int
     joined: bool
+    node_id: UUID | None = None
+    #: What plug-ins add to every answer (``fleet.plugins.register_session_fields``), read when the report is
+    #: made: on the thread that reads the database, never in the async front's event loop.
+    fields: dict[str, Any] = field(default_factory=session_fields)
+
+    @property
+    def spec_revision(self) -> str:
+        """Changes when, and only when, the spec or the pending commands change (docs/fleet.md#watch)."""
+        return spec_revision(spec=self.spec, commands=self.commands)
 
 
 def last_seen_due(*, last_seen_at: datetime, now: datetime) -> bool:
@@ -89,7 +89,7 @@ WITH node AS (
     WHERE p.id = 1 AND p.last_heard_at <= %(pulse_due)s AND EXISTS (SELECT 1 FROM node)
     RETURNING p.id
 )
-SELECT node.spec::text, s.daemon_version, s.left_at,
+SELECT node.spec::text, s.daemon_version, s.left_at, node.id,
     (SELECT coalesce(json_agg(json_build_object('id', c.id, 'kind', c.kind, 'payload', c.payload)
                               ORDER BY c.created_at, c.id), '[]')::text
      FROM {Command._meta.db_table} AS c WHERE c.node_id = node.id AND c.state = %(pending)s)
@@ -135,14 +135,17 @@ def _prepared_cursor() -> Any:
 
 def agent_heartbeat(
     *, token_hash: str, daemon_version: str, protocol_version: int, now: datetime | None = None
-) -> HeartbeatAnswer | None:
+) -> SessionReport | None:
     """A plain heartbeat of the node whose agent token hashes to ``token_hash``, in one statement.
 
-    None when it is not one, and then nothing was written: not PostgreSQL, an unknown token, no open
-    session, or another daemon version (the caller takes the full path: 401, or ``agent_session_report``).
+    None when it is not one, and then nothing was written: an unknown token, no open session, or another
+    daemon version (the caller takes the full path: 401, or ``agent_session_report``). Elsewhere than on
+    PostgreSQL (SQLite, the demo) the same in up to four ORM queries.
     """
     if connection.vendor != "postgresql":
-        return None
+        return _heartbeat_orm(
+            token_hash=token_hash, daemon_version=daemon_version, protocol_version=protocol_version, now=now
+        )
     now = now or timezone.now()
     seconds = heartbeat_seconds()
     with _prepared_cursor() as cursor:
@@ -162,10 +165,23 @@ def agent_heartbeat(
         row = cursor.fetchone()
     if row is None:
         return None
-    spec, session_version, left_at, commands = row
+    spec, session_version, left_at, node_id, commands = row
     if session_version != daemon_version or left_at is not None:
         return None
-    return HeartbeatAnswer(spec_json=spec, commands_json=commands, heartbeat_seconds=seconds)
+    return SessionReport(
+        spec=json.loads(spec), commands=json.loads(commands), heartbeat_seconds=seconds, joined=False, node_id=node_id
+    )
+
+
+def _heartbeat_orm(
+    *, token_hash: str, daemon_version: str, protocol_version: int, now: datetime | None
+) -> SessionReport | None:
+    node = Node.objects.select_related("session").filter(agent_token_hash=token_hash).first()
+    session = None if node is None else node_session(node)
+    if node is None or session is None or session.left_at is not None or session.daemon_version != daemon_version:
+        return None
+    report = agent_session_report(node=node, daemon_version=daemon_version, protocol_version=protocol_version, now=now)
+    return None if report.joined else report
 
 
 def agent_session_report(
@@ -209,6 +225,7 @@ def agent_session_report(
         commands=commands_pending(node_id=node.id),
         heartbeat_seconds=heartbeat_seconds(),
         joined=not heartbeat,
+        node_id=node.id,
     )
 
 

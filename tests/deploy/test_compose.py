@@ -173,11 +173,12 @@ def test_exactly_one_beat_on_the_database_scheduler():
     assert SERVICES["beat"].get("deploy", {}).get("replicas", 1) == 1
 
 
-def test_web_runs_gunicorn_with_workers_and_threads_and_a_healthcheck():
+def test_web_runs_gunicorn_with_uvicorn_workers_threads_and_a_healthcheck():
     args = argv(SERVICES["web"]["command"])
-    assert args[:2] == ["gunicorn", "project.wsgi:application"]
+    assert args[:2] == ["gunicorn", "project.asgi:application"]  # held agent sessions need async workers
+    assert args[args.index("--worker-class") + 1] == "uvicorn_worker.UvicornWorker"
     assert int(args[args.index("--workers") + 1]) >= 2
-    assert int(args[args.index("--threads") + 1]) >= 2
+    assert int(interpolate(SERVICES["web"]["environment"]["WEB_THREADS"])) >= 2
     assert "ports" not in SERVICES["web"], "web is reached through nginx only"
     assert argv(SERVICES["web"]["healthcheck"]["test"])[1:] == ["python", "docker/healthcheck.py"]
 

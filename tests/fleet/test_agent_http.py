@@ -15,6 +15,7 @@ from fleet.models import Command, NodeSession, Permission
 from fleet.plugins import node_session_reported
 from fleet.services.commands import command_enqueue
 from fleet.services.iam import api_key_create
+from fleet.services.revision import spec_revision
 from tests.fleet.conftest import make_node, make_pool
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -74,7 +75,13 @@ def test_join_heartbeat_commands_ack_leave_and_rejoin(http, fleet, reports):
     response = http.post(SESSION, json={"daemonVersion": "1.4.0", "protocolVersion": 3}, headers=agent(fleet["ta"]))
     assert response.status_code == 200, response.text
     # rootVersion: the rollout plug-in's field (fleet.plugins.register_session_fields).
-    assert response.json() == {"spec": {"daemon": None}, "commands": [], "heartbeatSeconds": 10, "rootVersion": 1}
+    assert response.json() == {
+        "spec": {"daemon": None},
+        "commands": [],
+        "heartbeatSeconds": 10,
+        "specRevision": spec_revision(spec={"daemon": None}, commands=[]),
+        "rootVersion": 1,
+    }
     assert reports == [
         {
             "sender": NodeSession,

@@ -12,6 +12,7 @@ from django.utils import timezone
 from fleet.models import Node, NodeSession
 from fleet.services.commands import command_enqueue
 from fleet.services.nodes import heartbeat_seconds, node_is_online, nodes_set_daemon, online_node_q
+from fleet.services.revision import spec_revision
 from fleet.services.sessions import agent_session_report
 from tests.fleet.conftest import agent_client, make_node, make_nodes, make_pool
 
@@ -72,6 +73,7 @@ def test_a_spec_or_command_set_before_a_heartbeat_is_in_its_answer(tenant):
         "commands": [],
         "heartbeatSeconds": heartbeat_seconds(),
         "rootVersion": 1,
+        "specRevision": spec_revision(spec={"daemon": None}, commands=[]),
     }
 
     daemon = {"version": "1.5.0", "url": "https://dl.example/bcd/1.5.0/linux-amd64", "sha256": "c" * 64}

@@ -12,6 +12,8 @@ from django.db import connection
 from demo.processes import free_port, stop, wait_until, web_server
 from fleet.models import Permission
 from fleet.services.iam import api_key_create
+from fleet.services.nodes import node_create
+from fleet.services.pools import pool_create
 from fleet.tokens import token_hash
 from tests.brokers import PrivateRedis
 
@@ -30,6 +32,7 @@ def two_web_processes(tmp_path) -> Iterator[tuple[PrivateRedis, list[httpx.Clien
         "DATABASE_URL": f"postgres://{db['USER'] or 'postgres'}@{host}:{port}/{db['NAME']}",
         "CACHE_URL": store.url,
         "API_KEY_RATE": f"{LIMIT}/hour",
+        "AGENT_TOKEN_RATE": f"{LIMIT}/hour",
         "LOG_LEVEL": "WARNING",
         "ROLLOUT_RUN_DIR": str(tmp_path / "run"),
     }
@@ -85,3 +88,19 @@ def test_two_web_processes_count_one_api_key_together(tenant, two_web_processes)
     # The first process learns the total at its next flush: it refuses within one more request.
     again = [first.get("/api/compute/pools/", headers=headers).status_code for _ in range(2)]
     assert again[-1] == 429, again
+
+
+def test_the_async_session_front_counts_each_agent_request_once(tenant, two_web_processes):
+    """The web tier answers agent sessions in async code (fleet/watch/front.py) and hands a join to Django:
+    either way a request counts once against its agent token, and the 429 is the API's."""
+    _, (web, _) = two_web_processes
+    pool = pool_create(tenant=tenant, name="limited")
+    _, token = node_create(tenant=tenant, name="n-1", pool_id=pool.id, arch="amd64")
+    headers = {"Authorization": f"Bearer {token}"}
+    body = {"daemonVersion": "1.0.0", "protocolVersion": 3}
+    answers = [web.post("/api/compute/agent/session", json=body, headers=headers) for _ in range(LIMIT + 1)]
+    # The first is a join (Django answers it through the front), the others plain heartbeats (the front).
+    assert [answer.status_code for answer in answers] == [200] * LIMIT + [429]
+    refused = answers[-1]
+    assert refused.json()["code"] == "throttled"
+    assert refused.headers["Retry-After"] == str(refused.json()["retryAfter"])

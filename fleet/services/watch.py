@@ -1,0 +1,109 @@
+"""Watching agents: held session answers, what keeps a held node online, and the polling hold.
+
+An agent may send ``wait`` (seconds) and ``seen`` (the ``specRevision`` it has) with its session request: the
+answer is then held until the revision differs from ``seen`` or ``wait`` passes (docs/fleet.md#watch).
+
+The production web tier holds them in async code (``fleet/watch/``): no database connection and no thread
+while they wait, woken by PostgreSQL NOTIFY. What it needs from the database is here, synchronous, run on its
+threads for a moment each: ``agent_heartbeat`` (sessions.py) at arrival and at release, and
+``held_sessions_touch`` for the nodes it holds. ``session_hold`` is the fallback of a synchronous server
+(``manage.py runserver``, a WSGI gunicorn): it polls, and holds its thread and connection meanwhile.
+
+Liveness: a node is online while it heartbeated within 3 x heartbeatSeconds, and a node whose request is held
+must stay online however long ``wait`` is. The arrival counts as a heartbeat (the same coalesced write), and
+every process touches the nodes it holds every half interval (``held_sessions_touch``: one UPDATE for all of
+them, written only where ``last_seen_at`` is half an interval old). So ``last_seen_at`` lags by at most about
+one interval while a request is held, and when the hold ends (an answer, or the agent hanging up) nothing more
+needs writing: the node is online while held, and offline within one interval of a polling agent's time once
+it stops asking.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from django.db.models import Q
+from django.utils import timezone
+
+from fleet.models import Node, NodeSession
+from fleet.services.commands import commands_pending
+from fleet.services.liveness import pulse_heard
+from fleet.services.nodes import heartbeat_seconds
+from fleet.services.sessions import SessionReport
+
+#: ``wait`` is whole seconds in this range; anything else is 400 invalid_input.
+WAIT_MIN_SECONDS = 1
+WAIT_MAX_SECONDS = 60
+#: A ``seen`` longer than this cannot be a revision (they are 22 characters): 400 invalid_input.
+SEEN_MAX_LENGTH = 64
+#: The PostgreSQL channel the triggers NOTIFY node ids on (fleet/migrations/0005_watch_notify.py). Channels are
+#: per database: two deployments (or test runs) on one server, each with its database, never wake each other.
+NOTIFY_CHANNEL = "fleet_watch"
+#: How often the polling hold (synchronous servers, no NOTIFY) reads the revision again.
+POLL_SECONDS = 0.5
+
+
+def held_touch_every() -> float:
+    """Seconds between two touches of the held nodes: half an interval (at least 1 s)."""
+    return max(1.0, heartbeat_seconds() / 2)
+
+
+def _touch_due(now: datetime) -> datetime:
+    """A held node's ``last_seen_at`` at or before this is written: half an interval old."""
+    return now - timedelta(seconds=heartbeat_seconds() / 2)
+
+
+def held_sessions_touch(*, node_ids: Iterable[UUID], now: datetime | None = None) -> int:
+    """The agents of these nodes are connected (their requests are held): count it as a heartbeat of each.
+
+    One UPDATE for any number of nodes, coalesced (a session is written only when its ``last_seen_at`` is at
+    least half an interval old, or ahead of ``now``); the fleet is being heard. Returns the sessions written.
+    """
+    ids = list(node_ids)
+    if not ids:
+        return 0
+    now = now or timezone.now()
+    due = _touch_due(now)
+    touched = (
+        NodeSession.objects.filter(node_id__in=ids, left_at__isnull=True)
+        .filter(Q(last_seen_at__lte=due) | Q(last_seen_at__gt=now))
+        .update(last_seen_at=now)
+    )
+    pulse_heard(now=now)
+    return touched
+
+
+def node_watch_report(*, node_id: UUID, now: datetime | None = None) -> SessionReport | None:
+    """What a held request answers now: the node's spec and pending commands; its session touched. None: no node."""
+    spec = Node.objects.filter(pk=node_id).values_list("spec", flat=True).first()
+    if spec is None:
+        return None
+    held_sessions_touch(node_ids=[node_id], now=now)
+    return SessionReport(
+        spec=spec,
+        commands=commands_pending(node_id=node_id),
+        heartbeat_seconds=heartbeat_seconds(),
+        joined=False,
+        node_id=node_id,
+    )
+
+
+def session_hold(
+    *,
+    node_id: UUID,
+    seen: str,
+    wait: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> SessionReport | None:
+    """The polling hold of a synchronous server: read every ``POLL_SECONDS`` until the revision is not
+    ``seen`` or ``wait`` seconds have passed; the last read is the answer (each read touches the session)."""
+    deadline = clock() + wait
+    while True:
+        sleep(max(0.0, min(POLL_SECONDS, deadline - clock())))
+        report = node_watch_report(node_id=node_id)
+        if report is None or report.spec_revision != seen or clock() >= deadline:
+            return report

@@ -1,0 +1,179 @@
+"""One subscription per web process, fanned out in memory to the requests it holds (docs/architecture.md#watch).
+
+PostgreSQL triggers NOTIFY the ids of the nodes whose spec or pending commands changed, after the commit
+(fleet/migrations/0005_watch_notify.py). ``WatchHub`` keeps ONE connection per process that LISTENs on that
+channel and wakes the requests held for those nodes; a request registers a future per wait, never a
+subscription of its own. When the connection is lost (the server restarted, the backend was terminated) the
+hub LISTENs again after ``reconnect_seconds``; meanwhile held requests answer at their ``wait``: a lost wake
+costs at most the wait, never correctness, since every answer is read from the database.
+
+Without PostgreSQL (the SQLite demo) there is nothing to LISTEN to: every held request is woken once a second
+to read its revision again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+from uuid import UUID
+
+import psycopg
+import structlog
+from prometheus_client import Gauge
+
+log = structlog.get_logger(__name__)
+
+HELD = Gauge("fleet_watch_held", "Agent session requests held now (waiting for a change).", multiprocess_mode="livesum")
+LISTENING = Gauge(
+    "fleet_watch_listening",
+    "1 while every web process holds its subscription to spec changes (0: held requests answer at their wait).",
+    multiprocess_mode="livemin",
+)
+#: A notification is remembered this long: a request that read its revision just before it still sees it.
+RECENT_SECONDS = 10.0
+#: Without NOTIFY (not PostgreSQL): held requests read their revision again this often.
+POLL_SECONDS = 1.0
+
+
+class WatchHub:
+    """Wakes held requests when their node changes. Use from one event loop (the web process's)."""
+
+    def __init__(self, *, conninfo: dict[str, Any] | None, channel: str, reconnect_seconds: float) -> None:
+        self.conninfo = conninfo  # None: no NOTIFY here, poll
+        self.channel = channel
+        self.reconnect_seconds = reconnect_seconds
+        self.listening = False
+        self._waiters: dict[UUID, set[asyncio.Future[None]]] = {}
+        self._held: Counter[UUID] = Counter()
+        self._notified_at: dict[UUID, float] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._subscribed = asyncio.Event()
+        self._ever_subscribed = False
+        self._listening_since = math.inf  # the loop's time the live subscription began (inf: none)
+        self.closing = False
+
+    # -- running -------------------------------------------------------------------------
+
+    async def start(self, *, timeout: float = 2.0) -> None:
+        """Start the subscription once; until it has been live once, wait for it (at most ``timeout``), so that
+        the first requests, which read their revision after this, cannot miss a later change. Afterwards this
+        returns at once: while a lost subscription is restored, requests are held anyway (answered at wait)."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._listen_forever() if self.conninfo is not None else self._poll_forever(), name="watch-hub"
+            )
+        if self.conninfo is not None and not self._ever_subscribed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._subscribed.wait(), timeout)
+
+    async def stop(self) -> None:
+        self.release_all()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _listen_forever(self) -> None:
+        assert self.conninfo is not None
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(**self.conninfo, autocommit=True) as conn:
+                    await conn.execute(f'LISTEN "{self.channel}"')
+                    self._set_listening(True)
+                    log.info("fleet.watch.listening", channel=self.channel)
+                    async for notify in conn.notifies():
+                        self._deliver(notify.payload)
+            except (psycopg.Error, OSError) as exc:
+                log.warning("fleet.watch.subscription_lost", error=f"{type(exc).__name__}: {exc}"[:300])
+            finally:
+                self._set_listening(False)
+            await asyncio.sleep(self.reconnect_seconds)
+
+    async def _poll_forever(self) -> None:
+        self._set_listening(True)
+        while True:
+            await asyncio.sleep(POLL_SECONDS)
+            for node_id in list(self._waiters):
+                self._wake(node_id)
+
+    def _set_listening(self, listening: bool) -> None:
+        self.listening = listening
+        self._listening_since = asyncio.get_running_loop().time() if listening and self.conninfo else math.inf
+        LISTENING.set(1 if listening else 0)
+        if listening:
+            self._ever_subscribed = True
+            self._subscribed.set()
+        else:
+            self._subscribed.clear()
+
+    def _deliver(self, payload: str) -> None:
+        now = asyncio.get_running_loop().time()
+        for item in payload.split(","):
+            try:
+                node_id = UUID(hex=item)
+            except ValueError:
+                log.warning("fleet.watch.bad_payload", payload=payload[:100])
+                return
+            self._notified_at[node_id] = now
+            self._wake(node_id)
+        if len(self._notified_at) > 10_000:  # forget old notifications now and then, not per message
+            self._notified_at = {n: t for n, t in self._notified_at.items() if now - t < RECENT_SECONDS}
+
+    def _wake(self, node_id: UUID) -> None:
+        for future in self._waiters.pop(node_id, ()):
+            if not future.done():
+                future.set_result(None)
+
+    def release_all(self) -> None:
+        """Shutting down: every held request answers now, and new ones are answered at once."""
+        self.closing = True
+        for node_id in list(self._waiters):
+            self._wake(node_id)
+
+    # -- what a held request uses ----------------------------------------------------------
+
+    @contextlib.contextmanager
+    def holding(self, node_id: UUID) -> Iterator[None]:
+        """The request for ``node_id`` is held for the duration (``held_node_ids``, the gauge)."""
+        self._held[node_id] += 1
+        HELD.inc()
+        try:
+            yield
+        finally:
+            HELD.dec()
+            self._held[node_id] -= 1
+            if self._held[node_id] <= 0:
+                del self._held[node_id]
+
+    def held_node_ids(self) -> list[UUID]:
+        return list(self._held)
+
+    def notified_since(self, node_id: UUID, since: float) -> bool:
+        """Whether a notification for ``node_id`` arrived at or after ``since`` (the loop's clock)."""
+        return self.closing or self._notified_at.get(node_id, -math.inf) >= since
+
+    def unbroken_since(self, moment: float) -> bool:
+        """Whether every change committed since ``moment`` has been notified: the NOTIFY subscription has been
+        live all along (never in poll mode); or the process is stopping (answer now)."""
+        return self.closing or self._listening_since <= moment
+
+    def next_wake(self, node_id: UUID) -> asyncio.Future[None]:
+        """A future resolved by the next notification for ``node_id`` (or the next poll, or shutdown)."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.closing:
+            future.set_result(None)
+        else:
+            self._waiters.setdefault(node_id, set()).add(future)
+        return future
+
+    def forget(self, node_id: UUID, future: asyncio.Future[None]) -> None:
+        waiters = self._waiters.get(node_id)
+        if waiters is not None:
+            waiters.discard(future)
+            if not waiters:
+                del self._waiters[node_id]

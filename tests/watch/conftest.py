@@ -1,0 +1,148 @@
+"""A real web tier (gunicorn + uvicorn worker serving project.asgi, as production runs it) on the test database,
+and agents holding session requests against it."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+from django.conf import settings as django_settings
+from django.db import connection
+
+from demo.processes import free_port, stop, wait_until, web_server
+from fleet.models import Node
+from fleet.services.nodes import node_create
+from fleet.services.pools import pool_create
+
+SESSION = "/api/compute/agent/session"
+HEARTBEAT_SECONDS = 1  # the server's and the tests': a node is offline after 3 s unheard
+RECONNECT_SECONDS = 3  # how long a web process stays unsubscribed after losing its LISTEN connection
+THREADS = 4
+_held_requests = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="held-request")
+
+
+def database_url() -> str:
+    db = connection.settings_dict
+    return f"postgresql://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+@dataclass
+class Server:
+    url: str
+    pid: int
+    log: Path
+
+    def held(self) -> int:
+        """Requests held now (the server's gauge)."""
+        text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        lines = [line for line in text.splitlines() if line.startswith("fleet_watch_held ")]
+        return int(float(lines[0].split()[1])) if lines else 0
+
+    def wait_held(self, count: int, timeout: float = 30) -> None:
+        wait_until(lambda: self.held() == count, timeout=timeout, poll=0.1, what=f"{count} held requests")
+
+
+@pytest.fixture(scope="module")
+def server(django_db_setup, tmp_path_factory) -> Iterator[Server]:
+    if connection.vendor != "postgresql":
+        pytest.fail("the watch tests need PostgreSQL: run them with `make test`")
+    port = free_port()
+    logs = tmp_path_factory.mktemp("watch")
+    env = {
+        "DATABASE_URL": database_url().replace("postgresql://", "postgres://"),
+        "DATABASE_CONN_MAX_AGE": "60",
+        "CELERY_BROKER_URL": django_settings.CELERY_BROKER_URL,
+        "CELERY_TASK_DEFAULT_QUEUE": f"watch-{uuid.uuid4().hex[:8]}",
+        "FLEET_HEARTBEAT_SECONDS": str(HEARTBEAT_SECONDS),
+        "FLEET_WATCH_RECONNECT_SECONDS": str(RECONNECT_SECONDS),
+        "METRICS_PUBLIC": "1",
+        "LOG_LEVEL": "WARNING",
+        "ROLLOUT_RUN_DIR": str(logs / "run"),
+        "GUNICORN_CMD_ARGS": "--keep-alive=75",
+    }
+    process = web_server(env, port=port, workers=1, threads=THREADS, log_path=logs / "web.log")
+    url = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        try:
+            return httpx.get(f"{url}/api/compute/pools/", timeout=2).status_code == 401
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(answers, timeout=60, what="the web tier")
+        yield Server(url=url, pid=process.pid, log=logs / "web.log")
+    finally:
+        stop(process)
+        text = (logs / "web.log").read_text(errors="replace")
+        if "Traceback" in text:
+            print(f"--- web.log ---\n{text[-4000:]}")
+
+
+@pytest.fixture
+def heartbeat_seconds(settings):
+    settings.FLEET_HEARTBEAT_SECONDS = HEARTBEAT_SECONDS
+    return HEARTBEAT_SECONDS
+
+
+@dataclass
+class Agent:
+    """One agent over real HTTP: ``session()`` answers, ``watch()`` holds in a thread."""
+
+    url: str
+    node: Node
+    token: str
+    version: str = "0.9.0"
+    protocol: int = 3
+
+    def body(self, **extra) -> dict:
+        return {"daemonVersion": self.version, "protocolVersion": self.protocol, **extra}
+
+    def session(self, **extra) -> httpx.Response:
+        return httpx.post(
+            self.url + SESSION, json=self.body(**extra), headers={"Authorization": f"Bearer {self.token}"}, timeout=90
+        )
+
+    def watch(self, seen: str, wait: int) -> concurrent.futures.Future:
+        """A held request sent from a thread: the future gives (answer, monotonic time it arrived)."""
+
+        def held() -> tuple[httpx.Response, float]:
+            response = self.session(wait=wait, seen=seen)
+            return response, time.monotonic()
+
+        return _held_requests.submit(held)
+
+
+@pytest.fixture
+def agents(server, tenant, heartbeat_seconds):
+    """make(n) -> n agents of nodes in one pool (budget 1), each joined on 0.9.0 over HTTP."""
+    pool = pool_create(tenant=tenant, name=f"watch-{uuid.uuid4().hex[:6]}", disruption_budget="1")
+
+    def make(count: int = 1, *, protocol: int = 3) -> list[Agent]:
+        made = []
+        for _ in range(count):
+            node, token = node_create(tenant=tenant, name=f"n-{uuid.uuid4().hex[:8]}", pool_id=pool.id, arch="amd64")
+            agent = Agent(url=server.url, node=node, token=token, protocol=protocol)
+            assert agent.session().status_code == 200
+            made.append(agent)
+        return made
+
+    make.pool = pool  # type: ignore[attr-defined]
+    return make
+
+
+def listener_pids() -> list[int]:
+    """The web processes' LISTEN connections to the test database."""
+    with psycopg.connect(database_url(), autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = 'rollout-watch' AND datname = %s",
+            [connection.settings_dict["NAME"]],
+        ).fetchall()
+    return [pid for (pid,) in rows]

@@ -1,0 +1,116 @@
+"""specRevision changes when, and only when, the spec or the pending commands change; and the triggers NOTIFY
+exactly those nodes, after the commit, whoever writes (docs/fleet.md#watch)."""
+
+from __future__ import annotations
+
+import uuid
+
+import psycopg
+import pytest
+from django.db import connection, transaction
+
+from fleet.models import Command, Node
+from fleet.services.commands import command_ack, command_enqueue, commands_complete_upgrade
+from fleet.services.nodes import nodes_set_daemon
+from fleet.services.sessions import agent_heartbeat, agent_session_report
+from fleet.services.watch import NOTIFY_CHANNEL
+from fleet.tokens import token_hash
+from tests.fleet.conftest import agent_client, make_node, make_nodes, make_pool
+from tests.watch.conftest import SESSION, database_url
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DAEMON = {"version": "1.5.0", "url": "https://dl.example/bcd/1.5.0/linux-amd64", "sha256": "c" * 64}
+
+
+@pytest.fixture
+def notified():
+    """A LISTEN connection of the test's own: ``notified()`` is the set of node ids notified since the last call."""
+    conn = psycopg.connect(database_url(), autocommit=True)
+    conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+    payloads: list[str] = []
+
+    def drain() -> set[uuid.UUID]:
+        # A NOTIFY is queued at the commit that sent it and reaches this connection within milliseconds.
+        batch = [n.payload for n in conn.notifies(timeout=0.2)]
+        payloads.extend(batch)
+        return {uuid.UUID(hex=item) for payload in batch for item in payload.split(",")}
+
+    drain.payloads = payloads  # type: ignore[attr-defined]
+    yield drain
+    conn.close()
+
+
+def revision(node: Node) -> str:
+    node = Node.objects.select_related("session").get(pk=node.pk)
+    return agent_session_report(node=node, daemon_version="1.0.0", protocol_version=3).spec_revision
+
+
+def test_every_change_of_spec_or_pending_commands_changes_the_revision_and_nothing_else_does(tenant, notified):
+    pool = make_pool(tenant)
+    node, token = make_node(pool)
+    other, _ = make_node(pool)
+    joined = agent_client(token).post(SESSION, {"daemonVersion": "1.0.0", "protocolVersion": 3}, format="json")
+    first = joined.json()["specRevision"]
+    notified()
+
+    # The fast path (one statement) and the join path (DRF) name the same state the same way.
+    fast = agent_heartbeat(token_hash=token_hash(token), daemon_version="1.0.0", protocol_version=3)
+    assert fast is not None
+    assert fast.spec_revision == first == revision(node)
+
+    def unchanged(write) -> None:
+        before = revision(node)
+        write()
+        assert revision(node) == before
+        assert node.id not in notified()
+
+    def changed(write) -> None:
+        before = revision(node)
+        write()
+        assert revision(node) != before
+        assert node.id in notified()
+
+    # Not a change of what the agent is told: heartbeats, other rows, other nodes, the same spec again.
+    unchanged(lambda: revision(node))
+    unchanged(lambda: Node.objects.filter(pk=node.pk).update(name="renamed"))
+    unchanged(lambda: command_enqueue(node_id=other.id, kind="daemon.upgrade", payload={"version": "2"}))
+    changed(lambda: nodes_set_daemon(node_ids=[node.id], daemon=DAEMON))
+    unchanged(lambda: nodes_set_daemon(node_ids=[node.id], daemon=DAEMON))
+    # Pending commands: enqueued, superseded (cancelled), acked, and what happens to rows no longer pending.
+    command = command_enqueue(node_id=node.id, kind="daemon.upgrade", payload={"version": "1.5.0"})
+    assert node.id in notified()
+    changed(lambda: command_enqueue(node_id=node.id, kind="daemon.upgrade", payload={"version": "1.6.0"}))
+    newest = Command.objects.filter(node_id=node.id, state="pending").get()
+    changed(lambda: command_ack(node_id=node.id, command_id=newest.id, ok=True))
+    unchanged(lambda: commands_complete_upgrade(node_id=node.id, version="1.6.0", now=newest.created_at))
+    unchanged(lambda: Command.objects.filter(pk=command.pk).update(error="cancelled rows are not shown"))
+    changed(lambda: Command.objects.create(node_id=node.id, kind="daemon.upgrade", created_at=newest.created_at))
+    changed(lambda: Command.objects.filter(node_id=node.id, state="pending").delete())
+    # Raw SQL is a writer like any other.
+    with connection.cursor() as cursor:
+        changed(lambda: cursor.execute("UPDATE fleet_node SET spec = '{\"daemon\": null}' WHERE id = %s", [node.id]))
+
+
+def test_a_rolled_back_change_wakes_nobody(tenant, notified):
+    node, _ = make_node(make_pool(tenant))
+    notified()
+
+    def change_then_fail() -> None:
+        with transaction.atomic():
+            nodes_set_daemon(node_ids=[node.id], daemon=DAEMON)
+            raise RuntimeError("rolled back")
+
+    with pytest.raises(RuntimeError):
+        change_then_fail()
+    assert notified() == set()
+
+
+def test_a_burst_is_a_few_notifications_under_the_payload_limit(tenant, notified):
+    nodes = make_nodes(make_pool(tenant), 1000)
+    notified()
+    nodes_set_daemon(node_ids=[n.id for n in nodes], daemon=DAEMON)  # one statement, as a tick's start
+    assert notified() == {n.id for n in nodes}
+    payloads = notified.payloads  # type: ignore[attr-defined]
+    assert len(payloads) == 5  # 240 ids each
+    assert max(len(p.encode()) for p in payloads) < 8000
