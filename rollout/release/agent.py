@@ -122,9 +122,10 @@ class AgentTrust:
     def follow(self, envelopes: Iterable[Any]) -> Root:
         """Verify root envelopes (JSON objects or bytes, oldest first) each from the root held, keeping each step.
 
-        A root at or below the one held is skipped (already verified). Raises
-        ``Refused(bad_root)`` at the first step that does not verify (a forged
-        or forked root, a skipped version); the steps before it are kept.
+        Each must be exactly the next version: one at or below the version held
+        (a server replaying old roots) is a step that does not verify, as is a
+        skipped version. Raises ``Refused(bad_root)`` at the first step that does
+        not verify (a forged or forked root too); the steps before it are kept.
         """
         for item in envelopes:
             raw = item if isinstance(item, bytes) else json.dumps(item, allow_nan=False).encode("utf-8")
