@@ -17,8 +17,11 @@ Plug-ins never reach into fleet internals; they use what is here:
 - ``node_daemon_refused``: a Django signal sent synchronously, before the session
   answer is built, when an agent reports on its session call that it refused
   the daemon its spec named (``"refused": {"version", "code", "detail"}``).
-  Arguments: ``node_id``, ``version``, ``code``, ``detail``. A receiver that
-  changes the node's spec (sends it back) has the change in that very answer.
+  Arguments: ``node_id``, ``version``, ``code``, ``detail`` and ``at`` (the
+  session call's time, which is also the node's ``last_seen_at``). A receiver
+  that changes the node's spec (sends it back) has the change in that very
+  answer. A receiver that fails makes the call answer 503: the agent reports
+  the refusal again with its next call.
 - ``register_refusal_codes(codes)``: the ``refused.code`` values the agent API
   accepts (none until a plug-in registers some: the host knows no release trust).
 - ``register_session_fields(fn)``: ``fn()`` returns top-level fields added to

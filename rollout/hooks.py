@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from fleet.interface import (
     node_daemon_refused,
@@ -25,10 +27,14 @@ def upgrades_disrupting(pool_id: UUID) -> QuerySet:
 
 
 def daemon_section_for(version: str, arch: str) -> dict | None:
-    """Daemon resolver: the section of a registered version (a node created in a pool with a default)."""
+    """Daemon resolver: the section of a registered version (a node created in a pool with a default).
+
+    Not an expired release (docs/signing.md#expiry): no node is sent one; such a node starts with no daemon
+    section, as in a pool without a default, and the next rollout or convergence upgrades it.
+    """
     from rollout.services.daemons import registered_daemon_section
 
-    section = registered_daemon_section(version=version, arch=arch)
+    section = registered_daemon_section(version=version, arch=arch, unexpired_at=timezone.now())
     return section if section is not None and section["url"] is not None else None
 
 
@@ -39,11 +45,13 @@ def on_node_session_reported(sender: Any, *, node_id: UUID, daemon_version: str,
     node_upgrade_settle_reported(node_id=node_id, daemon_version=daemon_version)
 
 
-def on_node_daemon_refused(sender: Any, *, node_id: UUID, version: str, code: str, detail: str, **kwargs: Any) -> None:
+def on_node_daemon_refused(
+    sender: Any, *, node_id: UUID, version: str, code: str, detail: str, at: datetime, **kwargs: Any
+) -> None:
     """A node's agent refused the release it was sent: its upgrade fails at once and its spec goes back."""
     from rollout.services.refusals import node_upgrade_settle_refused
 
-    node_upgrade_settle_refused(node_id=node_id, version=version, code=code, detail=detail)
+    node_upgrade_settle_refused(node_id=node_id, version=version, code=code, detail=detail, at=at)
 
 
 def session_fields() -> dict[str, Any]:

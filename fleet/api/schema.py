@@ -44,6 +44,8 @@ register_codes(
         "unknown_node": "`nodeId` is not one of the tenant's nodes.",
         "budget_exhausted": "Starting the workflow would exceed the pool's disruption budget.",
         "workflow_active": "The node already has an active workflow of this kind.",
+        "refusal_not_recorded": "The agent's `refused` report could not be recorded (503; nothing was written): "
+        "send it again with the next session call.",
     },
     {
         "unknown_pool": {"poolIds": serializers.ListField(child=serializers.CharField(), required=False)},

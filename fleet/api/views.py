@@ -340,7 +340,13 @@ class AgentSessionView(AgentView):
         request=s.AgentSessionInSerializer,
         responses={
             200: s.AgentSessionSerializer,
-            **error_responses("AgentSession", auth="agent", json_body=True, bad_request=["invalid_input"]),
+            **error_responses(
+                "AgentSession",
+                auth="agent",
+                json_body=True,
+                bad_request=["invalid_input"],
+                unavailable=["refusal_not_recorded"],
+            ),
         },
     )
     def post(self, request: Request) -> Response:

@@ -34,6 +34,7 @@ import structlog
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from core.errors import Unavailable
 from fleet.models import Command, FleetPulse, Node, NodeSession
 from fleet.plugins import node_daemon_refused, node_session_reported, session_fields
 from fleet.services.commands import commands_complete_upgrade, commands_pending
@@ -200,12 +201,15 @@ def agent_session_report(
     """
     now = now or timezone.now()
     if refused is not None:
-        _send_refused(node_id=node.id, **refused)
+        _send_refused(node_id=node.id, at=now, **refused)
         node.spec = Node.objects.values_list("spec", flat=True).get(pk=node.id)
     session = node_session(node)
     heartbeat = session is not None and session.left_at is None and session.daemon_version == daemon_version
+    # A refusal's call is always written: the node is seen at the instant its upgrade failed, so the failure
+    # does not hold its pool's budget slot (docs/controller.md: a failed node that is back does not).
     coalesced = (
         heartbeat
+        and refused is None
         and session is not None
         and session.protocol_version == protocol_version
         and not last_seen_due(last_seen_at=session.last_seen_at, now=now)
@@ -298,18 +302,23 @@ def _send_reported(*, node_id: UUID, daemon_version: str, protocol_version: int,
             )
 
 
-def _send_refused(*, node_id: UUID, version: str, code: str, detail: str) -> None:
+def _send_refused(*, node_id: UUID, version: str, code: str, detail: str, at: datetime) -> None:
     log.info("fleet.session.refused", node_id=str(node_id), version=version, code=code, detail=detail)
+    failed = False
     for receiver, result in node_daemon_refused.send_robust(
-        sender=NodeSession, node_id=node_id, version=version, code=code, detail=detail
+        sender=NodeSession, node_id=node_id, version=version, code=code, detail=detail, at=at
     ):
         if isinstance(result, Exception):
+            failed = True
             log.error(
                 "fleet.session.receiver_failed",
                 receiver=getattr(receiver, "__qualname__", repr(receiver)),
                 error=repr(result),
                 node_id=str(node_id),
             )
+    if failed:
+        # Not heard: the agent keeps the refusal and sends it again with its next call (nothing is written).
+        raise Unavailable("The refusal could not be recorded; report it again.", code="refusal_not_recorded")
 
 
 def agent_session_leave(*, node: Node, now: datetime | None = None) -> bool:

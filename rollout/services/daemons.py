@@ -20,6 +20,7 @@ import dataclasses
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -73,9 +74,16 @@ def daemon_section(*, release: SignedRelease, arch: str) -> dict[str, Any] | Non
     }
 
 
-def signed_releases(*, versions: Iterable[str] = (), ids: Iterable[int] = ()) -> dict[str, SignedRelease]:
-    """The registered releases of these versions or ids, by version: two queries, whatever their number."""
+def signed_releases(
+    *, versions: Iterable[str] = (), ids: Iterable[int] = (), unexpired_at: datetime | None = None
+) -> dict[str, SignedRelease]:
+    """The registered releases of these versions or ids, by version: two queries, whatever their number.
+
+    ``unexpired_at``: only the releases that have not expired at that time.
+    """
     wanted = Release.objects.filter(version__in=set(versions)) | Release.objects.filter(pk__in=set(ids))
+    if unexpired_at is not None:
+        wanted = wanted.exclude(expires_at__lte=unexpired_at)
     rows = list(wanted.values_list("pk", "version", "envelope"))
     binaries: dict[int, dict[str, str]] = {pk: {} for pk, _, _ in rows}
     for release_id, arch, sha256 in ReleaseBinary.objects.filter(release_id__in=list(binaries)).values_list(
@@ -88,9 +96,14 @@ def signed_releases(*, versions: Iterable[str] = (), ids: Iterable[int] = ()) ->
     }
 
 
-def registered_daemon_section(*, version: str, arch: str) -> dict[str, Any] | None:
-    """The section of a registered version for ``arch`` (a node created in a pool with a default version), or None."""
-    release = signed_releases(versions=[version]).get(version)
+def registered_daemon_section(
+    *, version: str, arch: str, unexpired_at: datetime | None = None
+) -> dict[str, Any] | None:
+    """The section of a registered version for ``arch`` (a node created in a pool with a default version), or None.
+
+    ``unexpired_at``: None as well when the release has expired by then.
+    """
+    release = signed_releases(versions=[version], unexpired_at=unexpired_at).get(version)
     return release.section(arch) if release is not None else None
 
 

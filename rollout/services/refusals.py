@@ -11,6 +11,7 @@ refusal of a version the node is not being upgraded to changes nothing.
 
 from __future__ import annotations
 
+from datetime import datetime
 from uuid import UUID
 
 import structlog
@@ -32,17 +33,20 @@ def refusal_reason(code: str) -> str | None:
     return reason if reason in NodeUpgrade.Reason.values else None
 
 
-def node_upgrade_settle_refused(*, node_id: UUID, version: str, code: str, detail: str) -> bool:
+def node_upgrade_settle_refused(
+    *, node_id: UUID, version: str, code: str, detail: str, at: datetime | None = None
+) -> bool:
     """The node's agent refused ``version``: its in-flight upgrade to it fails and goes back. Returns whether it did.
 
     Only an upgrade still waiting for its node (in flight, not yet arrived on the target) fails:
     a refusal of another version, or one that comes after the node settled, is logged and ignored.
+    ``at``: the session call that reported it (its ``last_seen_at``), now by default.
     """
     reason = refusal_reason(code)
     if reason is None:
         log.warning("node_upgrade.refusal_unknown_code", node=str(node_id), version=version, code=code)
         return False
-    now = timezone.now()
+    now = at or timezone.now()
     with transaction.atomic():
         locked = NodeUpgrade.objects.filter(
             node_id=node_id, state=NodeUpgrade.State.IN_FLIGHT, target_version=version, arrived_at__isnull=True

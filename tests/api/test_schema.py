@@ -184,7 +184,12 @@ CONTRACT_ERRORS: dict[tuple[str, str], dict[int, set[str]]] = {
         404: {"not_found"},
         409: {"invalid_state"},
     },
-    ("post", "/api/compute/agent/session"): {**AGENT, **BODY, 400: {"invalid_input", "invalid_json"}},
+    ("post", "/api/compute/agent/session"): {
+        **AGENT,
+        **BODY,
+        400: {"invalid_input", "invalid_json"},
+        503: {"refusal_not_recorded"},
+    },
     ("delete", "/api/compute/agent/session"): AGENT,
     ("post", "/api/compute/agent/commands/{command_id}/ack"): {
         **AGENT,

@@ -9,14 +9,15 @@ from datetime import timedelta
 
 import pytest
 import time_machine
-from django.db import connection
+from django.db import OperationalError, connection
 from django.test import TestCase
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
 from core.errors import DomainError
-from fleet.models import Command, Node, Pool
+from fleet.models import Command, Node, NodeSession, Pool
+from fleet.services.budget import pool_budget
 from fleet.services.nodes import node_create
 from fleet.services.pools import pool_create
 from rollout.models import NodeUpgrade, Release, RolloutEvent
@@ -109,6 +110,49 @@ def test_a_refusal_fails_the_upgrade_at_once_and_the_same_answer_carries_the_spe
     # The wave's failure ratio counts it: the rollout pauses at the tick.
     tick(rollout)
     assert (rollout.state, rollout.paused_reason) == ("paused", "failure_ratio")
+
+
+def test_a_refused_node_that_keeps_heartbeating_frees_its_budget_slot_at_once(tenant, releases, pool):
+    """Its agent is running (it just said so): the failure leaves it online, so it does not hold the pool's slot
+    (docs/controller.md#budget), even when its last heartbeat write was coalesced away."""
+    _, client = agent_client(tenant, pool)
+    body = {"daemonVersion": "0.9.0", "protocolVersion": 3}
+    assert client.post(SESSION, body, format="json").status_code == 200
+    rollout = rollout_create(tenant=tenant, spec=rollout_spec(version="1.0.0", waves=[100], max_failure_ratio=1.0))
+    tick(rollout)
+    assert pool_budget(pool_id=pool.id).disrupted == 1  # in flight
+    client.post(SESSION, body, format="json")  # within the interval: last_seen_at is not written again
+    refused = {"version": "1.0.0", "code": "expired", "detail": "the manifest expired"}
+    assert client.post(SESSION, {**body, "refused": refused}, format="json").status_code == 200
+    assert NodeUpgrade.objects.get(rollout=rollout).state == "failed"
+    assert pool_budget(pool_id=pool.id).disrupted == 0
+
+
+def test_a_refusal_that_could_not_be_recorded_is_503_and_the_agent_reports_it_again(
+    tenant, releases, pool, monkeypatch
+):
+    from rollout.services import refusals
+
+    node, client = agent_client(tenant, pool)
+    body = {"daemonVersion": "0.9.0", "protocolVersion": 3}
+    client.post(SESSION, body, format="json")
+    rollout = rollout_create(tenant=tenant, spec=rollout_spec(version="1.0.0", waves=[100]))
+    tick(rollout)
+    seen_before = NodeSession.objects.get(node=node).last_seen_at
+
+    def deadlocked(**kwargs):
+        raise OperationalError("deadlock detected")
+
+    monkeypatch.setattr(refusals, "fail_and_send_back", lambda **kwargs: deadlocked())
+    refused = {"version": "1.0.0", "code": "bad_signature", "detail": ""}
+    answer = client.post(SESSION, {**body, "refused": refused}, format="json")
+    assert answer.status_code == 503
+    assert answer.json()["code"] == "refusal_not_recorded"
+    assert states(rollout) == {"in_flight": 1}
+    assert NodeSession.objects.get(node=node).last_seen_at == seen_before  # nothing written
+    monkeypatch.undo()
+    assert client.post(SESSION, {**body, "refused": refused}, format="json").status_code == 200
+    assert NodeUpgrade.objects.get(rollout=rollout).reason == "refused:bad_signature"
 
 
 def test_a_refusal_of_a_version_the_node_is_not_upgraded_to_changes_nothing(tenant, releases, pool):
@@ -219,7 +263,7 @@ def test_an_operator_paused_rollout_whose_release_expired_cannot_resume(tenant, 
         assert rollout.paused_reason == "operator"
 
 
-def test_convergence_never_sends_an_expired_release(tenant, expiring):
+def test_convergence_and_pool_defaults_never_send_an_expired_release(tenant, expiring):
     [node, other] = fleet(tenant, {"a": (2, "1")})["a"]
     other.session.left_at = timezone.now()
     other.session.save()
@@ -233,3 +277,10 @@ def test_convergence_never_sends_an_expired_release(tenant, expiring):
     with time_machine.travel(expiring):
         heartbeat_all()
         assert convergence_candidates(now=timezone.now()).count() == 0
+
+    # Nor does a pool's default: a node created in the covered pool after the release expired is told nothing.
+    with time_machine.travel(expiring):
+        late, _ = node_create(tenant=tenant, name="late", pool_id=node.pool_id, arch="amd64")
+    assert late.spec["daemon"] is None
+    early, _ = node_create(tenant=tenant, name="early", pool_id=node.pool_id, arch="amd64")
+    assert early.spec["daemon"]["version"] == "2.0.0"  # before it expired
