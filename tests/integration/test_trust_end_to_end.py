@@ -147,6 +147,8 @@ def test_two_keys_replaced_by_two_while_a_rollout_runs_then_old_keys_and_forged_
         forced = create(stack, "3.0.0", pool, maxFailureRatio=1)
         wait_until(lambda: len(refused(forced)) == 6, timeout=60, what="every agent to refuse 3.0.0")
         assert_refused_at_once(forced, "bad_signature", 6)
+        # Every node failed: the rollout completes at a tick, and only then are its nodes free for another.
+        wait_until(lambda: Rollout.objects.get(pk=forced).state == "completed", timeout=60, what="3.0.0 to end")
 
         # A root forged into the database (not signed by root 2's keys): every agent refuses to follow it.
         stack.register("4.0.0", 4, keys=(2, 3))
