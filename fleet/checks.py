@@ -7,6 +7,7 @@
 | fleet.E003 | CACHE_URL is not a ``redis://``, ``rediss://`` or ``unix://`` URL |
 | fleet.E004 | FLEET_WATCH_RECONNECT_SECONDS is not an integer >= 1 (docs/fleet.md#watch) |
 | fleet.E005 | WEB_THREADS is not an integer >= 1 |
+| fleet.E006 | FLEET_WATCH_PING_SECONDS is not an integer >= 1 |
 | fleet.W001 | no CACHE_URL on PostgreSQL: each web process counts requests alone |
 """
 
@@ -61,6 +62,7 @@ def check_request_limits(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
 
 _POSITIVE = (
     ("FLEET_WATCH_RECONNECT_SECONDS", 1, "fleet.E004", "seconds before a web process LISTENs again"),
+    ("FLEET_WATCH_PING_SECONDS", 30, "fleet.E006", "seconds a LISTEN connection may stay quiet before a ping"),
     ("WEB_THREADS", 8, "fleet.E005", "threads per web process"),
 )
 

@@ -261,6 +261,8 @@ FLEET_HEARTBEAT_SECONDS = env_int_or_raw("FLEET_HEARTBEAT_SECONDS", 10)
 # Held agent sessions (docs/fleet.md#watch): a web process that lost its LISTEN connection tries again after
 # this many seconds (its held requests answer at their wait meanwhile).
 FLEET_WATCH_RECONNECT_SECONDS = env_int_or_raw("FLEET_WATCH_RECONNECT_SECONDS", 1)
+# How long a web process's LISTEN connection may stay quiet before it must answer a SELECT 1 (within as long).
+FLEET_WATCH_PING_SECONDS = env_int_or_raw("FLEET_WATCH_PING_SECONDS", 30)
 
 # --- The web tier (project/asgi.py) -------------------------------------------------
 # Threads per web process for Django's synchronous views, and as many for the agent sessions' statements.

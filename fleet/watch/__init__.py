@@ -24,7 +24,9 @@ def listen_conninfo() -> dict[str, Any] | None:
     if database.vendor != "postgresql":
         return None
     params = {k: v for k, v in database.get_connection_params().items() if k not in _DJANGO_ONLY}
-    return {**params, "application_name": "rollout-watch"}
+    # TCP keepalives: a peer that vanished (no RST, no FIN) is noticed by the kernel within about a minute.
+    keepalives = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
+    return {**params, **keepalives, "application_name": "rollout-watch"}
 
 
 def application() -> AgentSessionFront:
@@ -34,5 +36,6 @@ def application() -> AgentSessionFront:
         conninfo=listen_conninfo(),
         channel=NOTIFY_CHANNEL,
         reconnect_seconds=int(settings.FLEET_WATCH_RECONNECT_SECONDS),
+        ping_seconds=int(settings.FLEET_WATCH_PING_SECONDS),
     )
     return AgentSessionFront(wsgi_application=wsgi_application, threads=int(settings.WEB_THREADS), hub=hub)

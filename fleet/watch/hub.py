@@ -5,7 +5,11 @@ PostgreSQL triggers NOTIFY the ids of the nodes whose spec or pending commands c
 channel and wakes the requests held for those nodes; a request registers a future per wait, never a
 subscription of its own. When the connection is lost (the server restarted, the backend was terminated) the
 hub LISTENs again after ``reconnect_seconds``; meanwhile held requests answer at their ``wait``: a lost wake
-costs at most the wait, never correctness, since every answer is read from the database.
+costs at most the wait, never correctness, since every answer is read from the database. A connection can
+also be lost without an error (a peer gone behind a NAT or a failover, a backend that hangs): whenever it has
+listened for ``ping_seconds`` the hub asks it ``SELECT 1``, and one that does not answer within as long is
+dropped and replaced (libpq's TCP keepalives, set in fleet/watch/__init__.py, catch a dead peer too).
+psycopg keeps what arrives during the ping for the next ``notifies()`` (since 3.2.4): nothing is lost.
 
 Without PostgreSQL (the SQLite demo) there is nothing to LISTEN to: every held request is woken once a second
 to read its revision again.
@@ -42,10 +46,13 @@ POLL_SECONDS = 1.0
 class WatchHub:
     """Wakes held requests when their node changes. Use from one event loop (the web process's)."""
 
-    def __init__(self, *, conninfo: dict[str, Any] | None, channel: str, reconnect_seconds: float) -> None:
+    def __init__(
+        self, *, conninfo: dict[str, Any] | None, channel: str, reconnect_seconds: float, ping_seconds: float = 30
+    ) -> None:
         self.conninfo = conninfo  # None: no NOTIFY here, poll
         self.channel = channel
         self.reconnect_seconds = reconnect_seconds
+        self.ping_seconds = ping_seconds
         self.listening = False
         self._waiters: dict[UUID, set[asyncio.Future[None]]] = {}
         self._held: Counter[UUID] = Counter()
@@ -86,9 +93,11 @@ class WatchHub:
                     await conn.execute(f'LISTEN "{self.channel}"')
                     self._set_listening(True)
                     log.info("fleet.watch.listening", channel=self.channel)
-                    async for notify in conn.notifies():
-                        self._deliver(notify.payload)
-            except (psycopg.Error, OSError) as exc:
+                    while True:
+                        async for notify in conn.notifies(timeout=self.ping_seconds):
+                            self._deliver(notify.payload)
+                        await asyncio.wait_for(conn.execute("SELECT 1"), self.ping_seconds)
+            except Exception as exc:  # whatever broke it (a peer that stopped answering: TimeoutError): LISTEN again
                 log.warning("fleet.watch.subscription_lost", error=f"{type(exc).__name__}: {exc}"[:300])
             finally:
                 self._set_listening(False)

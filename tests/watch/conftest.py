@@ -24,6 +24,7 @@ from fleet.services.pools import pool_create
 SESSION = "/api/compute/agent/session"
 HEARTBEAT_SECONDS = 1  # the server's and the tests': a node is offline after 3 s unheard
 RECONNECT_SECONDS = 3  # how long a web process stays unsubscribed after losing its LISTEN connection
+PING_SECONDS = 2  # a LISTEN connection that stops answering is found out within twice this
 THREADS = 4
 _held_requests = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="held-request")
 
@@ -62,6 +63,7 @@ def server(django_db_setup, tmp_path_factory) -> Iterator[Server]:
         "CELERY_TASK_DEFAULT_QUEUE": f"watch-{uuid.uuid4().hex[:8]}",
         "FLEET_HEARTBEAT_SECONDS": str(HEARTBEAT_SECONDS),
         "FLEET_WATCH_RECONNECT_SECONDS": str(RECONNECT_SECONDS),
+        "FLEET_WATCH_PING_SECONDS": str(PING_SECONDS),
         "METRICS_PUBLIC": "1",
         "LOG_LEVEL": "WARNING",
         "ROLLOUT_RUN_DIR": str(logs / "run"),

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import threading
 import time
 from contextlib import contextmanager
@@ -29,7 +31,7 @@ from rollout.services.plan import rollout_spec
 from rollout.services.releases import release_register
 from rollout.services.rollouts import rollout_abort
 from tests.factories import manifest, rollout_settings, signed
-from tests.watch.conftest import SESSION, THREADS, database_url, listener_pids
+from tests.watch.conftest import PING_SECONDS, SESSION, THREADS, database_url, listener_pids
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
@@ -251,6 +253,26 @@ def test_a_lost_subscription_answers_at_wait_then_recovers(server, agents):
         command_enqueue(node_id=second.node.id, kind="daemon.upgrade", payload={"version": "1.0.0"})
     _, latency = released(held, since)
     assert latency < 1.0, f"answered {latency:.3f} s after the commit"
+
+
+def test_a_listen_connection_that_stops_answering_is_replaced(server, agents):
+    """No error, no closed socket: its backend just stops (SIGSTOP), as a peer gone behind a NAT would look.
+    The process's ping finds it out and LISTENs on a new connection; wakes are prompt again."""
+    (agent,) = agents(1)
+    wait_until(lambda: len(listener_pids()) == 1, timeout=10, what="the web process to LISTEN")
+    (stalled,) = listener_pids()
+    os.kill(stalled, signal.SIGSTOP)
+    try:
+        wait_until(lambda: set(listener_pids()) - {stalled}, timeout=4 * PING_SECONDS + 5, what="a new LISTEN")
+        held = agent.watch(agent.session().json()["specRevision"], WAIT)
+        server.wait_held(1)
+        with committed() as since:
+            command_enqueue(node_id=agent.node.id, kind="daemon.upgrade", payload={"version": "1.0.0"})
+        _, latency = released(held, since)
+        assert latency < 1.0, f"answered {latency:.3f} s after the commit"
+    finally:
+        os.kill(stalled, signal.SIGCONT)  # it finds its client gone and exits
+        wait_until(lambda: stalled not in listener_pids(), timeout=10, what="the stalled backend to exit")
 
 
 def test_a_thousand_held_requests_pin_no_connection_and_no_thread(server, tenant):
