@@ -20,6 +20,9 @@ from fleet.services.watch import SEEN_MAX_LENGTH, WAIT_MAX_SECONDS, WAIT_MIN_SEC
 from fleet.tokens import bearer_token
 
 VERSION_REGEX = r"\A[A-Za-z0-9._+-]{1,64}\Z"
+# Set in the ASGI scope of every session request the async front hands to Django: Django answers it at once,
+# never holds it on one of its threads (the front holds what it answers itself). Not a header: no client sets it.
+ANSWER_AT_ONCE_SCOPE_KEY = "rollout.answer_at_once"
 _VERSION = re.compile(VERSION_REGEX)
 _REQUIRED = frozenset({"daemonVersion", "protocolVersion"})
 _WATCH = frozenset({"wait", "seen"})

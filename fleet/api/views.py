@@ -19,7 +19,7 @@ from core.errors import InvalidInput, NotFound
 from core.pagination import PaginatedViewMixin
 from fleet.api import serializers as s
 from fleet.api.agent_auth import AgentTokenAuthentication, IsAgent
-from fleet.api.agent_session import session_answer, session_answer_bytes, session_request
+from fleet.api.agent_session import ANSWER_AT_ONCE_SCOPE_KEY, session_answer, session_answer_bytes, session_request
 from fleet.api.schema import error_responses
 from fleet.models import AuditEntry, Node, Pool, Tenant, Workflow
 from fleet.services.audit import Actor
@@ -307,13 +307,19 @@ def _plain_heartbeat(request: HttpRequest) -> HttpResponse | None:
     )
     if report is None:
         return None
-    report = _held(report, wait=parsed.wait, seen=parsed.seen)
+    report = _held(request, report, wait=parsed.wait, seen=parsed.seen)
     return HttpResponse(session_answer_bytes(report), content_type="application/json")
 
 
-def _held(report: SessionReport, *, wait: int | None, seen: str | None) -> SessionReport:
-    """``report``, or (when it would repeat ``seen`` to a request with ``wait``) what the polling hold answers."""
+def _held(request: HttpRequest, report: SessionReport, *, wait: int | None, seen: str | None) -> SessionReport:
+    """``report``, or (when it would repeat ``seen`` to a request with ``wait``) what the polling hold answers.
+
+    Never under the async tier (fleet/watch/front.py): a request it hands to Django is answered at once, so that
+    no request holds one of Django's threads and its database connection (the front holds what it answers).
+    """
     if wait is None or seen != report.spec_revision or report.node_id is None:
+        return report
+    if request.META.get("asgi.scope", {}).get(ANSWER_AT_ONCE_SCOPE_KEY):
         return report
     return session_hold(node_id=report.node_id, seen=seen, wait=wait) or report
 
@@ -357,7 +363,7 @@ class AgentSessionView(AgentView):
             protocol_version=data["protocolVersion"],
             refused=data.get("refused"),
         )
-        return Response(session_answer(_held(report, wait=data.get("wait"), seen=data.get("seen"))))
+        return Response(session_answer(_held(request, report, wait=data.get("wait"), seen=data.get("seen"))))
 
     @extend_schema(request=None, responses={204: None, **error_responses("AgentLeave", auth="agent")})
     def delete(self, request: Request) -> Response:

@@ -28,7 +28,7 @@ from django.db import close_old_connections, connection
 
 from core.database import DATABASE_ERRORS, database_unavailable
 from core.middleware import MAX_BODY_BYTES
-from fleet.api.agent_session import SessionRequest, session_answer_bytes, session_request
+from fleet.api.agent_session import ANSWER_AT_ONCE_SCOPE_KEY, SessionRequest, session_answer_bytes, session_request
 from fleet.api.limits import COUNTED_SCOPE_KEY, request_throttled
 from fleet.services.sessions import SessionReport, agent_heartbeat
 from fleet.services.watch import held_sessions_touch, held_touch_every
@@ -133,6 +133,7 @@ class AgentSessionFront:
             await self._respond(send, json.dumps(throttled.body()).encode(), status=429, extra=retry)
             return
         scope[COUNTED_SCOPE_KEY] = True
+        scope[ANSWER_AT_ONCE_SCOPE_KEY] = True  # Django never holds one on its threads: this front holds
         length = headers.get(b"content-length", "")
         if not length.isdigit() or int(length) > MAX_BODY_BYTES:
             await self.django(scope, receive, send)  # type: ignore[arg-type]  # its 413, 400 or chunked body

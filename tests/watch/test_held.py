@@ -163,6 +163,20 @@ def test_old_agents_without_wait_are_answered_at_once(server, agents):
     assert again.headers["x-frame-options"] == "DENY"
 
 
+def test_a_request_the_front_hands_to_django_is_never_held_on_a_django_thread(server, agents):
+    """A body with ``refused`` is Django's (its serializer): Django answers it at once, even with ``wait`` and a
+    ``seen`` that stays current (the refusal names a version the node is not upgraded to: nothing changes), so that
+    no agent can hold one of the few threads Django's views and the admin run on."""
+    (agent,) = agents(1)
+    seen = agent.session().json()["specRevision"]
+    refused = {"version": "9.9.9", "code": "bad_signature", "detail": "not ours"}
+    started = time.monotonic()
+    answer = agent.session(refused=refused, wait=10, seen=seen)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["specRevision"] == seen
+    assert time.monotonic() - started < 2.0, "held on a Django thread"
+
+
 def test_a_join_that_would_repeat_seen_is_held_too(server, agents):
     (agent,) = agents(1)
     seen = agent.session().json()["specRevision"]
