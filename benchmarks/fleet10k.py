@@ -1,4 +1,4 @@
-"""A whole rollout over 10,000 simulated agents on this machine (CONTRACT 8, end to end).
+"""A whole rollout over 10,000 simulated agents on this machine (docs/architecture.md#scale-targets, end to end).
 
 The efficiency benchmark's harness (``benchmarks/efficiency.py`` ``run``), larger: gunicorn, a
 Celery worker and beat on PostgreSQL and Redis, 10,000 simulated agents (``simulator.ShardedFleet``:

@@ -23,7 +23,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from core.database import DATABASE_ERRORS, database_unavailable
 
-MAX_BODY_BYTES = 1 << 20  # 1 MiB: CONTRACT 4, and the DSSE envelope's own limit
+MAX_BODY_BYTES = 1 << 20  # 1 MiB: docs/api.md#errors, and the DSSE envelope's own limit
 API_PREFIX = "/api/"
 _READ_CHUNK = 64 * 1024
 

@@ -1,4 +1,4 @@
-"""Keyset ("cursor") pagination for every list of the API (CONTRACT 8, Lists).
+"""Keyset ("cursor") pagination for every list of the API (docs/api.md#lists).
 
 ``?limit=`` (default 100, at most 1000) and an opaque ``?cursor=`` answer
 ``{"results": [...], "next": "<absolute URL>" | null}``. The ``next`` link is

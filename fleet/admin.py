@@ -143,7 +143,9 @@ class PoolAdmin(TenantScopedAdmin):
 
     @admin.display(description="next window")
     def next_window(self, pool: Pool) -> str:
-        """When its nodes may next start (CONTRACT 9.1): "always open", "open now (until ...)" or the opening."""
+        """When its nodes may next start: "always open", "open now (until ...)" or the opening.
+
+        See docs/controller.md#maintenance-windows."""
         windows = windows_at(windows_of(pool), timezone.now())
         if not windows.windows:
             return "always open"

@@ -1,4 +1,4 @@
-"""Maintenance windows of a pool (CONTRACT 9.1): parsing and time arithmetic, free of Django.
+"""Maintenance windows of a pool (docs/api.md#pools): parsing and time arithmetic, free of Django.
 
 Semantics (the API promises these; the tests check them against a minute-by-minute model):
 

@@ -1,6 +1,6 @@
 """Settings, read from the environment (12-factor) with safe local defaults.
 
-See docs/configuration.md for every variable.
+Every variable: README.md#configuration (what each means, its default) and docs/operations.md#deploying (compose).
 """
 
 from __future__ import annotations

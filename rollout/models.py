@@ -136,10 +136,10 @@ class Rollout(models.Model):
         max_digits=6, decimal_places=5, validators=[MinValueValidator(Decimal(0)), MaxValueValidator(Decimal(1))]
     )
     soak_seconds = models.PositiveIntegerField()
-    # CONTRACT 9.2: the current wave's failure ratio is judged once this many of its nodes settled.
+    # The current wave's failure ratio is judged once this many of its nodes settled (docs/controller.md#the-tick).
     failure_ratio_min_settled = models.PositiveIntegerField(default=0)
     upgrade_timeout_seconds = models.PositiveIntegerField()
-    # CONTRACT 9.3: a node that rejoined on the target succeeds only after staying joined this long.
+    # A node that rejoined on the target succeeds only after staying joined this long (minReadySeconds).
     min_ready_seconds = models.PositiveIntegerField(default=0)
     state = models.CharField(max_length=16, choices=State.choices, default=State.ACTIVE)
     current_wave = models.PositiveIntegerField(default=0)
@@ -251,8 +251,8 @@ class NodeUpgrade(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     deadline = models.DateTimeField(null=True, blank=True)
     settled_at = models.DateTimeField(null=True, blank=True)
-    # CONTRACT 9.3: when its session rejoined reporting the target while minReadySeconds > 0 (the
-    # session's joined_at); the row stays in flight while it proves itself.
+    # When its session rejoined reporting the target while minReadySeconds > 0 (the session's joined_at); the row
+    # stays in flight while it proves itself (docs/controller.md#readiness-before-success-minreadyseconds).
     arrived_at = models.DateTimeField(null=True, blank=True)
     reason = models.CharField(max_length=32, choices=Reason.choices, null=True, blank=True)
 
@@ -275,10 +275,11 @@ class NodeUpgrade(models.Model):
         indexes = [
             models.Index(fields=["rollout", "wave", "state", "position"], name="nu_wave_state_idx"),
             models.Index(fields=["pool"], condition=Q(state="in_flight"), name="nu_in_flight_pool_idx"),
-            # Failed upgrades still count against the budget until their node is back (CONTRACT 5).
+            # Failed upgrades still count against the budget until their node is back (docs/controller.md#budget).
             models.Index(fields=["pool"], condition=Q(state="failed"), name="nu_failed_pool_idx"),
             models.Index(fields=["deadline"], condition=Q(state="in_flight"), name="nu_in_flight_deadline_idx"),
-            # Convergence after completion (CONTRACT 9.6) looks for rows skipped because their node was offline.
+            # Convergence after completion (docs/controller.md#convergence-after-completion) looks for rows
+            # skipped because their node was offline.
             models.Index(
                 fields=["node"], condition=Q(state="skipped", reason="offline"), name="nu_skipped_offline_idx"
             ),
@@ -289,7 +290,9 @@ class NodeUpgrade(models.Model):
 
 
 class ReleaseBlock(models.Model):
-    """A release blocked in one tenant (CONTRACT 9.5): no new rollout to it, its rollouts pause."""
+    """A release blocked in one tenant: no new rollout to it, its rollouts pause.
+
+    See docs/controller.md#blocking-a-release-per-tenant."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="release_blocks")
     release = models.ForeignKey(Release, on_delete=models.CASCADE, related_name="blocks")
@@ -332,7 +335,7 @@ class RolloutEvent(models.Model):
         return f"{self.kind} at {self.at:%Y-%m-%d %H:%M:%S}"
 
 
-# --- webhooks (CONTRACT 10.3) -------------------------------------------------------------------
+# --- webhooks (docs/webhooks.md) ----------------------------------------------------------------
 class Webhook(models.Model):
     """A tenant's subscription: ``events`` (rollout event kinds) are POSTed to ``url``, signed with ``secret``."""
 

@@ -1,6 +1,6 @@
 """Simulated ``bcd`` node agents: N agents in one asyncio process, over real HTTP.
 
-Each agent speaks the node agent protocol (CONTRACT section 6) like the real
+Each agent speaks the node agent protocol (docs/api.md#the-node-agent-api) like the real
 ``bcd``:
 
 - it joins with ``POST /api/compute/agent/session`` and heartbeats with the same

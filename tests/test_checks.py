@@ -1,4 +1,4 @@
-"""System checks of the rollout module's configuration (rollout/checks.py; CONTRACT 2)."""
+"""System checks of the rollout module's configuration (rollout/checks.py; docs/signing.md#server-configuration)."""
 
 from __future__ import annotations
 

@@ -174,6 +174,6 @@ def create_table(result: CreateResult, repeat: int) -> str:
     )
     ratio = (
         f"rollout_create / raw INSERT ... SELECT at {result.nodes:,} nodes: "
-        f"{result.create.median('seconds') / raw:.2f}x (CONTRACT 8 target <= 1.5x at 100,000)"
+        f"{result.create.median('seconds') / raw:.2f}x (target <= 1.5x at 100,000)"
     )
     return f"{title}\n\n{table(headers, rows)}\n{note}\n\n{ratio}"

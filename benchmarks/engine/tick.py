@@ -145,7 +145,7 @@ def tick_table(results: list[TickResult], repeat: int) -> str:
     headline = (
         f"tick that starts {largest.started_per_tick:,} nodes of {largest.nodes:,}: "
         f"{largest.first.median('seconds'):.3f} s (first), {largest.settle.median('seconds'):.3f} s (settle); "
-        f"CONTRACT 8 target <= 1.5 s at 100,000\n"
+        "target <= 1.5 s at 100,000\n"
         f"messages per tick (first / settle / no-op), by fleet size: "
         + ", ".join(
             f"{r.nodes:,}: {r.first.median('messages'):.0f} / {r.settle.median('messages'):.0f} / "

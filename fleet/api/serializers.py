@@ -40,7 +40,7 @@ class AgentCommandsField(serializers.ListField):
 
 # --- pools -----------------------------------------------------------------------------
 class MaintenanceWindowSerializer(serializers.Serializer):
-    """One weekly window (CONTRACT 9.1); described here, checked by fleet.windows.parse_windows."""
+    """One weekly window (docs/api.md#pools); described here, checked by fleet.windows.parse_windows."""
 
     days = serializers.ListField(
         child=serializers.ChoiceField(choices=["mon", "tue", "wed", "thu", "fri", "sat", "sun"]),
@@ -225,7 +225,7 @@ class AuditActorSerializer(serializers.Serializer):
 
 
 class AuditEntrySerializer(serializers.Serializer):
-    """An audit entry (CONTRACT 10.2). Rendered by ``fleet.services.audit.entry_representation``: the
+    """An audit entry (docs/api.md#the-audit-trail). Rendered by ``fleet.services.audit.entry_representation``: the
     very function the hash is computed from, so the API shows exactly what the hash covers."""
 
     id = serializers.CharField()

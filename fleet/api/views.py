@@ -120,7 +120,7 @@ class PoolViewSet(TenantViewSet):
         },
     )
     def partial_update(self, request: Request, pk: str) -> Response:
-        """CONTRACT 9.1: the policy fields given replace the pool's; nothing changes on a refusal."""
+        """The policy fields given replace the pool's; nothing changes on a refusal (docs/api.md#pools)."""
         pool_id = _path_id(pk, "pool")
         data = _valid(s.PoolPatchSerializer, request)
         # Windows pass through as JSON: the service validates them once, for the admin too.
@@ -325,8 +325,9 @@ def _held(request: HttpRequest, report: SessionReport, *, wait: int | None, seen
 
 
 class AgentSessionView(AgentView):
-    """Join, heartbeat, leave. A plain heartbeat (CONTRACT 8's hot path) is answered before DRF's machinery
-    (request wrapping, negotiation, serializers) by ``_plain_heartbeat``, in one SQL statement."""
+    """Join, heartbeat, leave. A plain heartbeat (the hot path, docs/architecture.md#scale-targets) is answered
+    before DRF's machinery (request wrapping, negotiation, serializers) by ``_plain_heartbeat``, in one SQL
+    statement."""
 
     @classmethod
     def as_view(cls, **initkwargs):

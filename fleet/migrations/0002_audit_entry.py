@@ -5,7 +5,7 @@ import uuid
 from django.db import migrations, models
 
 
-# PostgreSQL refuses UPDATE and DELETE on audit rows, whoever asks (CONTRACT 10.2). TRUNCATE is
+# PostgreSQL refuses UPDATE and DELETE on audit rows, whoever asks (docs/operations.md#webhooks-and-the-audit-trail). TRUNCATE is
 # left to the table owner (test databases are emptied with it). SQLite (the demo) has no trigger.
 APPEND_ONLY = """
 CREATE OR REPLACE FUNCTION fleet_auditentry_append_only() RETURNS trigger AS $$

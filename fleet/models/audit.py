@@ -1,4 +1,4 @@
-"""The audit trail (CONTRACT 10.2): one append-only row per change made by a person or a key.
+"""The audit trail (docs/api.md#the-audit-trail): one append-only row per change made by a person or a key.
 
 Rows are written only by ``fleet.services.audit.audit_record``; PostgreSQL refuses UPDATE and
 DELETE on the table (a trigger, migration 0002), the admin and the API only read it.

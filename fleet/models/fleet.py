@@ -31,7 +31,7 @@ class Pool(models.Model):
         validators=[MinValueValidator(Decimal(0)), MaxValueValidator(Decimal(1))],
     )
     default_daemon_version = models.CharField(max_length=64, null=True, blank=True)
-    # CONTRACT 9.1: the API form of the windows, as fleet.windows.parse_windows accepted them
+    # docs/api.md#pools: the API form of the windows, as fleet.windows.parse_windows accepted them
     # (empty: always open). Written only through fleet.services.pools, which validates them.
     maintenance_windows = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

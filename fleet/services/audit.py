@@ -1,4 +1,4 @@
-"""The audit trail (CONTRACT 10.2): record a change, in the transaction that makes it; verify chains.
+"""The audit trail (docs/api.md#the-audit-trail): record a change, in the transaction that makes it; verify chains.
 
 Every entry belongs to one chain: its tenant's, or the system chain (``tenant=None``) for
 installation-wide changes by someone who acts in no tenant. Within a chain

@@ -1,4 +1,4 @@
-"""Liveness judged against the fleet, not the clock alone (CONTRACT 5).
+"""Liveness judged against the fleet, not the clock alone (docs/controller.md#liveness-against-the-fleet).
 
 A node is online while it heartbeated within 3 x heartbeatSeconds. But when the
 server, its database or its web tier is down, no heartbeat is recorded and every

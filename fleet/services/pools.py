@@ -35,7 +35,7 @@ def _budget(value: Decimal | float | int | str) -> Decimal:
 def windows_validate(value: object, field: str = "policy.maintenanceWindows") -> list[dict[str, Any]]:
     """The one validation of maintenance windows (API and admin): their stored (API) form.
 
-    400 ``invalid_window`` with a sentence naming the offending field (CONTRACT 9.1).
+    400 ``invalid_window`` with a sentence naming the offending field (docs/api.md#pools).
     """
     try:
         windows = parse_windows(value, field)
@@ -81,7 +81,7 @@ POLICY_FIELDS = {"disruptionBudget": "disruption_budget", "maintenanceWindows": 
 
 
 def pool_update(*, tenant: Tenant, pool_id: UUID, policy: Mapping[str, Any], actor: Actor | None = None) -> Pool:
-    """Replace the given ``policy`` fields of a pool (CONTRACT 9.1 ``PATCH``), audited as ``pool.update``.
+    """Replace the given ``policy`` fields of a pool (``PATCH``, docs/api.md#pools), audited as ``pool.update``.
 
     Every value is checked before anything is written: a refusal changes nothing.
     """

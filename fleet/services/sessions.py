@@ -12,7 +12,7 @@ stored value is at least one ``heartbeatSeconds`` old (or the protocol
 version changed). The stored value then lags the agent's last heartbeat by
 less than one interval, so a node that stops heartbeating is seen offline at
 most one interval early, never late: online/offline stays exact to within one
-heartbeat interval (CONTRACT 8). What the agent gets back is read in the same
+heartbeat interval (docs/architecture.md#scale-targets). What the agent gets back is read in the same
 statement, so a spec or command committed before the heartbeat is in its answer.
 
 A join (no session yet, or the agent left) or a version change takes the

@@ -146,7 +146,7 @@ class NodeUpgradeAdmin(ReadOnlyMixin, TenantScopedAdmin):
         return False
 
     def get_changelist_instance(self, request: HttpRequest):
-        # Blockers for the page's rows at once (CONTRACT 10.1): a constant number of queries.
+        # Blockers for the page's rows at once (docs/controller.md#why-not-yet): a constant number of queries.
         changelist = super().get_changelist_instance(request)
         upgrades = list(changelist.result_list)
         blockers = node_blockers(upgrades, now=timezone.now())

@@ -122,7 +122,9 @@ class ReleaseAdmin(admin.ModelAdmin):
 
     @admin.display(description="blocked in your tenant")
     def blocked_here(self, release: Release) -> SafeString | str:
-        """The acting tenant's block (CONTRACT 9.5) with the action that changes it (see get_queryset)."""
+        """The acting tenant's block with the action that changes it (see get_queryset).
+
+        See docs/controller.md#blocking-a-release-per-tenant."""
         if not getattr(release, "acting_tenant", False):
             return "-"
         reason, can = release.block_reason_here, release.acting_can_block  # type: ignore[attr-defined]

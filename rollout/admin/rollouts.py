@@ -228,7 +228,7 @@ class RolloutAdmin(TenantScopedAdmin):
             ],
             "upgrades_url": filtered({}),
             "rollout_actions": actions,
-            # CONTRACT 10.1: what holds the rollout, in plain words (None while nodes are moving).
+            # docs/controller.md#why-not-yet: what holds the rollout, in plain words (None while nodes are moving).
             "rollout_blocker": rollout_blocker_words(rollout, now=timezone.now()),
         }
 

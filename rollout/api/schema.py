@@ -79,7 +79,7 @@ class DsseSignatureSerializer(serializers.Serializer):
 
 
 class DsseEnvelopeSerializer(serializers.Serializer):
-    """A DSSE envelope carrying a release manifest (CONTRACT 3.3). At most 1 MiB; strict JSON."""
+    """A DSSE envelope carrying a release manifest (docs/signing.md#the-envelope-dsse). At most 1 MiB; strict JSON."""
 
     payloadType = serializers.ChoiceField(choices=[(PAYLOAD_TYPE, PAYLOAD_TYPE)])
     payload = serializers.CharField(

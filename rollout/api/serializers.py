@@ -1,4 +1,4 @@
-"""Shapes of the rollout module's API (camelCase, CONTRACT 4.3 to 4.5).
+"""Shapes of the rollout module's API (camelCase: docs/api.md#releases, docs/api.md#rollouts).
 
 Input serializers only check types; the rules (waves, ratios, seconds) are
 checked once, in rollout/services/plan.py, for the API and the admin alike.
@@ -32,7 +32,7 @@ from rollout.services.representation import blocker_json, rollouts_json
 
 
 class ReleaseBlockedSerializer(serializers.Serializer):
-    """A release's block in the caller's tenant (CONTRACT 9.5)."""
+    """A release's block in the caller's tenant (docs/controller.md#blocking-a-release-per-tenant)."""
 
     at = serializers.DateTimeField()
     reason = serializers.CharField()
@@ -149,7 +149,7 @@ class AbortSerializer(StrictSerializer):
 
 
 class NodeBlockerSerializer(serializers.Serializer):
-    """What a node waits for (CONTRACT 10.1): ``code``, ``detail`` and the code's extra fields."""
+    """What a node waits for (docs/controller.md#why-not-yet): ``code``, ``detail`` and the code's extra fields."""
 
     code = serializers.ChoiceField(choices=NODE_CODES)
     detail = serializers.CharField(help_text="A human sentence.")
@@ -165,7 +165,7 @@ class NodeBlockerSerializer(serializers.Serializer):
 
 
 class RolloutBlockerSerializer(serializers.Serializer):
-    """What holds a rollout (CONTRACT 10.1); null while nodes are moving."""
+    """What holds a rollout (docs/controller.md#why-not-yet); null while nodes are moving."""
 
     code = serializers.ChoiceField(choices=ROLLOUT_CODES)
     detail = serializers.CharField(help_text="A human sentence.")
@@ -310,14 +310,14 @@ class NodeUpgradeSerializer(ResponseModelSerializer):
 
 
 class RolloutEventSerializer(ResponseModelSerializer):
-    data = JSONObjectField()  # type: ignore[assignment]  # the event's field is named "data" (CONTRACT 4.4)
+    data = JSONObjectField()  # type: ignore[assignment]  # the event's field is named "data" (docs/api.md#rollouts)
 
     class Meta:
         model = RolloutEvent
         fields = ["kind", "at", "data"]
 
 
-# --- webhooks (CONTRACT 10.3) ------------------------------------------------------------------
+# --- webhooks (docs/webhooks.md) ---------------------------------------------------------------
 class WebhookCreateSerializer(StrictSerializer):
     """Types only; the URL, events and secret rules are rollout.services.webhooks.webhook_create's."""
 

@@ -55,7 +55,7 @@ from rollout.services.start_plan import (
 
 State = NodeUpgrade.State
 
-#: Node blocker codes, in the order of precedence (CONTRACT 10.1).
+#: Node blocker codes, in the order of precedence (docs/controller.md#why-not-yet).
 NODE_CODES = (
     "rollout_paused",
     "wave_not_started",
@@ -67,7 +67,7 @@ NODE_CODES = (
     "awaiting_rejoin",
     "proving_ready",
 )
-#: Rollout blocker codes (CONTRACT 10.1, the rollout representation); rollout.metrics repeats them.
+#: Rollout blocker codes (docs/controller.md#why-not-yet, the rollout representation); rollout.metrics repeats them.
 ROLLOUT_CODES = ("paused", "soaking", "outside_window", "budget_full", "awaiting_nodes")
 
 

@@ -1,4 +1,4 @@
-"""Blocking a release per tenant (CONTRACT 9.5).
+"""Blocking a release per tenant (docs/controller.md#blocking-a-release-per-tenant).
 
 A block is one row (tenant, release). While it stands, in that tenant only:
 creating a rollout to the release answers 400 ``release_blocked``

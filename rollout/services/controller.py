@@ -1,6 +1,6 @@
 """The controller: the steps of a tick, and the tick that runs them for one rollout.
 
-A tick (CONTRACT 5), for one rollout, under its row lock taken with
+A tick (docs/controller.md#the-tick), for one rollout, under its row lock taken with
 ``skip_locked`` so two workers never reconcile the same rollout at once:
 
 1. settle: in-flight nodes whose session reports the target version succeed;
@@ -86,7 +86,7 @@ def wave_failures(rollout: Rollout) -> int:
 
 
 def failure_ratio_judged(*, rollout: Rollout, counts: dict[str, int]) -> bool:
-    """CONTRACT 9.2: the ratio is judged once ``failureRatioMinSettled`` of the wave's nodes settled
+    """The ratio is judged once ``failureRatioMinSettled`` of the wave's nodes settled
     (succeeded + failed), or once all of them have (nothing pending or in flight)."""
     settled = counts[State.FAILED] + counts[State.SUCCEEDED]
     wave_over = not counts[State.PENDING] and not counts[State.IN_FLIGHT]
@@ -157,7 +157,7 @@ def rollout_advance(*, rollout: Rollout, now: datetime) -> bool:
 
 
 def release_blocked(rollout: Rollout) -> bool:
-    """Whether the rollout's tenant blocked its release (CONTRACT 9.5)."""
+    """Whether the rollout's tenant blocked its release (docs/controller.md#blocking-a-release-per-tenant)."""
     return ReleaseBlock.objects.filter(tenant_id=rollout.tenant_id, release_id=rollout.release_id).exists()
 
 
@@ -186,7 +186,7 @@ def rollout_tick(*, rollout_id: UUID | str) -> TickResult | None:
         now = timezone.now()
         result = TickResult()
         if rollout.state == Rollout.State.ACTIVE and release_blocked(rollout):
-            # First: a release blocked in the tenant (CONTRACT 9.5) pauses its rollouts; nodes in flight settle.
+            # First: a release blocked in the tenant pauses its rollouts; nodes in flight settle.
             pause_rollout(rollout=rollout, at=now, paused=Paused(reason=Rollout.PausedReason.RELEASE_BLOCKED))
             result.paused = True
         elif rollout.state == Rollout.State.ACTIVE and release_expired(rollout, now=now):

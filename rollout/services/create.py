@@ -1,4 +1,4 @@
-"""Creating a rollout (and its dry run): every check of CONTRACT 4.4, the snapshot, the seeded waves."""
+"""Creating a rollout (and its dry run): every check (docs/api.md#rollouts), the snapshot, the seeded waves."""
 
 from __future__ import annotations
 
@@ -72,7 +72,9 @@ def _pool_uuids(values: tuple[str, ...]) -> list[UUID]:
 
 
 def _snapshot(*, tenant: Tenant, spec: RolloutSpec) -> Snapshot:
-    """Every check of CONTRACT 4.4 the spec leaves, in order, and the nodes a rollout would take."""
+    """Every check of a create the spec leaves, in order, and the nodes a rollout would take.
+
+    See docs/controller.md#create."""
     if not conf.options().downloads_url:
         raise Unavailable(
             "No downloads URL is configured: set ROLLOUT_DOWNLOADS_URL before creating rollouts.",
@@ -107,7 +109,7 @@ def _snapshot(*, tenant: Tenant, spec: RolloutSpec) -> Snapshot:
 
 
 def _conflicts(snapshot: Snapshot) -> list[str]:
-    """Nodes of the snapshot that another active or paused rollout holds (CONTRACT 4.4)."""
+    """Nodes of the snapshot that another active or paused rollout holds (409 ``conflict``, docs/api.md#rollouts)."""
     taken = NodeUpgrade.objects.filter(
         claims_node=True, node__pool__in=snapshot.pools, rollout__state__in=Rollout.ACTIVE_STATES
     ).values_list("node_id", flat=True)
@@ -142,8 +144,8 @@ def rollout_plan(*, tenant: Tenant, spec: RolloutSpec) -> RolloutPlan:
         else:
             per_round = options.upgrade_timeout_seconds + options.min_ready_seconds  # readiness after arrival
             began = cursor + timedelta(seconds=options.soak_seconds if wave.index else 0)
-            # Each pool's rounds of whole timeouts, counted in its open hours only (CONTRACT 9.1):
-            # see docs/controller.md for what this approximation over- and under-counts.
+            # Each pool's rounds of whole timeouts, counted in its open hours only (docs/controller.md#create):
+            # the same section says what this approximation over- and under-counts.
             cursor = max(
                 finish_after_open_seconds(windows[UUID(pid)], began, math.ceil(count / allowed[pid]) * per_round)
                 for pid, count in per_pool.items()

@@ -28,19 +28,19 @@ MAX_WAVES = 20
 MAX_POOL_IDS = 1000  # far above any real fleet's pools; bounds the query and the error bodies
 WAVE_QUANTUM = Decimal("0.00001")  # RolloutWave.percent has 5 decimal places
 MAX_SECONDS = 30 * 24 * 3600  # a month: anything longer is a typo
-MAX_MIN_READY_SECONDS = 86400  # CONTRACT 9.3
+MAX_MIN_READY_SECONDS = 86400  # docs/controller.md#readiness-before-success-minreadyseconds
 
 
 @dataclass(frozen=True)
 class RolloutOptions:
-    """Validated options of a rollout (CONTRACT 4.4)."""
+    """Validated options of a rollout (docs/api.md#rollouts)."""
 
     waves: tuple[int | float, ...]
     max_failure_ratio: Decimal
     soak_seconds: int
     upgrade_timeout_seconds: int
     min_ready_seconds: int = 0
-    #: CONTRACT 9.2: judge the wave's failure ratio once this many of its nodes settled (or all did).
+    #: Judge the wave's failure ratio once this many of its nodes settled, or all did (docs/controller.md#the-tick).
     failure_ratio_min_settled: int = DEFAULT_FAILURE_RATIO_MIN_SETTLED
 
 
@@ -114,7 +114,9 @@ def options_validate(
 
 
 def _min_ready_seconds(value: object) -> int:
-    """``minReadySeconds`` (CONTRACT 9.3): a JSON integer from 0 to 86400, default 0."""
+    """``minReadySeconds``: a JSON integer from 0 to 86400, default 0.
+
+    See docs/controller.md#readiness-before-success-minreadyseconds."""
     if value is None:
         return 0
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_MIN_READY_SECONDS:
@@ -140,7 +142,7 @@ def _min_settled(value: object) -> int:
 
 @dataclass(frozen=True)
 class RolloutSpec:
-    """A rollout as asked for (CONTRACT 4.4), its options checked; pools and release are checked at create."""
+    """A rollout as asked for (docs/api.md#rollouts), its options checked; pools and release are checked at create."""
 
     version: str
     pool_ids: tuple[str, ...] | None  # None: all the tenant's pools

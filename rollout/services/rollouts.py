@@ -104,7 +104,9 @@ def rollout_resume(*, rollout_id: UUID | str, tenant: Tenant | None = None, acto
 
 
 def rollout_promote(*, rollout_id: UUID | str, tenant: Tenant | None = None, actor: Actor | None = None) -> Rollout:
-    """End the current wave's soak now (CONTRACT 9.4): the next wave starts at the next tick.
+    """End the current wave's soak now: the next wave starts at the next tick.
+
+    See docs/controller.md#pause-resume-promote-abort.
 
     409 ``invalid_state`` unless the rollout is active and its current wave is soaking.
     """

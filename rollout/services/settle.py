@@ -144,7 +144,9 @@ def node_upgrades_settle_overdue(
 def node_upgrades_settle_ready(
     *, now: datetime, rollout: Rollout | None = None, node_id: UUID | None = None
 ) -> tuple[int, int]:
-    """Nodes proving readiness (CONTRACT 9.3) settle: (succeeded, failed).
+    """Nodes proving readiness settle: (succeeded, failed).
+
+    See docs/controller.md#readiness-before-success-minreadyseconds.
 
     A node that arrived (``arrived_at``) succeeds once its session has stayed open on the
     target, without rejoining (``joined_at <= arrived_at``) and online, for minReadySeconds.

@@ -144,7 +144,7 @@ def _send_out(*, sections: list[tuple[UUID, dict[str, Any]]], old_agents: list[t
         commands_enqueue(node_ids_payloads=old_agents, kind=Command.Kind.DAEMON_UPGRADE)
 
 
-# --- convergence after completion (CONTRACT 9.6) ---------------------------------------------
+# --- convergence after completion (docs/controller.md#convergence-after-completion) ----------
 
 
 def convergence_candidates(*, now: datetime) -> QuerySet[NodeUpgrade]:
@@ -187,7 +187,7 @@ def rollouts_converge(*, now: datetime) -> int:
     """
     pool_ids = sorted(set(convergence_candidates(now=now).values_list("pool_id", flat=True).order_by()))
     started = 0
-    open_now = pool_windows_open(pool_ids=pool_ids, now=now)  # maintenance windows (CONTRACT 9.1)
+    open_now = pool_windows_open(pool_ids=pool_ids, now=now)  # docs/controller.md#maintenance-windows
     for pool_id in pool_ids:
         if pool_id not in open_now:
             continue

@@ -209,7 +209,8 @@ def start_upgrades(
         previous_version=Subquery(NodeSession.objects.filter(node_id=OuterRef("node_id")).values("daemon_version")[:1]),
     )
     # One line per batch of nodes, not per node: a tick that starts 5,000 nodes spent a second formatting
-    # 5,000 lines (CONTRACT 8: at most 1.5 s). Each line names its nodes, so a node's start is still found.
+    # 5,000 lines (docs/architecture.md#scale-targets: at most 1.5 s). Each line names its nodes, so a node's
+    # start is still found.
     node_ids = [str(node_id) for _, node_id in starts]
     for first in range(0, len(node_ids), STARTED_LOG_BATCH):
         log.info(
@@ -225,7 +226,9 @@ def start_upgrades(
 
 
 def mark_arrived(*, ids: Sequence[int], **context: str | int) -> int:
-    """in_flight, arrived_at recorded: the node rejoined on the target and now proves readiness (CONTRACT 9.3).
+    """in_flight, arrived_at recorded: the node rejoined on the target and now proves readiness.
+
+    See docs/controller.md#readiness-before-success-minreadyseconds.
 
     ``arrived_at`` is the session's ``joined_at`` (when it rejoined on the target), read by the
     UPDATE itself, and only while that session is still open on the target: a later rejoin gives a
@@ -245,7 +248,9 @@ def mark_arrived(*, ids: Sequence[int], **context: str | int) -> int:
 def converge_upgrades(
     *, rollout_id: UUID, starts: Sequence[tuple[int, UUID]], started_at: datetime, deadline: datetime
 ) -> int:
-    """skipped (offline) -> in_flight: a completed rollout's node came back on an older version (CONTRACT 9.6).
+    """skipped (offline) -> in_flight: a completed rollout's node came back on an older version.
+
+    See docs/controller.md#convergence-after-completion.
 
     Like ``start_upgrades``: the previous section and version are read by the UPDATE; the row takes
     its node again (``claims_node``) while in flight, so the one-writer index refuses it when another
@@ -361,7 +366,7 @@ def supersede_upgrades(*, tenant_id: int, node_ids: AbstractSet[UUID], at: datet
 
     An aborted rollout's in-flight nodes keep their node only until a newer
     rollout needs it (a fix-forward), and so does a completed rollout's node
-    converging after completion (CONTRACT 9.6). They are not sent back: the new
+    converging after completion (docs/controller.md#convergence-after-completion). They are not sent back: the new
     rollout sets the node's spec.daemon when it starts it.
 
     The rows are found from the in-flight side (the tenant's finished rollouts' in-flight rows,

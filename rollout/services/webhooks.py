@@ -1,4 +1,4 @@
-"""Webhooks (CONTRACT 10.3): subscriptions, and deliveries of rollout events, at least once.
+"""Webhooks (docs/webhooks.md): subscriptions, and deliveries of rollout events, at least once.
 
 The event's transaction writes one ``WebhookDelivery`` per subscribed webhook (``deliveries_create``,
 called by ``events.event_record``) and asks, after the commit, for one ``rollout/webhook-deliver``

@@ -1,4 +1,4 @@
-"""Which webhook URLs and addresses may be called (CONTRACT 10.3), without Django.
+"""Which webhook URLs and addresses may be called (docs/webhooks.md), without Django.
 
 Two checks guard against server-side request forgery:
 

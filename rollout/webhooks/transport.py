@@ -1,4 +1,4 @@
-"""Delivering one webhook POST (CONTRACT 10.3), without Django: sign, check, pin, send, classify.
+"""Delivering one webhook POST (docs/webhooks.md), without Django: sign, check, pin, send, classify.
 
 ``post_event`` never raises and never takes longer than ``timeout`` once DNS has answered: the
 Celery task that calls it records the ``DeliveryResult`` and schedules the next attempt with

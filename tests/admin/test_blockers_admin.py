@@ -1,4 +1,7 @@
-"""Why not yet in the admin (CONTRACT 10.1): each node upgrade's blocker, and the rollout's at the top of its page."""
+"""Why not yet in the admin: each node upgrade's blocker, and the rollout's at the top of its page.
+
+See docs/controller.md#why-not-yet.
+"""
 
 from __future__ import annotations
 
@@ -67,7 +70,6 @@ def test_the_rollout_page_says_budget_full_with_who_holds_it(root, tenant, relea
 
 
 def test_the_rollout_page_says_waiting_for_the_window(root, tenant, releases):
-    # Needs Pool.maintenance_windows (CONTRACT 9.1, merged separately).
     with time_machine.travel(datetime(2026, 1, 14, 12, 0, tzinfo=UTC), tick=False):  # 13:00 in Berlin (CET)
         rollout = make_rollout(tenant, {"gpu-a": (2, "1")})
         window = {"days": ["wed"], "start": "22:00", "durationMinutes": 120, "timezone": "Europe/Berlin"}

@@ -1,4 +1,7 @@
-"""The admin's part of CONTRACT 9.3 and 9.5: minReadySeconds at create, blocking a release per tenant."""
+"""The admin's part of readiness and release blocks: minReadySeconds at create, blocking a release per tenant.
+
+docs/controller.md#readiness-before-success-minreadyseconds, docs/controller.md#blocking-a-release-per-tenant.
+"""
 
 from __future__ import annotations
 

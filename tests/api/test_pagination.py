@@ -1,4 +1,4 @@
-"""Every list under /api/compute/ is paginated (CONTRACT 8, Lists): limit, an opaque cursor, results and next.
+"""Every list under /api/compute/ is paginated (docs/api.md#lists): limit, an opaque cursor, results and next.
 
 Each list is seeded with rows whose ordering values tie (same ``created_at``,
 ``at``, ``started_at``), inserted out of order, with rows its filter leaves

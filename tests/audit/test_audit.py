@@ -1,4 +1,4 @@
-"""The audit trail (CONTRACT 10.2): what is recorded, through the API, the admin and commands; the
+"""The audit trail (docs/api.md#the-audit-trail): what is recorded, through the API, the admin and commands; the
 hash chain recomputed from the API alone; tampering found by `audit verify`; PostgreSQL refusals."""
 
 from __future__ import annotations

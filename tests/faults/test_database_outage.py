@@ -80,5 +80,6 @@ def test_a_database_outage_answers_503_at_worst_and_skips_no_healthy_node(fault_
         assert all(status in (503, "ConnectError", "ReadTimeout") for status in operator), operator
         assert server_errors(before) == {}
         assert server_errors(after - during) == {}
-        # CONTRACT 5: no node whose agent kept running is skipped as offline (every node succeeded, once).
+        # No node whose agent kept running is skipped as offline (every node succeeded, once):
+        # docs/controller.md#liveness-against-the-fleet.
         assert_rollout_proof(stack, monitor, running, [rollout])

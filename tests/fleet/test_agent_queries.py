@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db
 
 SESSION = "/api/compute/agent/session"
 BODY = {"daemonVersion": "1.4.0", "protocolVersion": 3}
-# CONTRACT 8: a plain heartbeat costs at most this many SQL statements.
+# docs/architecture.md#scale-targets: a plain heartbeat costs at most this many SQL statements.
 HEARTBEAT_MAX_QUERIES = 2
 
 

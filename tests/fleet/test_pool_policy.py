@@ -1,4 +1,4 @@
-"""PATCH /api/compute/pools/{id}/ and maintenance windows on create (CONTRACT 9.1)."""
+"""PATCH /api/compute/pools/{id}/ and maintenance windows on create (docs/api.md#pools)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Maintenance windows (CONTRACT 9.1): parsing, and the time arithmetic against a minute-by-minute model.
+"""Maintenance windows (docs/api.md#pools): parsing, and the time arithmetic against a minute-by-minute model.
 
-No database: fleet.windows is pure. The reference model below is written from the contract's words,
+No database: fleet.windows is pure. The reference model below is written from the docs' words,
 not from the module: one flag per UTC minute, set for every minute t with
 occurrence_start(d) <= t < occurrence_start(d) + duration for some listed local day d.
 """

@@ -88,7 +88,7 @@ def test_a_failing_release_pauses_at_the_canary_then_rollback_and_roll_forward(s
         assert Node.objects.get(pk=canary.node_id).spec["daemon"]["version"] == "1.0.0"  # back to what it ran
 
         # Resume: wave 1 starts 1 node: the budget is 2 and the failed canary, which never came back,
-        # still holds a slot (CONTRACT 5). It never rejoins either; abort with rollback returns it.
+        # still holds a slot (docs/controller.md#budget). It never rejoins either; abort with rollback returns it.
         assert stack.client.post(f"/api/compute/rollouts/{bad}/resume/").status_code == 200
         wait_until(lambda: counts(bad).get("in_flight") == 1, timeout=30, what="wave 1 to start")
         # Its agent takes the new spec and goes down (well before the 6 s deadline).
@@ -111,7 +111,7 @@ def test_a_failing_release_pauses_at_the_canary_then_rollback_and_roll_forward(s
 
 
 def test_a_window_opens_after_create_and_a_promote_ends_a_long_soak(stack):
-    """CONTRACT 9.1 and 9.4 live: nothing starts before the pool's window opens (at the next minute
+    """Maintenance windows and promote live: nothing starts before the pool's window opens (at the next minute
     boundary, computed from now); then a one-hour soak ends at once on promote."""
     stack.register("0.9.0", 1)
     stack.register("1.0.0", 2)

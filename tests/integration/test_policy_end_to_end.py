@@ -1,4 +1,4 @@
-"""Readiness and convergence end to end (CONTRACT 9.3, 9.6): real HTTP, Redis, a Celery worker and beat
+"""Readiness and convergence end to end: real HTTP, Redis, a Celery worker and beat
 (every 1 s), simulated agents. One agent flaps right after upgrading (fails readiness and goes back); one
 is offline during the rollout and converges after the rollout completed, when it comes back."""
 

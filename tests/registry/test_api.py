@@ -1,4 +1,4 @@
-"""Registering signed releases through the API (CONTRACT 3.4, 4.3)."""
+"""Registering signed releases through the API (docs/api.md#releases)."""
 
 import base64
 import json

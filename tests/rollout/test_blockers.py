@@ -1,4 +1,4 @@
-"""Why not yet (CONTRACT 10.1): every node row and every rollout says what it waits for."""
+"""Why not yet (docs/controller.md#why-not-yet): every node row and every rollout says what it waits for."""
 
 from __future__ import annotations
 
@@ -189,14 +189,13 @@ def test_proving_ready_until_min_ready_seconds_after_arrival(api, tenant, releas
 
 
 def _closed_window_pool(pool: Pool) -> None:
-    """Pool ``pool`` gets a single daily 22:00 Europe/Berlin window of an hour (CONTRACT 9.1)."""
+    """Pool ``pool`` gets a single daily 22:00 Europe/Berlin window of an hour."""
     days = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
     window = {"days": days, "start": "22:00", "durationMinutes": 60, "timezone": "Europe/Berlin"}
     Pool.objects.filter(pk=pool.pk).update(maintenance_windows=[window])
 
 
 def test_outside_window_names_the_next_opening(api, tenant, releases):
-    # Needs Pool.maintenance_windows (CONTRACT 9.1, merged separately).
     noon = datetime(2026, 6, 10, 12, 0, tzinfo=UTC)  # 14:00 in Berlin (CEST): closed
     with time_machine.travel(noon, tick=False):
         fleet(tenant, {"a": (4, "1"), "b": (4, "0")})  # b: a budget of 0 is always full

@@ -1,4 +1,4 @@
-"""Each controller step and each transition (CONTRACT 5)."""
+"""Each controller step and each transition (docs/controller.md#the-tick)."""
 
 from datetime import timedelta
 

@@ -1,4 +1,7 @@
-"""Convergence after completion (CONTRACT 9.6): skipped (offline) nodes are upgraded when they come back."""
+"""Convergence after completion: skipped (offline) nodes are upgraded when they come back.
+
+See docs/controller.md#convergence-after-completion.
+"""
 
 from datetime import timedelta
 

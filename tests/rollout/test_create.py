@@ -1,4 +1,4 @@
-"""rollouts.create over the API: snapshot, checks, codes, dry run (CONTRACT 4.4, 4.5)."""
+"""rollouts.create over the API: snapshot, checks, codes, dry run (docs/api.md#rollouts, docs/controller.md#create)."""
 
 from decimal import Decimal
 

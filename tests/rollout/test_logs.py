@@ -1,4 +1,7 @@
-"""Every rollout transition, node start and settle is also one structured (JSON) log line (CONTRACT 5)."""
+"""Every rollout transition, node start and settle is also one structured (JSON) log line.
+
+See docs/controller.md#events-and-logs.
+"""
 
 import json
 import logging

@@ -1,4 +1,4 @@
-"""Properties of the wave split and the seeded shuffle (CONTRACT 5, Snapshot)."""
+"""Properties of the wave split and the seeded shuffle (docs/controller.md#create)."""
 
 import math
 import uuid

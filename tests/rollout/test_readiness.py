@@ -1,4 +1,4 @@
-"""Readiness before success (CONTRACT 9.3): minReadySeconds."""
+"""Readiness before success: minReadySeconds (docs/controller.md#readiness-before-success-minreadyseconds)."""
 
 from datetime import timedelta
 

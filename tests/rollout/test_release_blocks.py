@@ -1,4 +1,4 @@
-"""Blocking a release per tenant (CONTRACT 9.5)."""
+"""Blocking a release per tenant (docs/controller.md#blocking-a-release-per-tenant)."""
 
 import pytest
 

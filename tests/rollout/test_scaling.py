@@ -1,4 +1,4 @@
-"""The number of SQL queries of one tick does not grow with the fleet (CONTRACT 8: a no-op tick is O(1))."""
+"""The number of SQL queries of one tick does not grow with the fleet (docs/architecture.md#scale-targets)."""
 
 import pytest
 from django.db import connection

@@ -1,4 +1,4 @@
-"""Webhooks end to end (CONTRACT 10.3): subscriptions through the API, deliveries of rollout events
+"""Webhooks end to end (docs/webhooks.md): subscriptions through the API, deliveries of rollout events
 to real receivers on 127.0.0.1 by the delivery task, retries with the same id, SSRF refusals."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Which webhook URLs and addresses may be called (CONTRACT 10.3): no network beyond /etc/hosts."""
+"""Which webhook URLs and addresses may be called (docs/webhooks.md): no network beyond /etc/hosts."""
 
 from __future__ import annotations
 

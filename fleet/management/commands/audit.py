@@ -1,4 +1,4 @@
-"""``manage.py audit verify [--tenant SLUG]``: recompute the audit hash chains (CONTRACT 10.2)."""
+"""``manage.py audit verify [--tenant SLUG]``: recompute the audit hash chains (docs/api.md#the-audit-trail)."""
 
 from django.core.management.base import BaseCommand, CommandError
 

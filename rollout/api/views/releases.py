@@ -70,7 +70,9 @@ class ReleaseViewSet(PaginatedViewMixin, viewsets.ViewSet):
     )
     @action(detail=True, methods=["post"], parser_classes=[StrictJSONParser])
     def block(self, request: Request, version: str) -> Response:
-        """Block the release in the caller's tenant (CONTRACT 9.5): its rollouts there pause."""
+        """Block the release in the caller's tenant: its rollouts there pause.
+
+        See docs/controller.md#blocking-a-release-per-tenant."""
         serializer = ReleaseBlockSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         release = release_block(

@@ -1,4 +1,4 @@
-"""Rollouts (CONTRACT 4.4, 4.5, 9.4, 10.1)."""
+"""Rollouts: create, read, act (docs/api.md#rollouts), and why not yet (docs/controller.md#why-not-yet)."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
         request=RolloutCreateSerializer,
         parameters=[DRY_RUN],
         responses={
-            201: OpenApiResponse(RolloutSerializer, description="Created (the rollout, CONTRACT 4.5)."),
+            201: OpenApiResponse(RolloutSerializer, description="Created: the rollout."),
             200: OpenApiResponse(RolloutPlanSerializer, description="`?dryRun=true`: the plan; nothing written."),
             **error_responses(
                 "RolloutCreate",
@@ -160,7 +160,9 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
     )
     @action(detail=True, methods=["get"], url_path=r"nodes/(?P<node_id>[^/]+)")
     def node(self, request: Request, pk: str | None = None, node_id: str | None = None) -> Response:
-        """One node's row of the rollout, with its blocker (CONTRACT 10.1); 404 when the rollout has no such node."""
+        """One node's row of the rollout, with its blocker; 404 when the rollout has no such node.
+
+        See docs/controller.md#why-not-yet."""
         rollout = self.get_object()
         try:
             node_uuid = UUID(str(node_id))

@@ -1,4 +1,4 @@
-"""Webhooks and their deliveries (CONTRACT 10.3)."""
+"""Webhooks and their deliveries (docs/webhooks.md)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def _webhook_id(pk: str) -> UUID:
 
 
 class WebhookViewSet(PaginatedViewMixin, viewsets.ViewSet):
-    """The tenant's webhooks (CONTRACT 10.3). Another tenant's webhook is a 404."""
+    """The tenant's webhooks (docs/webhooks.md). Another tenant's webhook is a 404."""
 
     lookup_value_regex = "[^/]+"
 
