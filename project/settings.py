@@ -278,7 +278,7 @@ CACHE_URL = env_str("CACHE_URL", "")
 if CACHE_URL:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}}
 
-# --- The rollout module (the seed's rolloutModule(options)) ---------------------
+# --- The rollout module (README.md#configuration: one setting, ROLLOUT) ---------
 # Webhooks: http:// and private/loopback receivers only with ROLLOUT_WEBHOOKS_ALLOW_HTTP=1 (tests,
 # demo). Link-local and metadata addresses are refused whatever it says.
 ROLLOUT_WEBHOOKS_ALLOW_HTTP = env_bool("ROLLOUT_WEBHOOKS_ALLOW_HTTP", False)

@@ -1,4 +1,4 @@
-"""The module's options, read from settings.ROLLOUT (the seed's rolloutModule(options)).
+"""The module's options, read from settings.ROLLOUT (README.md#configuration).
 
 Validation happens in rollout/checks.py as system checks; here values are
 only read, with defaults.
@@ -15,7 +15,7 @@ DEFAULT_EVERY = 30
 
 @dataclass(frozen=True)
 class ModuleSettings:
-    """settings.ROLLOUT, read with defaults (the seed's rolloutModule(options)).
+    """settings.ROLLOUT, read with defaults (README.md#configuration).
 
     Not a rollout's options: those are rollout.services.plan.RolloutOptions.
     """

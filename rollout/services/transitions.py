@@ -12,7 +12,7 @@ NodeUpgrade  pending ──start_upgrades──► in_flight ──succeed_upgra
              in_flight ──fail_and_send_back──► failed        (spec.daemon back to what it ran; timeout, not_ready)
              in_flight ──roll_back_upgrades──► rolled_back   (spec.daemon back to what it ran)
              pending ──skip_upgrades──► skipped      pending ──cancel_pending_upgrades──► cancelled
-             skipped (offline, completed rollout) ──converge_upgrades──► in_flight   (convergence, 9.6)
+             skipped (offline, completed rollout) ──converge_upgrades──► in_flight   (convergence after completion)
 ```
 
 Each function does the whole transition together: the conditional UPDATE

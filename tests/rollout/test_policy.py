@@ -1,4 +1,8 @@
-"""Rollout policy: maintenance windows (9.1), the failure gate's minimum sample (9.2), promote (9.4)."""
+"""Rollout policy: maintenance windows, the failure gate's minimum sample, promote.
+
+See docs/controller.md#maintenance-windows, docs/controller.md#the-tick (Judge) and
+docs/controller.md#pause-resume-promote-abort.
+"""
 
 from __future__ import annotations
 
@@ -47,7 +51,7 @@ def kinds(rollout) -> list[str]:
     return list(RolloutEvent.objects.filter(rollout=rollout).order_by("at", "id").values_list("kind", flat=True))
 
 
-# --- 9.1 maintenance windows ---------------------------------------------------------------------
+# --- maintenance windows -------------------------------------------------------------------------
 
 
 def test_a_rollout_waits_outside_the_window_and_proceeds_when_it_opens(tenant, releases):
@@ -129,7 +133,7 @@ def test_the_dry_run_estimate_adds_the_soak_in_real_time(tenant, releases):
         assert rollout_plan(tenant=tenant, spec=spec).estimated_seconds == (24 * 60 + 10) * 60
 
 
-# --- 9.2 failure gate with a minimum sample ------------------------------------------------------
+# --- failure gate with a minimum sample ----------------------------------------------------------
 
 
 def counts(**given: int) -> dict[str, int]:
@@ -139,7 +143,7 @@ def counts(**given: int) -> dict[str, int]:
 @pytest.mark.parametrize(
     ("min_settled", "wave", "exceeded"),
     [
-        (0, counts(failed=1, in_flight=9), True),  # default: section 5
+        (0, counts(failed=1, in_flight=9), True),  # default: every settled failure is judged
         (5, counts(failed=2, succeeded=2, in_flight=6), False),  # 4 settled < 5
         (5, counts(failed=2, succeeded=3, in_flight=5), True),  # the sample is in
         (50, counts(failed=2, succeeded=3, in_flight=5), False),
@@ -220,7 +224,7 @@ def test_min_settled_is_shown_and_defaults_to_zero(tenant, releases, api):
     assert AuditEntry.objects.get(action="rollout.create").after["failureRatioMinSettled"] == 7
 
 
-# --- 9.4 promote ---------------------------------------------------------------------------------
+# --- promote -------------------------------------------------------------------------------------
 
 
 @pytest.fixture
