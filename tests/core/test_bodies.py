@@ -1,5 +1,5 @@
-"""docs/api.md#errors on request bodies, endpoint by endpoint: a body over 1 MiB is 413 ``too_large`` without
-being read whole; deep nesting, lone surrogates, NaN and non-object JSON are 400, never a 500."""
+"""The rules on request bodies (docs/api.md#errors), endpoint by endpoint: a body over 1 MiB is 413 ``too_large``
+without being read whole; deep nesting, lone surrogates, NaN and non-object JSON are 400, never a 500."""
 
 from __future__ import annotations
 
