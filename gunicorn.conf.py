@@ -4,8 +4,9 @@ in the image), so a command line names only the application and the bind:
 
     gunicorn project.asgi:application --bind 0.0.0.0:8000
 
-Options given on a command line (or in ``GUNICORN_CMD_ARGS``) override these; only the benchmarks' previous
-tier does (``-k gthread`` serving ``project.wsgi``, their floor). docs/operations.md#the-web-tier.
+Options given on a command line (or in ``GUNICORN_CMD_ARGS``) override these; only benchmarks do, to run the
+previous tier (``-k gthread`` serving ``project.wsgi``: benchmarks/watch.py's floor, the heartbeat probes).
+docs/operations.md#the-web-tier.
 
 gunicorn bounds the request line and headers (below, its defaults made explicit) but not the body:
 project's core.middleware.BodySizeLimitMiddleware refuses a body over 1 MiB (413) without reading it whole.
