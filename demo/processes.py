@@ -81,7 +81,7 @@ def celery_beat(env: Mapping[str, str], *, max_interval: int = 1, log_path: Path
 def gunicorn_command(*, bind: str) -> list[str]:
     """gunicorn as docker-compose.yml's ``web`` runs it: everything else is gunicorn.conf.py's (the working
     directory's), with ``WEB_WORKERS`` and ``WEB_THREADS`` from the environment."""
-    return [sys.executable, "-m", "gunicorn", "project.asgi:application", f"--bind={bind}"]
+    return [sys.executable, "-m", "gunicorn", "project.asgi:application", "--bind", bind]
 
 
 def web_server(
