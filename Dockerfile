@@ -30,5 +30,5 @@ RUN DJANGO_SECRET_KEY=collectstatic-only CELERY_BROKER_URL=redis://unused ROLLOU
 
 USER app
 EXPOSE 8000
-CMD ["gunicorn", "project.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--threads", "4", \
-     "--worker-tmp-dir", "/dev/shm"]
+# As compose's web: the worker class, workers (WEB_WORKERS) and timeouts are gunicorn.conf.py's (read from /app).
+CMD ["gunicorn", "project.asgi:application", "--bind", "0.0.0.0:8000"]

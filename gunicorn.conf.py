@@ -1,10 +1,34 @@
-"""gunicorn's settings shared by every way the web server is started (compose, the image, the demo,
-the tests, the benchmarks): gunicorn reads ./gunicorn.conf.py from its working directory, the repository
-root (/app in the image). Options given on a command line override these.
+"""How gunicorn runs the web tier, for every way it is started (compose, the image, ``make web``, the demo, the
+tests, the benchmarks): gunicorn reads ./gunicorn.conf.py from its working directory, the repository root (/app
+in the image), so a command line names only the application and the bind:
+
+    gunicorn project.asgi:application --bind 0.0.0.0:8000
+
+Options given on a command line (or in ``GUNICORN_CMD_ARGS``) override these; only benchmarks do, to run the
+previous tier (``-k gthread`` serving ``project.wsgi``: benchmarks/watch.py's floor, the heartbeat probes).
+docs/operations.md#the-web-tier.
 
 gunicorn bounds the request line and headers (below, its defaults made explicit) but not the body:
 project's core.middleware.BodySizeLimitMiddleware refuses a body over 1 MiB (413) without reading it whole.
 """
+
+import os
+
+# ASGI (project/asgi.py): agent sessions, plain and held, answered in async code on each worker's event loop;
+# Django's views on WEB_THREADS threads per worker (docs/architecture.md#watch).
+worker_class = "uvicorn_worker.UvicornWorker"
+workers = int(os.environ.get("WEB_WORKERS") or 3)
+# A worker that has not told the arbiter it is alive for this long is killed and replaced (not a request
+# timeout: a held request lasts up to 60 s on the event loop, which keeps notifying).
+timeout = 60
+# Idle keep-alive connections (nginx's upstream keepalive, agents sent to the tier directly) stay open
+# longer than nginx keeps them idle (60 s) and longer than any client's pool: the client closes first, so
+# a request is never sent on a connection this side is closing.
+keepalive = 75
+# The workers' liveness files on tmpfs (gunicorn's advice): a slow disk never makes the arbiter kill a worker.
+_TMPFS = "/dev/shm"  # noqa: S108 - a tmpfs for gunicorn's liveness files, not a shared temporary file
+worker_tmp_dir = _TMPFS if os.path.isdir(_TMPFS) else None
+loglevel = (os.environ.get("LOG_LEVEL") or "info").lower()
 
 # The request line (method, path and query): longer answers 400; it holds ids and filters only.
 limit_request_line = 4094

@@ -52,7 +52,7 @@ BENCHMARKS: dict[str, tuple[str, str, list[str]]] = {
     ),
     "watch": (
         "benchmarks.watch",
-        "10,000 held agent sessions on the ASGI tier: web RSS, wake latency, plain heartbeats beside them",
+        "10,000 held agent sessions on the make web tier: its RSS, wake latency, plain heartbeats beside them",
         [],  # the module's QUICK_ARGV
     ),
     "fleet10k": (

@@ -1,6 +1,6 @@
 """Binary delivery against the control plane: ``python -m benchmarks delivery [--quick]``.
 
-The `make web` tier (demo/web.py: nginx in front of gunicorn 3 x 4, docker/nginx.conf) on
+The `make web` tier (demo/web.py: nginx in front of gunicorn.conf.py's 3 uvicorn workers x 4 threads) on
 PostgreSQL, 1,000 simulated agents heartbeating every 10 s (a ``ShardedFleet``: every agent its
 own token, heartbeats as in production), and 50 agents' downloads of a 32 MiB binary at 1 MiB/s
 each (simulator/downloads.py, in a process of their own: benchmarks/delivery_clients.py). It
@@ -185,10 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         "LOG_LEVEL": "WARNING",
         "WEB_WORKERS": "3",
         "WEB_THREADS": "4",
-        # gunicorn keeps idle keep-alive connections longer than the simulator's pool (5 s).
-        "GUNICORN_CMD_ARGS": "--keep-alive=10",
     }
-    os.environ.update({k: v for k, v in env.items() if k != "GUNICORN_CMD_ARGS"})
+    os.environ.update(env)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
     import django
 

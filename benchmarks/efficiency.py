@@ -168,10 +168,6 @@ def run(
         # Agents faster than the server's interval: 5 requests per their own beat, not per the server's.
         "AGENT_TOKEN_RATE": f"{5 * math.ceil(max(10, math.ceil(heartbeat)) / heartbeat)}/heartbeat",
         "LOG_LEVEL": "WARNING",
-        # gunicorn closes an idle keep-alive connection after 2 s by default, the simulator's pool after
-        # 5 s: a request sent on a connection the server is closing fails (ReadError). The server keeps
-        # them longer than the client, as a load balancer in front of it would.
-        "GUNICORN_CMD_ARGS": "--keep-alive=10",
     }
     os.environ.update(env)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")

@@ -200,6 +200,9 @@ async def load(
                         length = int(line[15:])
                 await reader.readexactly(length)
                 counts["ok" if head.startswith(b"HTTP/1.1 200") else "bad"] += 1
+                if b"\r\nconnection: close" in head.lower():  # a proxy's last request on it (nginx: 1,000)
+                    writer.close()
+                    reader, writer = await asyncio.open_connection("127.0.0.1", port)
         finally:
             writer.close()
 

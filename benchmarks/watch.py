@@ -5,13 +5,16 @@
 One database (``rollout_bench_watch``) with ``--held`` watching nodes and ``--plain`` polling ones, every session
 open; ``FLEET_HEARTBEAT_SECONDS=60`` (what a watching fleet runs). Three phases, each after a warm-up:
 
-1. the previous tier, gunicorn ``gthread`` serving ``project.wsgi`` (``--workers`` x 4 threads): plain heartbeats/s
-   from a closed loop of 24 keep-alive connections cycling through the plain nodes (the heartbeat-floor's load);
-2. the production tier, gunicorn with uvicorn workers serving ``project.asgi`` (``--workers``): the same load;
-3. the same tier while ``--held`` agents each hold a session request (one connection each, ``wait`` 60, sent again
-   when answered): its RSS (every process of the tier), its database connections, the same plain load again, and
-   the wake: ``--wake`` held nodes get a new spec in one UPDATE, and every one of them is answered; the time
-   from just before that COMMIT to each answer.
+1. the previous tier, gunicorn ``gthread`` serving ``project.wsgi`` (``--workers`` x 4 threads, no proxy): plain
+   heartbeats/s from a closed loop of 24 keep-alive connections cycling through the plain nodes (the
+   heartbeat-floor's load): the floor;
+2. the production tier as operators run it, ``make web``'s (demo/web.py: nginx with docker/nginx.conf in front of
+   gunicorn as gunicorn.conf.py runs it, uvicorn workers serving ``project.asgi``, ``--workers`` x ``WEB_THREADS``),
+   the load sent to nginx: the same load;
+3. the same tier while ``--held`` agents each hold a session request through nginx (one connection each, ``wait``
+   60, sent again when answered): its RSS (every process of the tier, nginx's included), its database
+   connections, the same plain load again, and the wake: ``--wake`` held nodes get a new spec in one UPDATE, and
+   every one of them is answered; the time from just before that COMMIT to each answer.
 
 The ratio columns are against phase 1, measured in the same run. Targets (docs/fleet.md#watch): 10,000 held
 within 1 GiB of web RSS, plain heartbeats at least at the previous tier's rate.
@@ -48,6 +51,8 @@ from benchmarks.heartbeats import (  # noqa: E402
     stop_process,
     wait_for_http,
 )
+from demo.web import WebTier  # noqa: E402
+from demo.web import start as start_web_tier  # noqa: E402
 
 QUICK_ARGV = ["--held", "1000", "--plain", "1000", "--seconds", "5", "--wake", "100"]
 VERSION = "1.0.0"
@@ -128,6 +133,13 @@ def measure(port: int, tokens: list[str], seconds: float) -> float:
     return ok / elapsed
 
 
+def tier_rss_kib(tier: WebTier) -> int:
+    """Resident memory of every process of the tier: nginx's master and workers, gunicorn's arbiter and workers."""
+    return sum(
+        ProcessSampler.rss_kib(pid) for process in tier.processes.values() for pid in ProcessSampler.tree(process.pid)
+    )
+
+
 def held_gauge(port: int) -> int:
     import httpx
 
@@ -160,13 +172,18 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/rollout"), options.database
     )
     work = Path(tempfile.mkdtemp(prefix="bench-watch-"))
+    work.chmod(0o755)  # nginx's workers (nobody, when run as root) reach gunicorn's socket and their files in it
     (work / "prometheus").mkdir()
+    (work / "media").mkdir()
     env = {
         **os.environ,
         "DATABASE_URL": db_url,
         "DATABASE_CONN_MAX_AGE": "60",
         "LOG_LEVEL": "WARNING",
         "FLEET_HEARTBEAT_SECONDS": "60",
+        # The closed loop sends each plain node's heartbeat many times a minute, far more often than its agent
+        # would: requests are still counted (what that costs is part of the tier), never refused (429).
+        "AGENT_TOKEN_RATE": "100000/min",
         "METRICS_PUBLIC": "1",
         "PROMETHEUS_MULTIPROC_DIR": str(work / "prometheus"),
         "ROLLOUT_RUN_DIR": str(work / "run"),
@@ -177,12 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     manage(env, "migrate", "--noinput")
     tokens = create_fleet(db_url, options.held + options.plain)
     held_tokens, plain_tokens = tokens[: options.held], tokens[options.held :]
-    gunicorn = [str(ROOT / ".venv/bin/gunicorn"), "-w", str(options.workers), "--keep-alive", "75"]
     rows: list[tuple[str, int, float, str]] = []
 
     port = free_port()
+    # The previous tier: gunicorn.conf.py's settings but for the worker class and threads it ran with.
+    wsgi_command = [str(ROOT / ".venv/bin/gunicorn"), "project.wsgi:application", "-k", "gthread", "--threads", "4"]
     wsgi = server(
-        [*gunicorn, "project.wsgi:application", "-k", "gthread", "--threads", "4", "-b", f"127.0.0.1:{port}"],
+        [*wsgi_command, "-w", str(options.workers), "-b", f"127.0.0.1:{port}"],
         env,
         work / "wsgi.log",
     )
@@ -201,21 +219,18 @@ def main(argv: list[str] | None = None) -> int:
         stop_process(wsgi)
 
     port = free_port()
-    asgi_command = [
-        *gunicorn,
-        "project.asgi:application",
-        "-k",
-        "uvicorn_worker.UvicornWorker",
-        "-b",
-        f"127.0.0.1:{port}",
-    ]
-    asgi = server(asgi_command, {**env, "WEB_THREADS": "8"}, work / "asgi.log")
+    tier = start_web_tier(
+        {**env, "WEB_WORKERS": str(options.workers)},
+        port=port,
+        media_root=work / "media",
+        run_dir=work / "run" / "web",
+        log_dir=work,
+    )
+    name = f"make web: nginx + {options.workers} uvicorn"
     holders = None
     try:
-        wait_for_http(f"http://127.0.0.1:{port}/api/compute/pools/", 60, asgi, work / "asgi.log")
         rate = measure(port, plain_tokens, options.seconds)
-        rss = sum(map(ProcessSampler.rss_kib, ProcessSampler.tree(asgi.pid)))
-        rows.append(("gunicorn + uvicorn, project.asgi", 0, rate, f"{rss / 1024:.0f} MiB"))
+        rows.append((name, 0, rate, f"{tier_rss_kib(tier) / 1024:.0f} MiB"))
 
         import httpx
 
@@ -232,10 +247,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(f"only {held_gauge(port)} of {options.held} held ({holders.errors} errors)")
             time.sleep(0.5)
         print(f"{options.held:,} requests held {time.monotonic() - started:.1f} s after the first was sent", flush=True)
-        rss = sum(map(ProcessSampler.rss_kib, ProcessSampler.tree(asgi.pid)))
+        rss = tier_rss_kib(tier)
         connections = connections_of(db_url, options.database)
         rate = measure(port, plain_tokens, options.seconds)
-        rows.append(("gunicorn + uvicorn, project.asgi", options.held, rate, f"{rss / 1024:.0f} MiB"))
+        rows.append((name, options.held, rate, f"{rss / 1024:.0f} MiB"))
 
         woken = held_tokens[: options.wake]
         before = {token: holders.answers.get(token, 0.0) for token in woken}
@@ -257,11 +272,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if holders is not None:
             holders.stop()
-        stop_process(asgi)
+        tier.stop()
 
-    print(f"\n{'web tier':<34} {'held':>7} {'plain hb/s':>11} {'vs WSGI':>8} {'web RSS':>9}")
-    for name, held, rate, rss_text in rows:
-        print(f"{name:<34} {held:>7,} {rate:>11.0f} {rate / floor:>7.2f}x {rss_text:>9}")
+    print(f"\n{'web tier':<34} {'held':>7} {'plain hb/s':>11} {'vs WSGI':>8} {'tier RSS':>9}")
+    for tier_name, held, rate, rss_text in rows:
+        print(f"{tier_name:<34} {held:>7,} {rate:>11.0f} {rate / floor:>7.2f}x {rss_text:>9}")
     p50, p99 = percentile(latencies, 0.5) * 1000, percentile(latencies, 0.99) * 1000
     print(
         f"\nwake: {options.wake:,} held nodes given a new spec in one UPDATE: answered p50 {p50:.0f} ms,"
@@ -269,7 +284,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"database connections of the tier while {options.held:,} were held: {connections}")
     print(f"held-request errors: {errors}")
-    print(f"targets: {options.held:,} held within 1 GiB of web RSS; plain hb/s while held >= the WSGI tier's (1.00x)")
+    print(
+        f"targets: {options.held:,} held within 1 GiB of the tier's RSS (nginx and gunicorn);"
+        " plain hb/s while held >= the WSGI tier's (1.00x)"
+    )
     return 1 if errors else 0
 
 

@@ -78,23 +78,27 @@ def celery_beat(env: Mapping[str, str], *, max_interval: int = 1, log_path: Path
     )
 
 
+def gunicorn_command(*, bind: str) -> list[str]:
+    """gunicorn as docker-compose.yml's ``web`` runs it: everything else is gunicorn.conf.py's (the working
+    directory's), with ``WEB_WORKERS`` and ``WEB_THREADS`` from the environment."""
+    return [sys.executable, "-m", "gunicorn", "project.asgi:application", "--bind", bind]
+
+
 def web_server(
-    env: Mapping[str, str], *, port: int, workers: int = 2, threads: int = 8, log_path: Path | None = None
+    env: Mapping[str, str],
+    *,
+    port: int,
+    workers: int | None = None,
+    threads: int | None = None,
+    log_path: Path | None = None,
 ) -> subprocess.Popen:
-    """The web tier on loopback as the compose file's ``web`` service runs it: gunicorn with uvicorn workers
-    serving ``project.asgi`` (agent sessions in async code, Django's views on ``threads`` threads per worker)."""
+    """The web tier on loopback as the compose file's ``web`` service runs it (``gunicorn_command``: gunicorn.conf.py's
+    uvicorn workers serving ``project.asgi``), without nginx in front. ``workers`` and ``threads``
+    set ``WEB_WORKERS`` and ``WEB_THREADS``; None keeps the environment's, else the defaults (3 x 4)."""
+    sizes = {"WEB_WORKERS": workers, "WEB_THREADS": threads}
     return _spawn(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "project.asgi:application",
-            f"--bind=127.0.0.1:{port}",
-            f"--workers={workers}",
-            "--worker-class=uvicorn_worker.UvicornWorker",
-            "--log-level=warning",
-        ],
-        {"WEB_THREADS": str(threads), **env},
+        gunicorn_command(bind=f"127.0.0.1:{port}"),
+        {**env, **{name: str(value) for name, value in sizes.items() if value is not None}},
         log_path,
     )
 

@@ -1,12 +1,14 @@
 """``make web``: the production web tier on this machine, without Docker (docs/operations.md#the-web-tier).
 
-nginx (Debian's package) in front of gunicorn (``gunicorn.conf.py``, ``WEB_WORKERS`` x ``WEB_THREADS``,
-3 x 4 as in docker-compose.yml), on ``127.0.0.1:${WEB_PORT:-8000}``. nginx runs with the repository's
-``docker/nginx.conf``, its ``${NAMES}`` filled in here as compose's envsubst fills them, as an
-unprivileged-port foreground master with its own pid file and temporary files under
-``$ROLLOUT_RUN_DIR/web`` (never the system's nginx service). Settings come from the environment as
-the compose ``web`` service reads them; ``ROLLOUT_DOWNLOADS_OFFLOAD`` defaults to ``accel`` here
-(nginx serves the downloads from ``ROLLOUT_MEDIA_ROOT``).
+nginx (Debian's package) in front of gunicorn serving ``project.asgi`` as ``gunicorn.conf.py`` runs it (uvicorn
+workers, ``WEB_WORKERS`` x ``WEB_THREADS``, 3 x 4 as in docker-compose.yml), on ``127.0.0.1:${WEB_PORT:-8000}``:
+agent sessions, plain and held, answered in async code (docs/architecture.md#watch). nginx runs with the
+repository's ``docker/nginx.conf``, its ``${NAMES}`` filled in here as compose's envsubst fills them, as an
+unprivileged-port foreground master with its own pid file and temporary files under ``$ROLLOUT_RUN_DIR/web``
+(never the system's nginx service). Settings come from the environment as the compose ``web`` service reads
+them; ``ROLLOUT_DOWNLOADS_OFFLOAD`` defaults to ``accel`` here (nginx serves the downloads from
+``ROLLOUT_MEDIA_ROOT``). Its children may open as many files as the hard limit allows: a held agent costs
+nginx two descriptors and gunicorn one (docs/operations.md#the-web-tier).
 
     python -m demo.web [--port 8000] [--no-migrate]
 
@@ -16,8 +18,8 @@ process groups) and exits. The children also get SIGTERM if this process dies wi
 them (Linux's parent-death signal).
 
 Each application server behind nginx is an ``Upstream``: its command, and the ``${NAME}`` of
-docker/nginx.conf that carries its address. Another one (an ASGI server for long-held requests,
-say) is one more entry in ``upstreams()`` and one more ``upstream`` block in the config.
+docker/nginx.conf that carries its address. Another one is one more entry in ``upstreams()`` and
+one more ``upstream`` block in the config.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ import contextlib
 import ctypes
 import os
 import re
+import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -36,7 +40,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from demo.processes import stop
+from demo.processes import gunicorn_command, stop
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 NGINX_CONF = BASE_DIR / "docker" / "nginx.conf"
@@ -55,32 +59,25 @@ class Upstream:
     command: list[str]
 
 
-def gunicorn_command(*, bind: str, workers: int, threads: int) -> list[str]:
-    """gunicorn as docker-compose.yml's ``web`` runs it (and gunicorn.conf.py from the working directory)."""
-    return [
-        sys.executable,
-        "-m",
-        "gunicorn",
-        "project.wsgi:application",
-        f"--bind={bind}",
-        f"--workers={workers}",
-        f"--threads={threads}",
-        "--worker-tmp-dir=/dev/shm",
-        "--timeout=60",
-    ]
-
-
-def upstreams(run_dir: Path, env: Mapping[str, str]) -> list[Upstream]:
-    socket = run_dir / "gunicorn.sock"
-    workers, threads = int(env.get("WEB_WORKERS") or 3), int(env.get("WEB_THREADS") or 4)
+def upstreams(run_dir: Path) -> list[Upstream]:
+    unix_socket = run_dir / "gunicorn.sock"
     return [
         Upstream(
             name="gunicorn",
             variable="APP_UPSTREAM",
-            address=f"unix:{socket}",
-            command=gunicorn_command(bind=f"unix:{socket}", workers=workers, threads=threads),
+            address=f"unix:{unix_socket}",
+            command=gunicorn_command(bind=f"unix:{unix_socket}"),
         )
     ]
+
+
+def raise_open_files_limit() -> int:
+    """This process's soft limit of open files raised to its hard limit (its children inherit it): each held
+    agent session costs nginx two descriptors and gunicorn one. Returns the new soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def nginx_binary() -> str:
@@ -142,15 +139,19 @@ def start(
     media_root: Path,
     run_dir: Path,
     host: str = "127.0.0.1",
-    access_log: str = "off",
+    access_log: str = "/dev/null",
     log_dir: Path | None = None,
     timeout: float = 60.0,
 ) -> WebTier:
-    """Start the upstreams and nginx in front of them; return once nginx answers through gunicorn."""
+    """Start the upstreams and nginx in front of them; return once nginx answers through gunicorn.
+
+    ``access_log``: where nginx writes its access log (docker/nginx.conf's ``timed`` format)."""
+    _refuse_a_taken_port(host, port)
     shutil.rmtree(run_dir, ignore_errors=True)
     (run_dir / "nginx").mkdir(parents=True)
+    raise_open_files_limit()
     env = {**env, "ROLLOUT_MEDIA_ROOT": str(media_root)}
-    servers = upstreams(run_dir, env)
+    servers = upstreams(run_dir)
     values = {
         "NGINX_LISTEN": f"{host}:{port}",
         "NGINX_RUN_DIR": str(run_dir / "nginx"),
@@ -172,6 +173,17 @@ def start(
         tier.stop()
         raise
     return tier
+
+
+def _refuse_a_taken_port(host: str, port: int) -> None:
+    """nginx listens with ``reuseport``: a second nginx of the same user on the same port would share the
+    connections with the first instead of failing to start, so a port in use is refused here."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as nginx: a port in TIME_WAIT is free
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise SystemExit(f"web: {host}:{port} is in use ({exc.strerror}); choose another WEB_PORT") from exc
 
 
 def _answers(tier: WebTier) -> bool:

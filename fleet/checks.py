@@ -63,7 +63,7 @@ def check_request_limits(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
 _POSITIVE = (
     ("FLEET_WATCH_RECONNECT_SECONDS", 1, "fleet.E004", "seconds before a web process LISTENs again"),
     ("FLEET_WATCH_PING_SECONDS", 30, "fleet.E006", "seconds a LISTEN connection may stay quiet before a ping"),
-    ("WEB_THREADS", 8, "fleet.E005", "threads per web process"),
+    ("WEB_THREADS", 4, "fleet.E005", "threads per web process"),
 )
 
 

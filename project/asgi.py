@@ -1,4 +1,4 @@
-"""The production web tier's application (ASGI): ``gunicorn project.asgi:application -k uvicorn_worker.UvicornWorker``.
+"""The production web tier's application (ASGI): ``gunicorn project.asgi:application``, uvicorn workers.
 
 Agent sessions (plain and held) are answered in async code, everything else by Django's WSGI application on
 threads: fleet/watch/ and docs/architecture.md#watch.

@@ -1,8 +1,8 @@
 """Binary delivery over real HTTP: the `make web` tier (nginx + gunicorn), Django alone, and object storage.
 
 The web tier is started once for the session by demo/web.py, exactly as `make web` starts it (the
-repository's docker/nginx.conf, gunicorn with gunicorn.conf.py, 3 workers x 4 threads), on the
-test database and a media directory the tests store binaries into.
+repository's docker/nginx.conf, gunicorn as gunicorn.conf.py runs it: uvicorn workers serving project.asgi,
+3 processes x 4 threads), on the test database and a media directory the tests store binaries into.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from rollout.services.releases import release_register
 from tests.factories import manifest, pin, rollout_settings, signed
 
 DOWNLOADS_PATH = "/api/compute/downloads"
+ACCESS_LOG = "access.log"  # nginx's, in the web tier's log_dir
 
 
 def world_readable_dir(prefix: str) -> Path:
@@ -39,6 +40,14 @@ def database_url() -> str:
     db = connection.settings_dict
     host, port = db["HOST"] or "127.0.0.1", db["PORT"] or 5432
     return f"postgres://{db['USER'] or 'postgres'}@{host}:{port}/{db['NAME']}"
+
+
+def upstream_seconds(line: str) -> tuple[str, float]:
+    """The path of one line of nginx's access log (docker/nginx.conf's ``timed`` format) and how long the
+    application server took over it (the longest of its tries)."""
+    path = line.split('"')[1].split()[1]
+    times = line.rsplit(" ", 1)[1].strip()
+    return path, max(float(value) for value in times.split(","))
 
 
 @dataclass
@@ -89,13 +98,22 @@ def web_tier(django_db_setup, django_db_blocker, web_media_root) -> Iterator[Web
         "ROLLOUT_RELEASE_PINS": pin(0),
         "FLEET_HEARTBEAT_SECONDS": "10",
         "LOG_LEVEL": "WARNING",
-        # Compose's web: 3 workers x 4 threads (fewer threads than the load rule's concurrent downloads).
+        # Compose's web: 3 processes x 4 threads (fewer threads than the load rule's concurrent downloads).
         "WEB_WORKERS": "3",
         "WEB_THREADS": "4",
-        # How long each request held its gunicorn thread (ms): the load rule reads it.
-        "GUNICORN_CMD_ARGS": f"--access-logfile={logs / 'access.log'} --access-logformat='%(U)s %(s)s %(M)s'",
+        # /metrics sums the three processes' gauges (the held sessions' tests read fleet_watch_held).
+        "PROMETHEUS_MULTIPROC_DIR": str(work / "prometheus"),
+        "METRICS_PUBLIC": "1",
     }
-    tier = start(env, port=free_port(), media_root=web_media_root, run_dir=work / "run" / "web", log_dir=logs)
+    (work / "prometheus").mkdir()
+    tier = start(
+        env,
+        port=free_port(),
+        media_root=web_media_root,
+        run_dir=work / "run" / "web",
+        log_dir=logs,
+        access_log=str(logs / ACCESS_LOG),  # how long gunicorn took over each request: the load rule reads it
+    )
     try:
         yield tier
     finally:

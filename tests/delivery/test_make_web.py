@@ -4,6 +4,7 @@ and SIGTERM stops it all: no process it started is left behind."""
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -33,6 +34,16 @@ def descendants(pid: int) -> set[int]:
             found.add(child)
             todo.append(child)
     return found
+
+
+def command_line(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+def open_files_limit(pid: int) -> int:
+    """The soft limit of open files of a running process."""
+    line = next(line for line in Path(f"/proc/{pid}/limits").read_text().splitlines() if "open files" in line)
+    return int(line.split()[3])
 
 
 def alive(pid: int) -> bool:
@@ -76,6 +87,14 @@ def test_make_web_serves_everything_and_stops_cleanly_on_sigterm(settings):
         started = descendants(make.pid)
         names = {Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode() for pid in started}
         assert any(name.endswith("nginx") or name.startswith("nginx") for name in names), names
+        # Room for held agent sessions: nginx's workers (worker_rlimit_nofile) and gunicorn's processes
+        # (the launcher's hard limit) may open as many files as docs/operations.md#the-web-tier sizes.
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        limits = {pid: open_files_limit(pid) for pid in started}
+        workers = [pid for pid in started if command_line(pid).startswith("nginx: worker")]
+        assert workers
+        assert all(limits[pid] >= min(hard, 20000) for pid in workers), limits
+        assert all(limits[pid] == hard for pid in started if "gunicorn" in command_line(pid)), limits
         assert httpx.get(f"{url}/api/compute/releases/", timeout=5).status_code == 401  # the API, through nginx
         download = httpx.get(url + binary.path, headers={"Range": "bytes=-1000"}, timeout=10)
         assert download.status_code == 206

@@ -10,6 +10,7 @@ import ast
 import importlib
 import importlib.util
 import re
+import runpy
 import shlex
 import subprocess
 import sys
@@ -173,14 +174,104 @@ def test_exactly_one_beat_on_the_database_scheduler():
     assert SERVICES["beat"].get("deploy", {}).get("replicas", 1) == 1
 
 
-def test_web_runs_gunicorn_with_uvicorn_workers_threads_and_a_healthcheck():
+def gunicorn_conf(monkeypatch, **environment: str) -> dict:
+    """gunicorn.conf.py's settings, as gunicorn reads them in an environment with ``environment``."""
+    for name in ("WEB_WORKERS", "LOG_LEVEL"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    return runpy.run_path(str(ROOT / "gunicorn.conf.py"))
+
+
+def settings_default(name: str) -> object:
+    """The default project/settings.py gives ``name`` when the environment does not set it."""
+    tree = ast.parse((ROOT / "project/settings.py").read_text())
+    return next(
+        call.args[1].value
+        for call in ast.walk(tree)
+        if isinstance(call, ast.Call) and len(call.args) == 2 and isinstance(call.args[0], ast.Constant)
+        if call.args[0].value == name and isinstance(call.args[1], ast.Constant)
+    )
+
+
+def test_web_runs_gunicorn_with_uvicorn_workers_threads_and_a_healthcheck(monkeypatch):
+    """One definition of how gunicorn runs the tier: gunicorn.conf.py; compose and the image name only the
+    application and the bind (make web, the demo and the tests: demo.processes.gunicorn_command)."""
+    from demo.processes import gunicorn_command
+
     args = argv(SERVICES["web"]["command"])
-    assert args[:2] == ["gunicorn", "project.asgi:application"]  # held agent sessions need async workers
-    assert args[args.index("--worker-class") + 1] == "uvicorn_worker.UvicornWorker"
-    assert int(args[args.index("--workers") + 1]) >= 2
-    assert int(interpolate(SERVICES["web"]["environment"]["WEB_THREADS"])) >= 2
+    assert args == ["gunicorn", "project.asgi:application", "--bind", "0.0.0.0:8000"]
+    assert all_commands_of("Dockerfile CMD") == args
+    assert gunicorn_command(bind="0.0.0.0:8000")[3:] == args[1:]  # python -m gunicorn ...
+    environment = SERVICES["web"]["environment"]
+    conf = gunicorn_conf(monkeypatch, WEB_WORKERS=interpolate(environment["WEB_WORKERS"]))
+    assert conf["worker_class"] == "uvicorn_worker.UvicornWorker"  # held agent sessions need async workers
+    assert conf["workers"] == 3
+    assert gunicorn_conf(monkeypatch)["workers"] == 3  # the same default without compose
+    assert gunicorn_conf(monkeypatch, WEB_WORKERS="5")["workers"] == 5
+    # Idle upstream connections: nginx closes them before gunicorn does.
+    assert conf["keepalive"] > number(nginx_directives("upstream app"), "keepalive_timeout")
+    assert conf["timeout"] >= 30
+    # Threads per process for Django's views: one default everywhere (compose, settings, the system check).
+    from fleet.checks import _POSITIVE
+
+    check_default = next(default for name, default, *_ in _POSITIVE if name == "WEB_THREADS")
+    assert int(interpolate(environment["WEB_THREADS"])) == settings_default("WEB_THREADS") == check_default == 4
     assert "ports" not in SERVICES["web"], "web is reached through nginx only"
     assert argv(SERVICES["web"]["healthcheck"]["test"])[1:] == ["python", "docker/healthcheck.py"]
+
+
+def nginx_directives(block: str) -> dict[str, list[list[str]]]:
+    """The directives of docker/nginx.conf directly in ``block`` (a context's opening, e.g. ``events``; "" for the
+    top level): each one's arguments, every time it occurs, by name."""
+    from demo.web import PLACEHOLDER
+
+    text = PLACEHOLDER.sub(lambda match: match[1], re.sub(r"#[^\n]*", "", (ROOT / "docker/nginx.conf").read_text()))
+    if block:
+        start = text.index(block + " {") + len(block) + 2
+        depth, end = 1, start
+        while depth:
+            depth += {"{": 1, "}": -1}.get(text[end], 0)
+            end += 1
+        text = text[start : end - 1]
+    flat = ""
+    while flat != text:  # nested blocks out, innermost first
+        flat, text = text, re.sub(r"\{[^{}]*\}", ";", text)
+    found: dict[str, list[list[str]]] = {}
+    for statement in flat.split(";"):
+        words = statement.split()
+        if words:
+            found.setdefault(words[0], []).append(words[1:])
+    return found
+
+
+def number(directives: dict[str, list[list[str]]], name: str) -> int:
+    ((value,),) = directives[name]  # once, one argument (a unit "s" dropped)
+    return int(value.rstrip("s"))
+
+
+def test_nginx_lets_a_held_agent_session_live():
+    """The session location (the API's own path) waits longer than the longest wait (60 s) before a 504;
+    upstream connections are kept alive; room for 10,000 held connections (two descriptors each)."""
+    from django.urls import reverse
+
+    from fleet.watch.front import SESSION_PATH
+
+    assert reverse("fleet-agent-session") == SESSION_PATH
+    session = nginx_directives(f"location = {SESSION_PATH}")
+    assert session["proxy_pass"] == [["http://app"]]
+    assert number(session, "proxy_read_timeout") >= 60 + 15
+    assert number(nginx_directives("location /"), "proxy_read_timeout") == 60
+    # Set in server for every location; a location setting any proxy_set_header would drop them all.
+    server = nginx_directives("server")
+    assert server["proxy_http_version"] == [["1.1"]]
+    assert ["Connection", '""'] in server["proxy_set_header"]
+    assert "proxy_set_header" not in session
+    assert int(nginx_directives("upstream app")["keepalive"][0][0]) >= 16
+    assert number(nginx_directives("events"), "worker_connections") >= 16384
+    assert number(nginx_directives(""), "worker_rlimit_nofile") >= 16384
+    for name in ("web", "nginx"):
+        assert SERVICES[name]["ulimits"]["nofile"] >= 20000, name
 
 
 def test_nginx_runs_the_repository_config_in_front_of_web():
@@ -253,6 +344,10 @@ def all_commands() -> list[tuple[str, list[str]]]:
     dockerfile_cmd = re.search(r"^CMD (\[.*?\])\s*$", (ROOT / "Dockerfile").read_text().replace("\\\n", ""), re.M)
     commands.append(("Dockerfile CMD", yaml.safe_load(dockerfile_cmd[1])))
     return commands
+
+
+def all_commands_of(where: str) -> list[str]:
+    return next(args for name, args in all_commands() if name == where)
 
 
 @pytest.mark.parametrize(("where", "args"), all_commands(), ids=[where for where, _ in all_commands()])

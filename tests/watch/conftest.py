@@ -67,7 +67,6 @@ def server(django_db_setup, tmp_path_factory) -> Iterator[Server]:
         "METRICS_PUBLIC": "1",
         "LOG_LEVEL": "WARNING",
         "ROLLOUT_RUN_DIR": str(logs / "run"),
-        "GUNICORN_CMD_ARGS": "--keep-alive=75",
     }
     process = web_server(env, port=port, workers=1, threads=THREADS, log_path=logs / "web.log")
     url = f"http://127.0.0.1:{port}"
