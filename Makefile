@@ -1,7 +1,7 @@
 # make demo: the whole system on an embedded default (SQLite, filesystem broker).
 # make test: the whole suite against PostgreSQL, Redis and RabbitMQ (started if stopped).
 # make web: the production web tier on this machine: nginx in front of gunicorn on 127.0.0.1:${WEB_PORT:-8000}.
-# make lint: ruff (check and format), mypy and import-linter; any finding fails.
+# make lint: ruff (check and format), mypy, import-linter and vulture (dead code); any finding fails.
 # make lock: regenerate requirements.lock / requirements-dev.lock (hashed) from requirements*.txt.
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -52,12 +52,14 @@ web: $(VENV)/.installed
 	bash scripts/system-deps.sh nginx
 	$(PY) -m demo.web $(ARGS)
 
-# Style, types (mypy: pyproject.toml [tool.mypy]) and the import contracts (a forbidden import fails).
+# Style, types (mypy: pyproject.toml [tool.mypy]), the import contracts (a forbidden import fails) and dead
+# code (vulture: pyproject.toml [tool.vulture], scripts/vulture_whitelist.py).
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/vulture
 
 format: $(VENV)/.installed
 	$(VENV)/bin/ruff check --fix .

@@ -23,10 +23,3 @@ def recreate_database(admin_url: str, name: str) -> None:
     with psycopg.connect(admin_url, autocommit=True, connect_timeout=10) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-
-
-def server_version(url: str) -> str:
-    import psycopg
-
-    with psycopg.connect(url, connect_timeout=10) as conn:
-        return str(conn.execute("SHOW server_version").fetchone()[0])

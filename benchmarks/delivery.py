@@ -28,18 +28,12 @@ import time
 from pathlib import Path
 
 from benchmarks.database import DEFAULT_DATABASE_URL, database_urls, recreate_database
-from benchmarks.heartbeat_probes import CpuSampler, percentile
+from benchmarks.heartbeat_probes import CpuSampler, ProcessSampler, percentile
 from demo.processes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DB = "rollout_bench_delivery"
 QUICK_ARGV = ["--agents", "200", "--heartbeat", "2", "--downloads", "20", "--binary-mib", "4", "--calm", "8"]
-
-
-def tree(pid: int) -> list[int]:
-    from benchmarks.efficiency import ProcessSampler
-
-    return ProcessSampler.tree(pid)
 
 
 def measure_mode(options: argparse.Namespace, mode: str, env: dict, fleet_tokens: list, sha256: str) -> dict:
@@ -67,8 +61,8 @@ def measure_mode(options: argparse.Namespace, mode: str, env: dict, fleet_tokens
         request_timeout=30.0,
         seed=5,
     )
-    gunicorn = CpuSampler(lambda: tree(tier.processes["gunicorn"].pid))
-    nginx = CpuSampler(lambda: tree(tier.processes["nginx"].pid))
+    gunicorn = CpuSampler(lambda: ProcessSampler.tree(tier.processes["gunicorn"].pid))
+    nginx = CpuSampler(lambda: ProcessSampler.tree(tier.processes["nginx"].pid))
     agents = CpuSampler(lambda: fleet.pids)
     clients_cpu = 0.0
     try:

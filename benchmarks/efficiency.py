@@ -28,79 +28,19 @@ import argparse
 import io
 import math
 import os
-import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.database import DEFAULT_DATABASE_URL, database_urls, recreate_database
-from benchmarks.heartbeat_probes import CpuSampler, children, percentile, pg_snapshot
+from benchmarks.heartbeat_probes import CpuSampler, ProcessSampler, percentile
 from demo.processes import free_port
 from rollout.services.plan import rollout_spec
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 BENCH_DB = "rollout_bench_efficiency"
-
-
-class ProcessSampler(threading.Thread):
-    """Peak resident memory and CPU seconds of process trees (a process and its children), every ``every`` s.
-
-    ``postgres``: the database's backends (connections come and go) are sampled for CPU too;
-    ``simulator``: this process (the harness) and the simulator's processes, ``simulator_pids()``.
-    """
-
-    def __init__(
-        self,
-        roots: dict[str, int],
-        *,
-        database_url: str,
-        database: str,
-        simulator_pids: Callable[[], list[int]],
-        every: float = 1.0,
-    ):
-        super().__init__(daemon=True, name="process-sampler")
-        self.roots = roots
-        self.every = every
-        self.peak_kib = dict.fromkeys(roots, 0)
-        self.cpu = {name: CpuSampler(lambda pid=pid: self.tree(pid)) for name, pid in roots.items()}
-        self.cpu["simulator"] = CpuSampler(lambda: [os.getpid(), *simulator_pids()])
-        self.cpu["postgres"] = CpuSampler(lambda: pg_snapshot(database_url, database)[1])
-        self._halt = threading.Event()
-
-    @staticmethod
-    def tree(pid: int) -> list[int]:
-        pids, todo = [], [pid]
-        while todo:
-            one = todo.pop()
-            pids.append(one)
-            todo.extend(children(one))
-        return pids
-
-    @staticmethod
-    def rss_kib(pid: int) -> int:
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        except OSError:
-            pass  # gone meanwhile
-        return 0
-
-    def run(self) -> None:
-        while not self._halt.is_set():
-            for name, pid in self.roots.items():
-                self.peak_kib[name] = max(self.peak_kib[name], sum(map(self.rss_kib, self.tree(pid))))
-            for sampler in self.cpu.values():
-                sampler.sample()
-            self._halt.wait(self.every)
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.join(timeout=10)
-        for sampler in self.cpu.values():
-            sampler.sample()
 
 
 def is_5xx(kind: str) -> bool:

@@ -1,5 +1,6 @@
-"""What the heartbeat benchmark counts: SQL statements per heartbeat in the server (a WSGI wrapper
-gunicorn loads), the database's commits and backends, the CPU of a changing set of processes."""
+"""What the benchmarks count: SQL statements per heartbeat in the server (a WSGI wrapper gunicorn loads),
+the database's commits and backends, the CPU of a changing set of processes, the peak memory and CPU of
+process trees (``ProcessSampler``: the efficiency, delivery and watch benchmarks)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 QUERY_DIR_ENV = "BENCH_QUERY_DIR"
@@ -143,6 +145,65 @@ class CpuSampler:
 
     def seconds(self) -> float:
         return sum(self._last[pid] - self._first[pid] for pid in self._last) / os.sysconf("SC_CLK_TCK")
+
+
+class ProcessSampler(threading.Thread):
+    """Peak resident memory and CPU seconds of process trees (a process and its children), every ``every`` s.
+
+    ``postgres``: the database's backends (connections come and go) are sampled for CPU too;
+    ``simulator``: this process (the harness) and the simulator's processes, ``simulator_pids()``.
+    """
+
+    def __init__(
+        self,
+        roots: dict[str, int],
+        *,
+        database_url: str,
+        database: str,
+        simulator_pids: Callable[[], list[int]],
+        every: float = 1.0,
+    ):
+        super().__init__(daemon=True, name="process-sampler")
+        self.roots = roots
+        self.every = every
+        self.peak_kib = dict.fromkeys(roots, 0)
+        self.cpu = {name: CpuSampler(lambda pid=pid: self.tree(pid)) for name, pid in roots.items()}
+        self.cpu["simulator"] = CpuSampler(lambda: [os.getpid(), *simulator_pids()])
+        self.cpu["postgres"] = CpuSampler(lambda: pg_snapshot(database_url, database)[1])
+        self._halt = threading.Event()
+
+    @staticmethod
+    def tree(pid: int) -> list[int]:
+        pids, todo = [], [pid]
+        while todo:
+            one = todo.pop()
+            pids.append(one)
+            todo.extend(children(one))
+        return pids
+
+    @staticmethod
+    def rss_kib(pid: int) -> int:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        except OSError:
+            pass  # gone meanwhile
+        return 0
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            for name, pid in self.roots.items():
+                self.peak_kib[name] = max(self.peak_kib[name], sum(map(self.rss_kib, self.tree(pid))))
+            for sampler in self.cpu.values():
+                sampler.sample()
+            self._halt.wait(self.every)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=10)
+        for sampler in self.cpu.values():
+            sampler.sample()
 
 
 def percentile(values: list[float], fraction: float) -> float:

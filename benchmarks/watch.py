@@ -40,9 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.efficiency import ProcessSampler  # noqa: E402 - after the path fix-up above
-from benchmarks.heartbeat_floor import REAL_PATH, create_fleet, load, request_bytes  # noqa: E402
-from benchmarks.heartbeat_probes import percentile  # noqa: E402
+from benchmarks.heartbeat_floor import REAL_PATH, create_fleet, load, request_bytes  # noqa: E402 - after the path fix-up
+from benchmarks.heartbeat_probes import ProcessSampler, percentile  # noqa: E402
 from benchmarks.heartbeats import (  # noqa: E402
     database_urls,
     free_port,

@@ -69,13 +69,6 @@ def _extra_fields(code: str) -> dict[str, AnyField]:
     return dict(_EXTRA_FIELDS.get(code, {}))
 
 
-class ErrorSerializer(serializers.Serializer):  # type: ignore[type-arg]  # describes a plain dict
-    """Every error: ``{"code": "<snake_case>", "detail": "<human sentence>"}`` plus fields where useful."""
-
-    code = serializers.CharField(help_text="A stable snake_case code.")
-    detail = serializers.CharField(help_text="A human sentence.")
-
-
 _error_classes: dict[frozenset[str], type[AnySerializer]] = {}
 
 #: Names of the code sets several operations share.

@@ -215,8 +215,6 @@ class NodeUpgrade(models.Model):
         CANCELLED = "cancelled", "cancelled"
         ROLLED_BACK = "rolled_back", "rolled back"
 
-    SETTLED_STATES = (State.SUCCEEDED, State.FAILED, State.SKIPPED, State.CANCELLED, State.ROLLED_BACK)
-
     class Reason(models.TextChoices):
         OFFLINE = "offline", "the node's agent was offline"
         NO_BINARY = "no_binary", "the release has no binary for the node's arch"

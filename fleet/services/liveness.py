@@ -24,11 +24,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.db.models import Case, F, Value, When
-from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from fleet.models import FleetPulse
-from fleet.services.nodes import ONLINE_HEARTBEATS, heartbeat_seconds
+from fleet.services.nodes import ONLINE_HEARTBEATS, heartbeat_seconds, online_since
 
 #: No heartbeat from the whole fleet for this many intervals: the server was not hearing.
 GAP_HEARTBEATS = 1.5
@@ -45,23 +44,27 @@ def _online_window() -> timedelta:
 def pulse_heard(*, now: datetime) -> None:
     """A heartbeat (or join) was recorded at ``now``: note that the fleet is being heard (one UPDATE).
 
-    The plain heartbeat applies the same rule inside its one SQL statement (the ``heard`` CTE of
-    ``fleet/services/sessions.py``): a change here is a change there.
+    Written only when the stored ``last_heard_at`` is at least ``PULSE_EVERY`` old, whoever wrote it; this
+    process also skips the query within ``PULSE_EVERY`` of its own last write. The plain heartbeat applies
+    the same rule inside its one SQL statement (``fleet/services/sessions.py``, the ``heard`` and
+    ``first_heard`` CTEs); tests/fleet/test_heartbeat_paths.py runs both over the same states and fails
+    when they differ.
     """
     global _last_written_at
     if _last_written_at is not None and timedelta(0) <= now - _last_written_at < PULSE_EVERY:
         return
     _last_written_at = now
     gap = now - timedelta(seconds=GAP_HEARTBEATS * heartbeat_seconds())
-    heard = FleetPulse.objects.filter(pk=1).update(
+    heard = FleetPulse.objects.filter(pk=1, last_heard_at__lte=now - PULSE_EVERY).update(
         listening_since=Case(When(last_heard_at__lt=gap, then=Value(now)), default=F("listening_since")),
-        last_heard_at=Greatest(F("last_heard_at"), Value(now)),
+        last_heard_at=now,
     )
     if not heard:
-        # The first heartbeat ever heard: nothing says the server was deaf before it. Two processes may
-        # create it at the same moment: the other one's row stands for this heartbeat too.
+        # Heard within PULSE_EVERY (nothing to write), or the first heartbeat ever heard: nothing says the
+        # server was deaf before it. Two processes may create it at the same moment: the other one's row
+        # stands for this heartbeat too.
         FleetPulse.objects.bulk_create(
-            [FleetPulse(pk=1, last_heard_at=now, listening_since=now - _online_window())], ignore_conflicts=True
+            [FleetPulse(pk=1, last_heard_at=now, listening_since=online_since(now=now))], ignore_conflicts=True
         )
 
 

@@ -39,7 +39,7 @@ from fleet.models import Command, FleetPulse, Node, NodeSession
 from fleet.plugins import node_daemon_refused, node_session_reported, session_fields
 from fleet.services.commands import commands_complete_upgrade, commands_pending
 from fleet.services.liveness import GAP_HEARTBEATS, PULSE_EVERY, pulse_heard
-from fleet.services.nodes import heartbeat_seconds, node_session
+from fleet.services.nodes import heartbeat_seconds, node_session, online_since
 from fleet.services.revision import spec_revision
 
 log = structlog.get_logger(__name__)
@@ -73,9 +73,15 @@ def last_seen_due(*, last_seen_at: datetime, now: datetime) -> bool:
 # One statement for a plain heartbeat. The UPDATE runs only for an open session on the same version whose
 # last_seen_at is due (or whose protocol version changed); the SELECT reads the snapshot the statement started
 # with, so the caller sees whether the session was open on that version, and every command committed before.
+# The rules are those of agent_session_report and pulse_heard (the ORM path, SQLite's):
+# tests/fleet/test_heartbeat_paths.py runs both paths over the same states and fails when they differ.
 _HEARTBEAT_SQL = f"""
 WITH node AS (
     SELECT id, spec FROM {Node._meta.db_table} WHERE agent_token_hash = %(token_hash)s
+), plain AS (
+    -- A plain heartbeat: the session is open on the reported version (else nothing is written here).
+    SELECT s.node_id FROM node JOIN {NodeSession._meta.db_table} AS s ON s.node_id = node.id
+    WHERE s.left_at IS NULL AND s.daemon_version = %(version)s
 ), touched AS (
     UPDATE {NodeSession._meta.db_table} AS s SET last_seen_at = %(now)s, protocol_version = %(protocol)s
     FROM node
@@ -87,8 +93,15 @@ WITH node AS (
     UPDATE {FleetPulse._meta.db_table} AS p SET
         listening_since = CASE WHEN p.last_heard_at < %(gap)s THEN %(now)s ELSE p.listening_since END,
         last_heard_at = %(now)s
-    WHERE p.id = 1 AND p.last_heard_at <= %(pulse_due)s AND EXISTS (SELECT 1 FROM node)
+    WHERE p.id = 1 AND p.last_heard_at <= %(pulse_due)s AND EXISTS (SELECT 1 FROM plain)
     RETURNING p.id
+), first_heard AS (
+    -- The first heartbeat ever heard; a row another statement inserts meanwhile stands for this one too.
+    INSERT INTO {FleetPulse._meta.db_table} (id, last_heard_at, listening_since)
+    SELECT 1, %(now)s, %(first_listening)s FROM plain
+    WHERE NOT EXISTS (SELECT 1 FROM {FleetPulse._meta.db_table} WHERE id = 1)
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id
 )
 SELECT node.spec::text, s.daemon_version, s.left_at, node.id,
     (SELECT coalesce(json_agg(json_build_object('id', c.id, 'kind', c.kind, 'payload', c.payload)
@@ -158,6 +171,7 @@ def agent_heartbeat(
                 "due": now - timedelta(seconds=seconds),
                 "gap": now - timedelta(seconds=GAP_HEARTBEATS * seconds),
                 "pulse_due": now - PULSE_EVERY,
+                "first_listening": online_since(now=now),
                 "protocol": protocol_version,
                 "version": daemon_version,
                 "pending": Command.State.PENDING,

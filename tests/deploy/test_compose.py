@@ -21,6 +21,8 @@ import yaml
 from django.core.management import get_commands
 from django.utils.module_loading import import_string
 
+from tests.deploy.nginx_conf import nginx_directives, number
+
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_TEXT = (ROOT / "docker-compose.yml").read_text()
 COMPOSE = yaml.safe_load(COMPOSE_TEXT)
@@ -219,35 +221,6 @@ def test_web_runs_gunicorn_with_uvicorn_workers_threads_and_a_healthcheck(monkey
     assert int(interpolate(environment["WEB_THREADS"])) == settings_default("WEB_THREADS") == check_default == 4
     assert "ports" not in SERVICES["web"], "web is reached through nginx only"
     assert argv(SERVICES["web"]["healthcheck"]["test"])[1:] == ["python", "docker/healthcheck.py"]
-
-
-def nginx_directives(block: str) -> dict[str, list[list[str]]]:
-    """The directives of docker/nginx.conf directly in ``block`` (a context's opening, e.g. ``events``; "" for the
-    top level): each one's arguments, every time it occurs, by name."""
-    from demo.web import PLACEHOLDER
-
-    text = PLACEHOLDER.sub(lambda match: match[1], re.sub(r"#[^\n]*", "", (ROOT / "docker/nginx.conf").read_text()))
-    if block:
-        start = text.index(block + " {") + len(block) + 2
-        depth, end = 1, start
-        while depth:
-            depth += {"{": 1, "}": -1}.get(text[end], 0)
-            end += 1
-        text = text[start : end - 1]
-    flat = ""
-    while flat != text:  # nested blocks out, innermost first
-        flat, text = text, re.sub(r"\{[^{}]*\}", ";", text)
-    found: dict[str, list[list[str]]] = {}
-    for statement in flat.split(";"):
-        words = statement.split()
-        if words:
-            found.setdefault(words[0], []).append(words[1:])
-    return found
-
-
-def number(directives: dict[str, list[list[str]]], name: str) -> int:
-    ((value,),) = directives[name]  # once, one argument (a unit "s" dropped)
-    return int(value.rstrip("s"))
 
 
 def test_nginx_lets_a_held_agent_session_live():

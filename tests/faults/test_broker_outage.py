@@ -9,16 +9,8 @@ import time
 
 import pytest
 
-from tests.faults.conftest import (
-    Monitor,
-    agents_fleet,
-    assert_rollout_proof,
-    errors_seen,
-    hold,
-    pool_id,
-    report,
-    server_errors,
-)
+from tests.faults.monitor import Monitor
+from tests.faults.proof import agents_fleet, assert_rollout_proof, errors_seen, hold, pool_id, report, server_errors
 
 pytestmark = pytest.mark.integration
 

@@ -9,9 +9,8 @@ from collections import Counter
 import httpx
 import pytest
 
-from tests.faults.conftest import (
-    HEARTBEAT_SECONDS,
-    Monitor,
+from tests.faults.monitor import Monitor
+from tests.faults.proof import (
     agents_fleet,
     assert_rollout_proof,
     create_two_wave_rollout,
@@ -21,6 +20,7 @@ from tests.faults.conftest import (
     server_errors,
     wait_last_wave,
 )
+from tests.faults.stack import HEARTBEAT_SECONDS
 
 pytestmark = pytest.mark.integration
 

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from tests.faults.conftest import (
-    Monitor,
+from tests.faults.monitor import Monitor
+from tests.faults.proof import (
     agents_fleet,
     assert_rollout_proof,
     create_two_wave_rollout,

@@ -8,8 +8,8 @@ import psycopg
 import pytest
 
 from demo.processes import wait_until
-from tests.faults.conftest import (
-    Monitor,
+from tests.faults.monitor import Monitor
+from tests.faults.proof import (
     agents_fleet,
     assert_rollout_proof,
     create_two_wave_rollout,

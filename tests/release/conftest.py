@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from rollout.release import dsse, keys
+from rollout.release.dsse import verify_envelope
+from rollout.release.errors import ReleaseError
 from rollout.release.keys import PrivateKey
 from tests.release.clitools import run
 
@@ -115,3 +119,70 @@ def work(tmp_path_factory) -> Path:
     (path / "bcd-amd64").write_bytes(b"\x7fELF amd64 " * 1000)
     (path / "bcd-arm64").write_bytes(b"\x7fELF arm64 " * 900)
     return path
+
+
+# --- verify_envelope's tests (test_verify_*.py): the refusal codes, the keys, builders of bodies ---------
+
+INVALID_ENVELOPE = "invalid_envelope"
+INVALID_MANIFEST = "invalid_manifest"
+WRONG_PAYLOAD_TYPE = "wrong_payload_type"
+WRONG_PRODUCT = "wrong_product"
+THRESHOLD_NOT_MET = "threshold_not_met"
+TOO_MANY_SIGNATURES = "too_many_signatures"
+
+#: A body to verify, built from the test keys; with the code ``verify_envelope`` must refuse it with.
+Build = Callable[[SimpleNamespace], bytes]
+
+
+@pytest.fixture
+def ks(key_a, key_b, key_c, outsider) -> SimpleNamespace:
+    return SimpleNamespace(a=key_a, b=key_b, c=key_c, outsider=outsider)
+
+
+def signed(payload: bytes) -> Callable[[SimpleNamespace], bytes]:
+    """A builder: ``payload`` correctly signed by the pinned key ``a``."""
+    return lambda ks: raw(envelope(payload, [ks.a]))
+
+
+def signed_manifest(**overrides: Any) -> Callable[[SimpleNamespace], bytes]:
+    return signed(manifest_bytes(**overrides))
+
+
+def with_binary(platform: str, **fields: Any) -> Callable[[SimpleNamespace], bytes]:
+    """A signed manifest with one binary entry: ``{"sha256": "a" * 64, "size": 1}`` updated by ``fields``."""
+    return signed_manifest(binaries={platform: {"sha256": "a" * 64, "size": 1, **fields}})
+
+
+def good_envelope(ks: SimpleNamespace) -> dict[str, Any]:
+    return envelope(manifest_bytes(), [ks.a])
+
+
+def with_envelope(change: Callable[[dict[str, Any], SimpleNamespace], None]) -> Callable[[SimpleNamespace], bytes]:
+    def build(ks: SimpleNamespace) -> bytes:
+        env = good_envelope(ks)
+        change(env, ks)
+        return raw(env)
+
+    return build
+
+
+def set_at(path: str, value: Any) -> Callable[[dict[str, Any], SimpleNamespace], None]:
+    """A change for ``with_envelope``: the envelope's field at ``path`` (dotted; list indexes as numbers) := value."""
+
+    def change(env: dict[str, Any], ks: SimpleNamespace) -> None:
+        target = env
+        *parents, last = path.split(".")
+        for part in parents:
+            target = target[int(part)] if isinstance(target, list) else target[part]
+        target[last] = value
+
+    return change
+
+
+def assert_refused(build: Build, code: str, ks: SimpleNamespace) -> None:
+    """``verify_envelope`` (pins: key ``a``, threshold 1) refuses the body with ``code`` and a one-line detail."""
+    with pytest.raises(ReleaseError) as info:
+        verify_envelope(build(ks), pins=[pin_of(ks.a)], threshold=1)
+    assert info.value.code == code, info.value.detail
+    assert info.value.detail
+    assert "\n" not in info.value.detail

@@ -1,0 +1,173 @@
+"""The heartbeat's two paths are one rule: the one SQL statement (PostgreSQL) and the ORM path (SQLite, the demo).
+
+``agent_heartbeat`` runs ``_HEARTBEAT_SQL`` on PostgreSQL and ``_heartbeat_orm`` (``agent_session_report``,
+``pulse_heard``) elsewhere: the coalesced ``last_seen_at`` write (docs/fleet.md#watch, module docstring of
+fleet/services/sessions.py) and the fleet pulse (fleet/services/liveness.py) are written twice. Hypothesis draws
+a node's state around every boundary of those rules (session none, open or left, on the reported version or
+another; ``last_seen_at`` long ago, at the interval, just under it, ahead of now; protocol version the same or
+changed; pending and settled commands; the pulse row missing, heard just now, at the one-second throttle, at the
+gap, before it, ahead) and runs both paths on the same state, each in a savepoint rolled back before the other
+runs. Their outcomes must be identical: the report (or None), the session row and the pulse row after.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import pytest
+from django.db import connection, transaction
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from fleet.models import Command, FleetPulse, Node, NodeSession
+from fleet.services import liveness
+from fleet.services.liveness import GAP_HEARTBEATS, PULSE_EVERY
+from fleet.services.nodes import heartbeat_seconds
+from fleet.services.sessions import SessionReport, _heartbeat_orm, agent_heartbeat
+from tests.fleet.conftest import make_node
+
+pytestmark = pytest.mark.django_db
+
+NOW = datetime(2031, 3, 5, 12, 0, tzinfo=UTC)
+VERSION, OTHER_VERSION = "1.4.0", "1.3.0"
+PROTOCOL = 3
+TICK = timedelta(microseconds=1)  # the database's resolution: "just under" a boundary
+
+
+@dataclass(frozen=True)
+class NodeState:
+    session: str  # "none", "open" or "left"
+    same_version: bool  # the stored daemon version is the one the agent reports
+    last_seen: timedelta  # last_seen_at - NOW
+    same_protocol: bool
+    commands: tuple[tuple[str, int], ...]  # (state, seconds after NOW - 1 h); equal times order by id
+    pulse: timedelta | None  # last_heard_at - NOW; None: no pulse row yet
+    listening: timedelta  # listening_since - last_heard_at
+    spec: dict[str, Any]
+    known_token: bool
+
+
+def _offsets(boundaries: list[timedelta]) -> st.SearchStrategy[timedelta]:
+    """Each boundary, a microsecond either side, or anywhere from an hour ago to a minute ahead."""
+    exact = [moment + shift for moment in boundaries for shift in (-TICK, timedelta(0), TICK)]
+    anywhere = st.integers(-3600 * 10**6, 60 * 10**6).map(lambda us: timedelta(microseconds=us))
+    return st.one_of(st.sampled_from(exact), anywhere)
+
+
+def states() -> st.SearchStrategy[NodeState]:
+    interval = timedelta(seconds=heartbeat_seconds())
+    gap = timedelta(seconds=GAP_HEARTBEATS * heartbeat_seconds())
+    return st.builds(
+        NodeState,
+        session=st.sampled_from(["open", "open", "open", "left", "none"]),
+        same_version=st.booleans() | st.just(True),
+        last_seen=_offsets([-timedelta(hours=1), -interval, timedelta(0), timedelta(seconds=5)]),
+        same_protocol=st.booleans(),
+        commands=st.lists(
+            st.tuples(st.sampled_from([*Command.State.values, Command.State.PENDING]), st.integers(0, 2)), max_size=4
+        ).map(tuple),
+        pulse=st.none() | _offsets([-timedelta(hours=1), -gap, -PULSE_EVERY, timedelta(0), timedelta(seconds=1)]),
+        listening=st.sampled_from([-timedelta(hours=2), -timedelta(seconds=5), timedelta(0)]),
+        spec=st.sampled_from(
+            [
+                {"daemon": None},
+                {"daemon": {"version": "1.5.0", "url": "https://dl.example/bcd", "sha256": "c" * 64}},
+                {"daemon": {"version": "é", "sizes": [1, 2.5, None], "nested": {"b": True, "a": {}}}},
+            ]
+        ),
+        known_token=st.booleans() | st.just(True),
+    )
+
+
+def write(state: NodeState, node_id: UUID) -> None:
+    Node.objects.filter(pk=node_id).update(spec=state.spec)
+    if state.session != "none":
+        NodeSession.objects.create(
+            node_id=node_id,
+            daemon_version=VERSION if state.same_version else OTHER_VERSION,
+            protocol_version=PROTOCOL if state.same_protocol else PROTOCOL - 1,
+            joined_at=NOW - timedelta(hours=2),
+            last_seen_at=NOW + state.last_seen,
+            left_at=NOW - timedelta(minutes=1) if state.session == "left" else None,
+        )
+    Command.objects.bulk_create(
+        Command(
+            id=UUID(int=n + 1),
+            node_id=node_id,
+            kind=Command.Kind.DAEMON_UPGRADE,
+            payload={"version": f"2.{n}.0"},
+            state=command_state,
+            created_at=NOW - timedelta(hours=1) + timedelta(seconds=seconds),
+        )
+        for n, (command_state, seconds) in enumerate(state.commands)
+    )
+    if state.pulse is not None:
+        heard = NOW + state.pulse
+        FleetPulse.objects.create(pk=1, last_heard_at=heard, listening_since=heard + state.listening)
+
+
+def outcome(path, *, token_hash: str, node_id: UUID) -> tuple[SessionReport | None, Any, Any]:
+    """What ``path`` answers and leaves written, rolled back afterwards.
+
+    The process's pulse throttle is unset first: the rule is the database's, the throttle only skips queries
+    (tests/conftest.py restores it after the test).
+    """
+    liveness._last_written_at = None
+    with transaction.atomic():
+        report = path(token_hash=token_hash, daemon_version=VERSION, protocol_version=PROTOCOL, now=NOW)
+        session = NodeSession.objects.filter(node_id=node_id).values().first()
+        pulse = FleetPulse.objects.values("last_heard_at", "listening_since").first()
+        transaction.set_rollback(True)
+    return report, session, pulse
+
+
+def _state(**changes: Any) -> NodeState:
+    """An open session on the reported version, last seen long ago; the pulse heard a minute ago."""
+    base = NodeState("open", True, -timedelta(hours=1), True, (), -timedelta(minutes=1), timedelta(0), {}, True)
+    return NodeState(**{**vars(base), **changes})
+
+
+def test_the_statement_and_the_orm_path_agree(pool):
+    assert connection.vendor == "postgresql"  # agent_heartbeat is the one statement only there
+    node, _ = make_node(pool, "me")
+    node_id, token_hash = node.id, node.agent_token_hash
+    interval = timedelta(seconds=heartbeat_seconds())
+    gap = timedelta(seconds=GAP_HEARTBEATS * heartbeat_seconds())
+
+    @settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(state=states())
+    # The boundaries, whatever hypothesis draws: last_seen_at due exactly at one interval, not a microsecond under.
+    @example(state=_state(last_seen=-interval))
+    @example(state=_state(last_seen=-interval + TICK))
+    @example(state=_state(last_seen=TICK, pulse=None))
+    @example(state=_state(same_protocol=False, last_seen=-TICK))
+    # The pulse: heard within its second (not written), at it (written), at the gap (still listening), before it.
+    @example(state=_state(last_seen=-TICK, pulse=-PULSE_EVERY + TICK))
+    @example(state=_state(last_seen=-TICK, pulse=-PULSE_EVERY))
+    @example(state=_state(pulse=-gap, listening=-timedelta(hours=2)))
+    @example(state=_state(pulse=-gap - TICK, listening=-timedelta(hours=2)))
+    # Not a plain heartbeat: nothing written by either path, the pulse included.
+    @example(state=_state(session="left"))
+    @example(state=_state(same_version=False, pulse=None))
+    def same_state(state: NodeState) -> None:
+        with transaction.atomic():
+            write(state, node_id)
+            token = token_hash if state.known_token else "0" * 64
+            by_statement = outcome(agent_heartbeat, token_hash=token, node_id=node_id)
+            by_orm = outcome(_heartbeat_orm, token_hash=token, node_id=node_id)
+            transaction.set_rollback(True)
+        assert by_statement == by_orm
+        report, session, pulse = by_statement
+        seen.add(("answered", report is not None))
+        seen.add(("seen written", session is not None and session["last_seen_at"] == NOW))
+        seen.add(("pulse written", pulse is not None and pulse["last_heard_at"] == NOW))
+        seen.add(("listening restarted", pulse is not None and pulse["listening_since"] == NOW))
+
+    seen: set[tuple[str, bool]] = set()
+    same_state()
+    assert not NodeSession.objects.exists()  # every example rolled its savepoint back
+    # Both sides of every rule were reached: the agreement is not that of two paths that never write.
+    assert seen == {(what, done) for what, _ in seen for done in (False, True)}, sorted(seen)
