@@ -62,8 +62,8 @@ def allowed(budget: str, nodes: int) -> int:
 
 
 def sent_back_version(row: dict, arch: str) -> str | None:
-    """The version a failed or rolled-back row's node must be told to run again (docs/controller.md#pause-resume-promote-abort,
-    rollout/services/daemons.py ``send_back``)."""
+    """The version a failed or rolled-back row's node must be told to run again
+    (docs/controller.md#pause-resume-promote-abort, rollout/services/daemons.py ``send_back``)."""
     previous = (row["previous_daemon"] or {}).get("version")
     if previous and arch in REGISTERED.get(previous, ()):
         return previous
@@ -138,7 +138,8 @@ def legal_moves(model: ModelFleet, reading: Reading) -> list[tuple[dict, str]]:
             continue
         if before != row["state"]:
             finished = reading.rollouts[row["rollout_id"]]["state"] in Rollout.TERMINAL_STATES
-            # docs/controller.md#convergence-after-completion: a skipped node of a completed rollout converges when it comes back.
+            # A skipped node of a completed rollout converges when it comes back
+            # (docs/controller.md#convergence-after-completion).
             convergence = (before, row["state"]) == (S.SKIPPED, S.IN_FLIGHT) and finished
             # A new rollout takes the in-flight nodes of a finished one (they are in no active rollout).
             superseded = (before, row["state"]) == (S.IN_FLIGHT, S.CANCELLED) and finished and created
