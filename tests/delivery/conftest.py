@@ -73,16 +73,19 @@ def store_release(version: str, data: bytes, *, sequence: int = 1, platform: str
     return Stored(version=version, platform=platform, data=data)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def web_media_root() -> Iterator[Path]:
     path = world_readable_dir("rollout-media-")
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def web_tier(django_db_setup, django_db_blocker, web_media_root) -> Iterator[WebTier]:
-    """`make web`'s tier on the test database, downloads offloaded to nginx (accel), for the whole session."""
+    """`make web`'s tier on the test database, downloads offloaded to nginx (accel), for this package's tests.
+
+    Stopped when they are done: its processes keep database connections (its threads', its LISTEN one) that
+    the other packages' tests, which count and kill them, must not see."""
     if connection.vendor != "postgresql":
         pytest.fail("the web tier tests need PostgreSQL: run them with `make test`")
     with django_db_blocker.unblock():
