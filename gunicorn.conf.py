@@ -8,8 +8,10 @@ Options given on a command line (or in ``GUNICORN_CMD_ARGS``) override these; on
 previous tier (``-k gthread`` serving ``project.wsgi``: benchmarks/watch.py's floor, the heartbeat probes).
 docs/operations.md#the-web-tier.
 
-gunicorn bounds the request line and headers (below, its defaults made explicit) but not the body:
-project's core.middleware.BodySizeLimitMiddleware refuses a body over 1 MiB (413) without reading it whole.
+The request line and headers are bounded by nginx in front (docker/nginx.conf, ``large_client_header_buffers``):
+gunicorn's own ``limit_request_*`` settings apply to its HTTP parser only, which uvicorn's workers do not use, and
+uvicorn's parser sets no bound. Run the tier behind that nginx. The body: core.middleware.BodySizeLimitMiddleware
+refuses one over 1 MiB (413) without reading it whole, and nginx does first.
 """
 
 import os
@@ -29,12 +31,6 @@ keepalive = 75
 _TMPFS = "/dev/shm"  # noqa: S108 - a tmpfs for gunicorn's liveness files, not a shared temporary file
 worker_tmp_dir = _TMPFS if os.path.isdir(_TMPFS) else None
 loglevel = (os.environ.get("LOG_LEVEL") or "info").lower()
-
-# The request line (method, path and query): longer answers 400; it holds ids and filters only.
-limit_request_line = 4094
-# At most this many header fields, each at most this many bytes: more answers 431.
-limit_request_fields = 100
-limit_request_field_size = 8190
 
 
 def child_exit(server, worker) -> None:

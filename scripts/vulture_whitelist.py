@@ -23,7 +23,7 @@ _.CELERY_WORKER_PREFETCH_MULTIPLIER, _.CELERY_TASK_SOFT_TIME_LIMIT, _.CELERY_TAS
 _.CELERY_TASK_ALWAYS_EAGER, _.CELERY_BEAT_SCHEDULER, _.CELERY_TIMEZONE, _.CELERY_WORKER_HIJACK_ROOT_LOGGER
 _.CELERY_TASK_ROUTES
 # gunicorn.conf.py: settings and server hooks, read by name.
-_.worker_class, _.keepalive, _.worker_tmp_dir, _.limit_request_line, _.limit_request_fields, _.limit_request_field_size
+_.worker_class, _.keepalive, _.worker_tmp_dir
 _.child_exit
 # Named by dotted path in settings or configuration: middleware, the Celery app's AMQP class, app configs,
 # error handlers, the schema hook, a gunicorn application factory, the benchmarks' child entry point.

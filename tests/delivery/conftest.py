@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -42,12 +43,14 @@ def database_url() -> str:
     return f"postgres://{db['USER'] or 'postgres'}@{host}:{port}/{db['NAME']}"
 
 
-def upstream_seconds(line: str) -> tuple[str, float]:
+def upstream_seconds(line: str) -> tuple[str, float | None]:
     """The path of one line of nginx's access log (docker/nginx.conf's ``timed`` format) and how long the
-    application server took over it (the longest of its tries)."""
+    application server took over it: the longest of its tries (nginx writes them "0.012, 0.003", or
+    "0.012 : 0.003" across an internal redirect), None when nginx answered alone ("-")."""
     path = line.split('"')[1].split()[1]
-    times = line.rsplit(" ", 1)[1].strip()
-    return path, max(float(value) for value in times.split(","))
+    upstream = line.rsplit('"', 1)[1].split(maxsplit=1)[1]  # after the request's own time
+    times = [float(value) for value in re.split(r"[,:]\s*", upstream.strip()) if value.strip() not in ("", "-")]
+    return path, max(times) if times else None
 
 
 @dataclass

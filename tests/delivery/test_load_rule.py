@@ -93,4 +93,5 @@ def test_downloads_through_nginx_leave_heartbeats_on_time(web_tier, delivery_set
         log.seek(logged)
         held = [seconds for path, seconds in map(upstream_seconds, log) if path == binary.path]
     assert len(held) == CLIENTS
+    assert None not in held, "a download answered by nginx alone, not handed over by Django"
     assert max(held) < 1.0, f"a download held the application server {max(held):.3f} s"

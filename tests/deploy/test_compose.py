@@ -239,7 +239,11 @@ def test_nginx_lets_a_held_agent_session_live():
     server = nginx_directives("server")
     assert server["proxy_http_version"] == [["1.1"]]
     assert ["Connection", '""'] in server["proxy_set_header"]
-    assert "proxy_set_header" not in session
+    for location in ("location /", f"location = {SESSION_PATH}"):  # every location that proxies to the app
+        assert "proxy_pass" in nginx_directives(location)
+        assert "proxy_set_header" not in nginx_directives(location), location
+    # The request line and header lines: bounded here, as nothing behind nginx bounds them.
+    assert server["large_client_header_buffers"] == [["4", "8k"]]
     assert int(nginx_directives("upstream app")["keepalive"][0][0]) >= 16
     assert number(nginx_directives("events"), "worker_connections") >= 16384
     assert number(nginx_directives(""), "worker_rlimit_nofile") >= 16384

@@ -165,6 +165,8 @@ def test_the_statement_and_the_orm_path_agree(pool):
         seen.add(("seen written", session is not None and session["last_seen_at"] == NOW))
         seen.add(("pulse written", pulse is not None and pulse["last_heard_at"] == NOW))
         seen.add(("listening restarted", pulse is not None and pulse["listening_since"] == NOW))
+        if state.pulse is None:
+            seen.add(("pulse created", pulse is not None))
 
     seen: set[tuple[str, bool]] = set()
     same_state()
