@@ -123,6 +123,8 @@ def work(tmp_path_factory) -> Path:
 
 # --- verify_envelope's tests (test_verify_*.py): the refusal codes, the keys, builders of bodies ---------
 
+# The codes as the API states them (docs/signing.md), written out rather than imported from
+# rollout/release/errors.py: renaming one there is a change of the API these tests must catch.
 INVALID_ENVELOPE = "invalid_envelope"
 INVALID_MANIFEST = "invalid_manifest"
 WRONG_PAYLOAD_TYPE = "wrong_payload_type"
