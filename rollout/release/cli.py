@@ -28,21 +28,23 @@ from typing import Any
 from rollout.release import dsse, keys
 from rollout.release.cli_common import (
     CLIError,
+    add_signatures,
     hash_file,
     integer_argument,
-    load_private_key_file,
     load_public_key_file,
+    load_signing_keys,
+    parse_pins,
+    print_signers,
     read_file,
-    replace_file,
+    refuse_with_envelope,
+    signed_copy_path,
     timestamp_argument,
     write_new,
 )
 from rollout.release.cli_root import add_root_parser
 from rollout.release.errors import ReleaseError
 from rollout.release.manifest import (
-    StrictJSONError,
     format_timestamp,
-    loads_strict,
     manifest_from_dict,
     manifest_to_bytes,
     parse_manifest,
@@ -117,30 +119,23 @@ def _sign_new(args: argparse.Namespace, private_keys: list[keys.PrivateKey]) -> 
     envelope = dsse.sign_envelope(payload, private_keys)
     write_new(args.out, dsse.envelope_to_bytes(envelope), mode=0o644)
     print(f"wrote {args.out}: {_summary(manifest)}")
-    for key in private_keys:
-        print(f"signed by {keys.spki_pin(key.public_key())}")
+    print_signers(private_keys)
     return 0
 
 
 def _sign_add(args: argparse.Namespace, private_keys: list[keys.PrivateKey]) -> int:
-    extra = [
-        flag
-        for flag, value in (
+    refuse_with_envelope(
+        [
             ("--version", args.version),
             ("--sequence", args.sequence),
             ("--binary", args.binary),
             ("--protocol-version", args.protocol_version),
             ("--notes", args.notes),
             ("--expires", args.expires),
-        )
-        if value is not None
-    ]
-    if extra:
-        raise CLIError(f"{', '.join(extra)} cannot be combined with --envelope: the manifest is already signed")
-    out = args.out or args.envelope
-    if args.out and os.path.abspath(args.out) != os.path.abspath(args.envelope) and os.path.lexists(args.out):
-        raise CLIError(f"{args.out} already exists; refusing to overwrite it")
-
+        ],
+        why="the manifest is already signed",
+    )
+    out = signed_copy_path(args.envelope, args.out)
     raw = read_file(args.envelope, limit=dsse.MAX_ENVELOPE_BYTES, what="envelope")
     parsed = dsse.parse_envelope(raw)
     if parsed.payload_type != dsse.PAYLOAD_TYPE:
@@ -148,43 +143,22 @@ def _sign_add(args: argparse.Namespace, private_keys: list[keys.PrivateKey]) -> 
             "wrong_payload_type", f"the envelope's payloadType is {parsed.payload_type[:200]!r}, not a bcd release"
         )
     manifest = parse_manifest(parsed.payload)  # never sign what the server would refuse
-    try:
-        envelope = loads_strict(raw)
-    except StrictJSONError as exc:  # pragma: no cover (parse_envelope already read it)
-        raise CLIError(f"{args.envelope}: the envelope {exc}") from None
     print(f"adding a signature to {args.envelope}: {_summary(manifest)}", file=sys.stderr)
-    for key in private_keys:
-        try:
-            envelope = dsse.add_signature(envelope, key)
-        except ValueError as exc:
-            raise CLIError(str(exc)) from None
-    data = dsse.envelope_to_bytes(envelope)
-    if out == args.envelope or os.path.abspath(out) == os.path.abspath(args.envelope):
-        replace_file(out, data)
-    else:
-        write_new(out, data, mode=0o644)
+    add_signatures(raw, envelope_path=args.envelope, out=out, private_keys=private_keys, payload_type=dsse.PAYLOAD_TYPE)
     print(f"wrote {out}: {_summary(manifest)}")
-    for key in private_keys:
-        print(f"signed by {keys.spki_pin(key.public_key())}")
+    print_signers(private_keys)
     return 0
 
 
 def cmd_sign(args: argparse.Namespace) -> int:
-    private_keys = [load_private_key_file(path) for path in args.key]
-    pins = [keys.spki_pin(key.public_key()) for key in private_keys]
-    if len(set(pins)) != len(pins):
-        raise CLIError("the same key is given twice with --key; each key signs once")
+    private_keys = load_signing_keys(args.key)
     if args.envelope:
         return _sign_add(args, private_keys)
     return _sign_new(args, private_keys)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    for pin in args.pin:
-        try:
-            keys.parse_pin(pin)
-        except ValueError as exc:
-            raise CLIError(str(exc)) from None
+    parse_pins(args.pin)
     if args.threshold < 1:
         raise CLIError("--threshold must be at least 1")
     public_keys = [load_public_key_file(path) for path in args.public_key or ()]

@@ -8,9 +8,11 @@ import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Sequence
+from typing import Any
 
-from rollout.release import keys
-from rollout.release.manifest import parse_timestamp
+from rollout.release import dsse, keys
+from rollout.release.manifest import StrictJSONError, loads_strict, parse_timestamp
 
 MAX_KEY_FILE_BYTES = 64 * 1024
 CHUNK = 1 << 20
@@ -47,6 +49,66 @@ def load_public_key_file(path: str) -> keys.PublicKey:
         return keys.load_public_key(data)
     except ValueError as exc:
         raise CLIError(f"{path}: {exc}") from None
+
+
+def load_signing_keys(paths: Sequence[str]) -> list[keys.PrivateKey]:
+    """The ``--key`` files of a signing verb: each a different key (a key signs once)."""
+    private_keys = [load_private_key_file(path) for path in paths]
+    pins = [keys.spki_pin(key.public_key()) for key in private_keys]
+    if len(set(pins)) != len(pins):
+        raise CLIError("the same key is given twice with --key; each key signs once")
+    return private_keys
+
+
+def parse_pins(values: Sequence[str]) -> list[str]:
+    """``--pin`` values, each refused unless it is a pin (``ed25519:<base64>`` of a public key)."""
+    for pin in values:
+        try:
+            keys.parse_pin(pin)
+        except ValueError as exc:
+            raise CLIError(str(exc)) from None
+    return list(values)
+
+
+def refuse_with_envelope(options: Sequence[tuple[str, object]], *, why: str) -> None:
+    """``--envelope`` adds signatures to a document already written: the options that would write it are refused."""
+    given = [flag for flag, value in options if value is not None]
+    if given:
+        raise CLIError(f"{', '.join(given)} cannot be combined with --envelope: {why}")
+
+
+def signed_copy_path(envelope_path: str, out: str | None) -> str:
+    """Where ``--envelope`` writes: ``--out``, or the envelope itself; never over another existing file."""
+    path = out or envelope_path
+    if os.path.abspath(path) != os.path.abspath(envelope_path) and os.path.lexists(path):
+        raise CLIError(f"{path} already exists; refusing to overwrite it")
+    return path
+
+
+def add_signatures(
+    raw: bytes, *, envelope_path: str, out: str, private_keys: Sequence[keys.PrivateKey], payload_type: str
+) -> None:
+    """Sign the envelope ``raw`` (read from ``envelope_path``, already verified parseable by the caller) with
+    each key, its payload kept byte for byte, and write it to ``out``: in place when it is the same file."""
+    try:
+        envelope: dict[str, Any] = loads_strict(raw)
+    except StrictJSONError as exc:  # pragma: no cover (the caller's parser already read it)
+        raise CLIError(f"{envelope_path}: the envelope {exc}") from None
+    for key in private_keys:
+        try:
+            envelope = dsse.add_signature(envelope, key, payload_type=payload_type)
+        except ValueError as exc:
+            raise CLIError(str(exc)) from None
+    data = dsse.envelope_to_bytes(envelope)
+    if os.path.abspath(out) == os.path.abspath(envelope_path):
+        replace_file(out, data)
+    else:
+        write_new(out, data, mode=0o644)
+
+
+def print_signers(private_keys: Sequence[keys.PrivateKey]) -> None:
+    for key in private_keys:
+        print(f"signed by {keys.spki_pin(key.public_key())}")
 
 
 def write_new(path: str, data: bytes, *, mode: int) -> None:

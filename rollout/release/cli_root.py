@@ -22,14 +22,18 @@ from typing import Any
 from rollout.release import dsse, keys
 from rollout.release.cli_common import (
     CLIError,
+    add_signatures,
     integer_argument,
-    load_private_key_file,
+    load_signing_keys,
+    parse_pins,
+    print_signers,
     read_file,
-    replace_file,
+    refuse_with_envelope,
+    signed_copy_path,
     timestamp_argument,
     write_new,
 )
-from rollout.release.manifest import StrictJSONError, format_timestamp, loads_strict, parse_timestamp
+from rollout.release.manifest import format_timestamp, parse_timestamp
 from rollout.release.root import (
     ROOT_PAYLOAD_TYPE,
     Root,
@@ -45,15 +49,6 @@ from rollout.release.root import (
 def _summary(root: Root) -> str:
     expires = f", expires {format_timestamp(root.expires)}" if root.expires else ""
     return f"root {root.version}: {root.threshold} of {len(root.pins)} key(s){expires}"
-
-
-def _pins(values: list[str]) -> list[str]:
-    for pin in values:
-        try:
-            keys.parse_pin(pin)
-        except ValueError as exc:
-            raise CLIError(str(exc)) from None
-    return values
 
 
 def _sign_new(args: argparse.Namespace, private_keys: list[keys.PrivateKey]) -> int:
@@ -74,61 +69,37 @@ def _sign_new(args: argparse.Namespace, private_keys: list[keys.PrivateKey]) -> 
     if args.version < 2:
         raise CLIError("--version must be at least 2: root 1 is the configured pins and threshold")
     expires = parse_timestamp(args.expires) if args.expires else None
-    root = Root(version=args.version, pins=tuple(_pins(args.pin)), threshold=args.threshold, expires=expires)
+    root = Root(version=args.version, pins=tuple(parse_pins(args.pin)), threshold=args.threshold, expires=expires)
     parse_root(root_to_bytes(root))  # the very parser the server and the agents use
     envelope = sign_root(root, private_keys)
     write_new(args.out, dsse.envelope_to_bytes(envelope), mode=0o644)
     print(f"wrote {args.out}: {_summary(root)}")
-    for key in private_keys:
-        print(f"signed by {keys.spki_pin(key.public_key())}")
+    print_signers(private_keys)
     return 0
 
 
 def _sign_add(args: argparse.Namespace, private_keys: list[keys.PrivateKey]) -> int:
-    extra = [
-        flag
-        for flag, value in (
+    refuse_with_envelope(
+        [
             ("--version", args.version),
             ("--pin", args.pin),
             ("--threshold", args.threshold),
             ("--expires", args.expires),
-        )
-        if value is not None
-    ]
-    if extra:
-        raise CLIError(f"{', '.join(extra)} cannot be combined with --envelope: the root is already written")
-    out = args.out or args.envelope
-    same = os.path.abspath(out) == os.path.abspath(args.envelope)
-    if not same and os.path.lexists(out):
-        raise CLIError(f"{out} already exists; refusing to overwrite it")
+        ],
+        why="the root is already written",
+    )
+    out = signed_copy_path(args.envelope, args.out)
     raw = read_file(args.envelope, limit=dsse.MAX_ENVELOPE_BYTES, what="envelope")
     _, root = parse_root_envelope(raw)  # never sign what the server would refuse
-    try:
-        envelope: dict[str, Any] = loads_strict(raw)
-    except StrictJSONError as exc:  # pragma: no cover (parse_root_envelope already read it)
-        raise CLIError(f"{args.envelope}: the envelope {exc}") from None
     print(f"adding a signature to {args.envelope}: {_summary(root)}: {', '.join(root.pins)}", file=sys.stderr)
-    for key in private_keys:
-        try:
-            envelope = dsse.add_signature(envelope, key, payload_type=ROOT_PAYLOAD_TYPE)
-        except ValueError as exc:
-            raise CLIError(str(exc)) from None
-    data = dsse.envelope_to_bytes(envelope)
-    if same:
-        replace_file(out, data)
-    else:
-        write_new(out, data, mode=0o644)
+    add_signatures(raw, envelope_path=args.envelope, out=out, private_keys=private_keys, payload_type=ROOT_PAYLOAD_TYPE)
     print(f"wrote {out}: {_summary(root)}")
-    for key in private_keys:
-        print(f"signed by {keys.spki_pin(key.public_key())}")
+    print_signers(private_keys)
     return 0
 
 
 def cmd_root_sign(args: argparse.Namespace) -> int:
-    private_keys = [load_private_key_file(path) for path in args.key]
-    pins = [keys.spki_pin(key.public_key()) for key in private_keys]
-    if len(set(pins)) != len(pins):
-        raise CLIError("the same key is given twice with --key; each key signs once")
+    private_keys = load_signing_keys(args.key)
     if args.envelope:
         return _sign_add(args, private_keys)
     return _sign_new(args, private_keys)
@@ -136,7 +107,7 @@ def cmd_root_sign(args: argparse.Namespace) -> int:
 
 def cmd_root_verify(args: argparse.Namespace) -> int:
     try:
-        current = root_from_pins(_pins(args.pin), args.threshold)
+        current = root_from_pins(parse_pins(args.pin), args.threshold)
     except ValueError as exc:
         raise CLIError(f"root 1: {exc}") from None
     for path in args.roots:
