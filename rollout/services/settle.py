@@ -63,22 +63,34 @@ def node_upgrade_settle_reported(*, node_id: UUID, daemon_version: str) -> bool:
     With minReadySeconds > 0 it records ``arrived_at`` instead. A node already proving
     readiness that joins again (it left meanwhile) or reports another version fails
     (``not_ready``) and goes back. Returns whether the row settled.
+
+    The join never waits for a tick: a row that a tick holds locked (it is settling that node
+    itself, or sending it back) is skipped, and another tick is asked for, which settles the
+    node if it is still in flight. Waiting would hold the agent's answer, and the web thread that
+    serves it, for as long as the tick runs (seconds, when a round starts 500 nodes).
     """
-    row = NodeUpgrade.objects.filter(node_id=node_id, state=State.IN_FLIGHT).select_related("rollout").first()
+    with transaction.atomic():
+        settled, tick = _settle_reported(node_id=node_id, daemon_version=daemon_version)
+    if tick is not None:  # after the commit: joins do not queue on the tick request's row lock
+        rollout_request_tick(rollout_id=tick)
+    return settled
+
+
+def _settle_reported(*, node_id: UUID, daemon_version: str) -> tuple[bool, UUID | None]:
+    """Whether the node's in-flight row settled, and the rollout to tick (None: no tick needed)."""
+    in_flight = NodeUpgrade.objects.filter(node_id=node_id, state=State.IN_FLIGHT)
+    row = in_flight.select_for_update(skip_locked=True, of=("self",)).select_related("rollout").first()
     if row is None:
-        return False
+        return False, in_flight.values_list("rollout_id", flat=True).first()  # locked by a tick, or none
     if row.arrived_at is not None:
         _, failed = node_upgrades_settle_ready(now=timezone.now(), node_id=node_id)
-        if failed:
-            rollout_request_tick(rollout_id=row.rollout_id)
-        return bool(failed)
+        return bool(failed), row.rollout_id if failed else None
     if row.target_version != daemon_version:
-        return False
+        return False, None
     if row.rollout.min_ready_seconds:
         # Proving readiness: the tick it asks for publishes one tick at the readiness end.
-        if mark_arrived(ids=[row.pk], rollout=str(row.rollout_id), node=str(node_id)):
-            rollout_request_tick(rollout_id=row.rollout_id)
-        return False
+        arrived = mark_arrived(ids=[row.pk], rollout=str(row.rollout_id), node=str(node_id))
+        return False, row.rollout_id if arrived else None
     settled = succeed_upgrades(
         ids=[row.pk],
         rollout_state=row.rollout.state,
@@ -88,9 +100,7 @@ def node_upgrade_settle_reported(*, node_id: UUID, daemon_version: str) -> bool:
         node=str(node_id),
         version=daemon_version,
     )
-    if settled:
-        rollout_request_tick(rollout_id=row.rollout_id)
-    return bool(settled)
+    return bool(settled), row.rollout_id if settled else None
 
 
 @transaction.atomic

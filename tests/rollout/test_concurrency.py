@@ -1,22 +1,50 @@
 """Budget and one-start-per-node under concurrent ticks and workflows (PostgreSQL)."""
 
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from django.db import connection, connections, transaction
 
 from core.errors import DomainError
-from fleet.models import Command, Workflow
+from fleet.models import Command, NodeSession, Workflow
 from fleet.services.budget import pool_budget
 from fleet.services.workflows import workflow_start
 from rollout.models import NodeUpgrade, Rollout, TickRequest
 from rollout.services.controller import rollout_tick
 from rollout.services.create import rollout_create
 from rollout.services.plan import rollout_spec
+from rollout.services.settle import node_upgrade_settle_reported
 from tests.concurrency import run_together
 from tests.factories import fleet
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@contextmanager
+def locked_elsewhere(model, pk) -> Iterator[None]:
+    """The row locked by another connection's transaction (another worker's) while the block runs."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        try:
+            with transaction.atomic():
+                model.objects.select_for_update().get(pk=pk)
+                held.set()
+                release.wait(timeout=30)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(timeout=30)
+    try:
+        yield
+    finally:
+        release.set()
+        holder.join(timeout=30)
 
 
 @pytest.fixture(autouse=True)
@@ -62,29 +90,11 @@ def test_concurrent_ticks_and_workflows_never_exceed_the_budget_or_start_a_node_
 def test_a_tick_skips_a_rollout_another_worker_holds(tenant, releases):
     fleet(tenant, {"a": (10, "1")})
     rollout = rollout_create(tenant=tenant, spec=rollout_spec(version="1.0.0", waves=[100], soak_seconds=0))
-    held = threading.Event()
-    release = threading.Event()
-
-    def hold():
-        try:
-            with transaction.atomic():
-                Rollout.objects.select_for_update().get(pk=rollout.id)
-                held.set()
-                release.wait(timeout=30)
-        finally:
-            connections.close_all()
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    assert held.wait(timeout=30)
-    try:
+    with locked_elsewhere(Rollout, rollout.id):
         assert rollout_tick(rollout_id=rollout.id) is None
         assert not NodeUpgrade.objects.filter(rollout=rollout, state="in_flight").exists()
         # It asks again (debounced) instead of leaving freed budget to the next period.
         assert TickRequest.objects.get(rollout=rollout).queued
-    finally:
-        release.set()
-        holder.join(timeout=30)
     assert rollout_tick(rollout_id=rollout.id).started == 10
 
 
@@ -107,3 +117,31 @@ def test_two_creates_over_the_same_nodes_at_once_one_wins_the_other_gets_409(ten
         Rollout.objects.filter(state="active").update(state="aborted")
         NodeUpgrade.objects.update(claims_node=False)
     assert Rollout.objects.count() == 3
+
+
+def test_a_join_never_waits_for_a_tick_that_holds_its_node_and_a_later_tick_settles_it(tenant, releases):
+    """A tick holds the in-flight rows it settles locked until it commits (seconds, when a round starts hundreds
+    of nodes): the join of a node whose row it holds answers at once, and asks for another tick, which settles
+    the node when the holder did not (docs/controller.md#reacting-at-once)."""
+    (node,) = fleet(tenant, {"a": (1, "1")})["a"]
+    rollout = rollout_create(tenant=tenant, spec=rollout_spec(version="1.0.0", waves=[100], soak_seconds=0))
+    assert rollout_tick(rollout_id=rollout.id).started == 1
+    upgrade = NodeUpgrade.objects.get(rollout=rollout, node=node)
+    TickRequest.objects.filter(rollout=rollout).update(queued=False)
+    with locked_elsewhere(NodeUpgrade, upgrade.pk):  # as a tick's transaction that settles nothing
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '3s'")  # waiting for the holder fails the join, not the test run
+        try:
+            started = time.monotonic()
+            assert node_upgrade_settle_reported(node_id=node.id, daemon_version="1.0.0") is False
+            assert time.monotonic() - started < 2
+            assert TickRequest.objects.get(rollout=rollout).queued  # the tick that will settle it
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("RESET lock_timeout")
+    upgrade.refresh_from_db()
+    assert upgrade.state == "in_flight"
+    NodeSession.objects.filter(node=node).update(daemon_version="1.0.0")  # the join was committed
+    rollout_tick(rollout_id=rollout.id)
+    upgrade.refresh_from_db()
+    assert upgrade.state == "succeeded"
