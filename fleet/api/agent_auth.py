@@ -11,6 +11,7 @@ from rest_framework.request import Request
 
 from fleet.api.authentication import BearerAuthentication
 from fleet.models import Node
+from fleet.services.sessions import agent_node
 from fleet.tokens import token_hash
 
 
@@ -21,7 +22,7 @@ class AgentTokenAuthentication(BearerAuthentication):
     unknown_message = "Unknown agent token."
 
     def lookup(self, token: str) -> tuple[None, Node] | None:
-        node = Node.objects.select_related("session").filter(agent_token_hash=token_hash(token)).first()
+        node = agent_node(token_hash=token_hash(token))
         return None if node is None else (None, node)
 
 

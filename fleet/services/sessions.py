@@ -188,10 +188,15 @@ def agent_heartbeat(
     )
 
 
+def agent_node(*, token_hash: str) -> Node | None:
+    """The node whose agent token hashes to ``token_hash``, with its session, in one query; None when unknown."""
+    return Node.objects.select_related("session").filter(agent_token_hash=token_hash).first()
+
+
 def _heartbeat_orm(
     *, token_hash: str, daemon_version: str, protocol_version: int, now: datetime | None
 ) -> SessionReport | None:
-    node = Node.objects.select_related("session").filter(agent_token_hash=token_hash).first()
+    node = agent_node(token_hash=token_hash)
     session = None if node is None else node_session(node)
     if node is None or session is None or session.left_at is not None or session.daemon_version != daemon_version:
         return None
@@ -335,6 +340,24 @@ def _send_refused(*, node_id: UUID, version: str, code: str, detail: str, at: da
         raise Unavailable("The refusal could not be recorded; report it again.", code="refusal_not_recorded")
 
 
+def agent_session_report_for_token(
+    *, token_hash: str, daemon_version: str, protocol_version: int, now: datetime | None = None
+) -> SessionReport | None:
+    """``agent_session_report`` for the node whose agent token hashes to ``token_hash`` (a join, a version change or
+    a heartbeat, without a refusal); None, and nothing written, when the token is unknown."""
+    node = agent_node(token_hash=token_hash)
+    if node is None:
+        return None
+    return agent_session_report(node=node, daemon_version=daemon_version, protocol_version=protocol_version, now=now)
+
+
 def agent_session_leave(*, node: Node, now: datetime | None = None) -> bool:
     """The agent is going down: the node is offline until it joins again. Idempotent; one UPDATE."""
     return bool(NodeSession.objects.filter(node_id=node.id, left_at__isnull=True).update(left_at=now or timezone.now()))
+
+
+def agent_session_leave_for_token(*, token_hash: str, now: datetime | None = None) -> bool | None:
+    """``agent_session_leave`` for the node whose agent token hashes to ``token_hash``; None, and nothing written,
+    when the token is unknown."""
+    node = Node.objects.filter(agent_token_hash=token_hash).only("id").first()
+    return None if node is None else agent_session_leave(node=node, now=now)

@@ -1,13 +1,14 @@
 """The web tier's ASGI application: agent sessions answered in async code, everything else by Django.
 
-``POST /api/compute/agent/session`` is the hot path of a fleet and the only request that may be held
+``/api/compute/agent/session`` is the hot path of a fleet, and its ``POST`` the only request that may be held
 (docs/fleet.md#watch). This front answers it without Django's request machinery: the body is parsed by the
-same function as the synchronous fast path (``fleet.api.agent_session.session_request``), the session's one
-statement (``agent_heartbeat``) runs on one of this process's threads for a moment, and a held request then
-waits on the process's ``WatchHub`` holding no thread and no database connection. Anything else, and every
-session request it does not take (a join, a bad body or token, a body without Content-Length or over 1 MiB),
-goes to Django's WSGI application on a pool of threads, unchanged (its middleware, DRF, its errors).
-docs/architecture.md#watch says why this shape and what it measured.
+same function as the synchronous fast path (``fleet.api.agent_session.session_request``), the session's service
+(a plain heartbeat's one statement, ``agent_heartbeat``; a join or a version change, ``agent_session_report``)
+runs on one of this process's threads for a moment, and a held request then waits on the process's
+``WatchHub`` holding no thread and no database connection. A leave (``DELETE``) is one UPDATE on such a thread.
+Anything else, and every session request it does not take (a refusal, an unknown or malformed token, a bad
+body, a body without Content-Length or over 1 MiB), goes to Django's WSGI application on a pool of threads,
+unchanged (its middleware, DRF, its errors). docs/architecture.md#watch says why this shape and what it measured.
 """
 
 from __future__ import annotations
@@ -30,9 +31,14 @@ from core.database import DATABASE_ERRORS, database_unavailable
 from core.middleware import MAX_BODY_BYTES
 from fleet.api.agent_session import ANSWER_AT_ONCE_SCOPE_KEY, SessionRequest, session_answer_bytes, session_request
 from fleet.api.limits import COUNTED_SCOPE_KEY, request_throttled
-from fleet.services.sessions import SessionReport, agent_heartbeat
+from fleet.services.sessions import (
+    SessionReport,
+    agent_heartbeat,
+    agent_session_leave_for_token,
+    agent_session_report_for_token,
+)
 from fleet.services.watch import held_sessions_touch, held_touch_every
-from fleet.tokens import token_hash
+from fleet.tokens import bearer_token, token_hash
 from fleet.watch.hub import WatchHub
 
 log = structlog.get_logger(__name__)
@@ -44,6 +50,8 @@ Send = Callable[[Message], Awaitable[None]]
 T = TypeVar("T")
 
 SESSION_PATH = "/api/compute/agent/session"
+# What DRF adds to AgentSessionView's 204 (the leave), so that both tiers answer alike.
+LEAVE_HEADERS = [(b"allow", b"POST, DELETE, OPTIONS")]
 SERVER_ERROR = json.dumps({"code": "server_error", "detail": "Internal server error."}).encode()
 
 
@@ -85,6 +93,8 @@ class AgentSessionFront:
             await self._lifespan(receive, send)
         elif scope["type"] == "http" and scope["path"] == SESSION_PATH and scope["method"] == "POST":
             await self._session(scope, receive, send)
+        elif scope["type"] == "http" and scope["path"] == SESSION_PATH and scope["method"] == "DELETE":
+            await self._leave(scope, receive, send)
         else:
             await self.django(scope, receive, send)  # type: ignore[arg-type]
 
@@ -124,15 +134,47 @@ class AgentSessionFront:
     async def _run(self, function: Callable[..., T], /, **kwargs: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, partial(_on_thread, function, kwargs))
 
-    async def _session(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = {name: value.decode("latin-1") for name, value in scope["headers"]}
-        # Counted once, on arrival, whoever answers it (docs/operations.md#request-limits); Django is told so.
+    async def _counted(self, scope: Scope, headers: dict[bytes, str], send: Send) -> bool:
+        """Count the request once, on arrival, whoever answers it (docs/operations.md#request-limits); Django is
+        told so. False, and the 429 sent, when it is over its credential's limit."""
         throttled = request_throttled(path=scope["path"], authorization=headers.get(b"authorization"))
         if throttled is not None:
             retry = [(b"retry-after", str(throttled.wait).encode())]
             await self._respond(send, json.dumps(throttled.body()).encode(), status=429, extra=retry)
-            return
+            return False
         scope[COUNTED_SCOPE_KEY] = True
+        return True
+
+    async def _leave(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``DELETE`` session: one UPDATE on a session thread, 204. Django answers an unknown or malformed token
+        (401) and a request with a body (the API takes none: whatever Django makes of it)."""
+        headers = {name: value.decode("latin-1") for name, value in scope["headers"]}
+        if not await self._counted(scope, headers, send):
+            return
+        token = bearer_token(headers.get(b"authorization"))
+        accept = headers.get(b"accept", "*/*")
+        body = headers.get(b"content-length", "0") != "0" or b"transfer-encoding" in headers
+        if token is None or body or not ("*/*" in accept or "json" in accept):
+            await self.django(scope, receive, send)  # type: ignore[arg-type]
+            return
+        try:
+            left = await self._run(agent_session_leave_for_token, token_hash=token_hash(token))
+        except DATABASE_ERRORS as exc:
+            await self._unavailable(send, exc)
+            return
+        except Exception:  # as project/urls.py's handler500
+            log.exception("fleet.watch.leave_failed")
+            await self._respond(send, SERVER_ERROR, status=500)
+            return
+        if left is None:
+            await self.django(scope, receive, send)  # type: ignore[arg-type]
+            return
+        await self._respond(send, b"", status=204, content_type=None, extra=LEAVE_HEADERS)
+
+    async def _session(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = {name: value.decode("latin-1") for name, value in scope["headers"]}
+        if not await self._counted(scope, headers, send):
+            return
         scope[ANSWER_AT_ONCE_SCOPE_KEY] = True  # Django never holds one on its threads: this front holds
         length = headers.get(b"content-length", "")
         if not length.isdigit() or int(length) > MAX_BODY_BYTES:
@@ -152,8 +194,7 @@ class AgentSessionFront:
         try:
             report = await self._answer(request, scope, receive, send, body)
         except DATABASE_ERRORS as exc:
-            unavailable = database_unavailable(exc)
-            await self._respond(send, unavailable.content, status=503, extra=[(b"retry-after", b"5")])
+            await self._unavailable(send, exc)
             return
         except Exception:  # as project/urls.py's handler500: the API's JSON body, never a bare 500 page
             log.exception("fleet.watch.session_failed")
@@ -172,13 +213,16 @@ class AgentSessionFront:
             await self.hub.start()  # subscribed before the revision is read: no change can fall in between
         since = loop.time()
         report = await self._heartbeat(request, hashed)
-        if report is None and request.wait is not None:
-            # A join or a version change: Django answers it as if without wait; it is held here if it repeats seen.
-            if not await self._join_repeats_seen(request, scope, receive, send, body):
-                return None
-            since = loop.time()
-            report = await self._heartbeat(request, hashed)
         if report is None:
+            # Not a plain heartbeat: a join or a version change (services/sessions.py), held too if it repeats seen.
+            since = loop.time()
+            report = await self._run(
+                agent_session_report_for_token,
+                token_hash=hashed,
+                daemon_version=request.daemon_version,
+                protocol_version=request.protocol_version,
+            )
+        if report is None:  # an unknown token: Django's 401
             await self.django(scope, _replay(body, receive), send)  # type: ignore[arg-type]
             return None
         if request.held_for != report.spec_revision or report.node_id is None:
@@ -229,37 +273,21 @@ class AgentSessionFront:
         finally:
             hung_up.cancel()
 
-    async def _join_repeats_seen(
-        self, request: SessionRequest, scope: Scope, receive: Receive, send: Send, body: bytes
-    ) -> bool:
-        """Django answers the join (the body without wait and seen); True, and nothing sent, when that answer
-        carries the revision the agent has seen (then it is held here); else Django's answer is sent."""
-        plain = json.dumps({"daemonVersion": request.daemon_version, "protocolVersion": request.protocol_version})
-        forwarded = dict(scope)
-        forwarded["headers"] = [
-            (name, str(len(plain)).encode() if name == b"content-length" else value) for name, value in scope["headers"]
-        ]
-        captured: list[Message] = []
-
-        async def capture(message: Message) -> None:
-            captured.append(message)
-
-        await self.django(forwarded, _replay(plain.encode(), receive), capture)  # type: ignore[arg-type]
-        status = next((m["status"] for m in captured if m["type"] == "http.response.start"), 500)
-        answer = b"".join(m.get("body", b"") for m in captured if m["type"] == "http.response.body")
-        if status == 200:
-            with contextlib.suppress(ValueError, AttributeError):
-                if json.loads(answer).get("specRevision") == request.seen:
-                    return True
-        for message in captured:
-            await send(message)
-        return False
+    async def _unavailable(self, send: Send, exc: Exception) -> None:
+        unavailable = database_unavailable(exc)
+        await self._respond(send, unavailable.content, status=503, extra=[(b"retry-after", b"5")])
 
     async def _respond(
-        self, send: Send, content: bytes, *, status: int = 200, extra: list[tuple[bytes, bytes]] | None = None
+        self,
+        send: Send,
+        content: bytes,
+        *,
+        status: int = 200,
+        content_type: bytes | None = b"application/json",
+        extra: list[tuple[bytes, bytes]] | None = None,
     ) -> None:
         headers = [
-            (b"content-type", b"application/json"),
+            *([(b"content-type", content_type)] if content_type else []),
             (b"content-length", str(len(content)).encode()),
             *self.headers,
             *(extra or []),
@@ -273,9 +301,10 @@ def _on_thread(function: Callable[..., T], kwargs: dict[str, Any]) -> T:
 
     No request signals run here. A connection the database dropped (it restarted since this thread last
     used it) is closed as Django's request cycle would close it, and the call runs once more on a new
-    connection: the first heartbeat after a restart is answered, not refused with a 503. Every function
-    run here is a read or an idempotent touch, so running it again is harmless. A database that is down
-    fails the second try too (503, ``database_unavailable``).
+    connection: the first heartbeat after a restart is answered, not refused with a 503. Running any
+    function run here twice is harmless: a heartbeat and a touch write the time, a leave is idempotent, and
+    a join whose first try committed is a heartbeat the second time. A database that is down fails the
+    second try too (503, ``database_unavailable``).
     """
     try:
         return function(**kwargs)

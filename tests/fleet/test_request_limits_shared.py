@@ -91,16 +91,24 @@ def test_two_web_processes_count_one_api_key_together(tenant, two_web_processes)
 
 
 def test_the_async_session_front_counts_each_agent_request_once(tenant, two_web_processes):
-    """The web tier answers agent sessions in async code (fleet/watch/front.py) and hands a join to Django:
-    either way a request counts once against its agent token, and the 429 is the API's."""
+    """The web tier answers agent sessions in async code (fleet/watch/front.py: joins, heartbeats, leaves) and hands
+    the rest to Django (a refusal): either way a request counts once against its agent token, and the 429 is the
+    API's, for a leave too."""
     _, (web, _) = two_web_processes
     pool = pool_create(tenant=tenant, name="limited")
     _, token = node_create(tenant=tenant, name="n-1", pool_id=pool.id, arch="amd64")
     headers = {"Authorization": f"Bearer {token}"}
     body = {"daemonVersion": "1.0.0", "protocolVersion": 3}
-    answers = [web.post("/api/compute/agent/session", json=body, headers=headers) for _ in range(LIMIT + 1)]
-    # The first is a join (Django answers it through the front), the others plain heartbeats (the front).
-    assert [answer.status_code for answer in answers] == [200] * LIMIT + [429]
-    refused = answers[-1]
-    assert refused.json()["code"] == "throttled"
-    assert refused.headers["Retry-After"] == str(refused.json()["retryAfter"])
+    refusal = {**body, "refused": {"version": "9.9.9", "code": "bad_signature", "detail": "not ours"}}
+    calls = [
+        lambda: web.post("/api/compute/agent/session", json=body, headers=headers),  # a join (the front)
+        lambda: web.post("/api/compute/agent/session", json=body, headers=headers),  # a heartbeat (the front)
+        lambda: web.post("/api/compute/agent/session", json=refusal, headers=headers),  # Django's serializer
+        lambda: web.delete("/api/compute/agent/session", headers=headers),  # a leave (the front)
+    ]
+    answers = [calls[i % len(calls)]() for i in range(LIMIT)]
+    assert [answer.status_code for answer in answers] == [200, 200, 200, 204] * (LIMIT // 4) + [200, 200]
+    for refused in (calls[0](), calls[3]()):
+        assert refused.status_code == 429
+        assert refused.json()["code"] == "throttled"
+        assert refused.headers["Retry-After"] == str(refused.json()["retryAfter"])

@@ -20,6 +20,10 @@ from demo.processes import free_port, stop, wait_until, web_server
 from fleet.models import Node
 from fleet.services.nodes import node_create
 from fleet.services.pools import pool_create
+from rollout.services.create import rollout_create
+from rollout.services.plan import rollout_spec
+from rollout.services.releases import release_register
+from tests.factories import manifest, rollout_settings, signed
 
 SESSION = "/api/compute/agent/session"
 HEARTBEAT_SECONDS = 1  # the server's and the tests': a node is offline after 3 s unheard
@@ -147,3 +151,17 @@ def listener_pids() -> list[int]:
             [connection.settings_dict["NAME"]],
         ).fetchall()
     return [pid for (pid,) in rows]
+
+
+@pytest.fixture
+def releases(settings, db):
+    settings.ROLLOUT = rollout_settings()
+    release_register(envelope=signed(manifest("0.9.0", 1)))
+    release_register(envelope=signed(manifest("1.0.0", 2)))
+
+
+def start(agent, **options):
+    """A rollout of 1.0.0 over every node (the agent's): its ticks start it."""
+    return rollout_create(
+        tenant=agent.node.tenant, spec=rollout_spec(version="1.0.0", waves=[100], soak_seconds=0, **options)
+    )

@@ -26,12 +26,8 @@ from fleet.services.commands import command_enqueue
 from fleet.services.nodes import online_node_q
 from rollout.models import NodeUpgrade
 from rollout.services.controller import rollout_tick
-from rollout.services.create import rollout_create
-from rollout.services.plan import rollout_spec
-from rollout.services.releases import release_register
 from rollout.services.rollouts import rollout_abort
-from tests.factories import manifest, rollout_settings, signed
-from tests.watch.conftest import PING_SECONDS, SESSION, THREADS, database_url, listener_pids
+from tests.watch.conftest import PING_SECONDS, SESSION, THREADS, database_url, listener_pids, start
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
@@ -54,20 +50,6 @@ def released(held, since: list[float]) -> tuple[dict, float]:
     assert response.status_code == 200, response.text
     print(f"released {arrived - since[0]:.3f} s after the commit")  # shown with -s: the measured latency
     return response.json(), arrived - since[0]
-
-
-@pytest.fixture
-def releases(settings, db):
-    settings.ROLLOUT = rollout_settings()
-    release_register(envelope=signed(manifest("0.9.0", 1)))
-    release_register(envelope=signed(manifest("1.0.0", 2)))
-
-
-def start(agent, **options):
-    """A rollout of 1.0.0 over every node (the agent's): its ticks start it."""
-    return rollout_create(
-        tenant=agent.node.tenant, spec=rollout_spec(version="1.0.0", waves=[100], soak_seconds=0, **options)
-    )
 
 
 def test_a_tick_that_starts_the_node_releases_its_held_answer_within_a_second(server, agents, releases):
