@@ -311,7 +311,7 @@ class Agent:
             return _Verdict.RETRY
         previous_state, self.state = self.state, AgentState.UPGRADING
         try:  # the digest and size of the bytes this agent received (simulator/downloads.py)
-            fetched = await self.fleet.binaries.fetch(url, binary.sha256, holder=self.index)
+            fetched = await self.fleet.fetch_binary(self, url, binary.sha256)
         except httpx.HTTPStatusError as exc:
             self._failed("download", f"{exc.response.status_code} for {url}")
             return _Verdict.RETRY

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from simulator.connection import Answer
 from simulator.downloads import Fetched
 from simulator.stats import FleetStats
 
@@ -76,6 +77,10 @@ class AgentFleet(Protocol):
         """Sleep ``delay`` seconds; False (at once) when the fleet is stopping."""
         ...
 
+    async def fetch_binary(self, agent: Any, url: str, sha256: str) -> Fetched:
+        """The agent's download of ``url``: its digest and size as received (simulator/downloads.py)."""
+        ...
+
     async def request(
         self,
         method: str,
@@ -86,6 +91,6 @@ class AgentFleet(Protocol):
         agent: Any = None,  # the calling agent, told of a failure (typed Any: this module names no agent)
         final_4xx: bool = False,
         json: Any = None,
-    ) -> httpx.Response | None:
+    ) -> httpx.Response | Answer | None:
         """One API call; a failure is counted (on the agent too) and answers None."""
         ...

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import socket
+import ssl
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -35,8 +36,15 @@ CHUNK = 64 << 10  # what one read of the socket brings at most (httpcore): the m
 MIN_WINDOW = 64 << 10
 
 
-def downloads_client(rate: float | None) -> httpx.AsyncClient:
-    """The agents' downloads client: as many connections as downloads, none shared with the heartbeats.
+def downloads_client(
+    rate: float | None,
+    *,
+    limits: httpx.Limits | None = None,
+    timeout: httpx.Timeout | None = None,
+    verify: ssl.SSLContext | bool = True,
+) -> httpx.AsyncClient:
+    """A client that downloads over links of ``rate`` bytes/s: by default the polling agents' downloads client, as
+    many connections as downloads, none shared with the heartbeats (a watching agent's own client is one too).
 
     With a rate, each connection's receive buffer is what such a link holds in a tenth of a second
     (at least 64 KiB): the server then sees a slow reader from the first byte, as it would across a
@@ -45,8 +53,10 @@ def downloads_client(rate: float | None) -> httpx.AsyncClient:
     options = []
     if rate is not None:
         options.append((socket.SOL_SOCKET, socket.SO_RCVBUF, max(MIN_WINDOW, int(rate / 10))))
-    transport = httpx.AsyncHTTPTransport(socket_options=options, limits=httpx.Limits(max_connections=None))
-    return httpx.AsyncClient(transport=transport, http1=True)
+    transport = httpx.AsyncHTTPTransport(
+        socket_options=options, limits=limits or httpx.Limits(max_connections=None), verify=verify
+    )
+    return httpx.AsyncClient(transport=transport, http1=True, timeout=timeout or httpx.Timeout(5.0), verify=verify)
 
 
 @dataclass(frozen=True)
@@ -58,7 +68,9 @@ class Fetched:
 
 
 class Downloads(Protocol):
-    async def fetch(self, url: str, sha256: str, *, holder: Any) -> Fetched: ...
+    async def fetch(
+        self, url: str, sha256: str, *, holder: Any, client: httpx.AsyncClient | None = None
+    ) -> Fetched: ...
 
 
 @dataclass
@@ -109,15 +121,16 @@ class AgentDownloads:
         self._retry_delay = retry_delay
         self._progress: dict[tuple[Any, str, str], _Progress] = {}  # interrupted downloads, kept between beats
 
-    async def fetch(self, url: str, sha256: str, *, holder: Any) -> Fetched:
-        """The whole binary at ``url``, for ``holder`` (an agent); raises httpx.HTTPError when it cannot get it now."""
+    async def fetch(self, url: str, sha256: str, *, holder: Any, client: httpx.AsyncClient | None = None) -> Fetched:
+        """The whole binary at ``url``, for ``holder`` (an agent), over ``client`` (the holder's own; by default
+        the downloads client); raises httpx.HTTPError when it cannot get it now."""
         key = (holder, url, sha256.lower())
         progress = self._progress.setdefault(key, _Progress())
         started = time.monotonic()
         try:
             for attempt in range(self._attempts):
                 try:
-                    await self._attempt(url, progress)
+                    await self._attempt(url, progress, client or self._client)
                     break
                 except _StartOver:
                     progress.restart(None)
@@ -133,12 +146,12 @@ class AgentDownloads:
         self._stats.downloads += 1
         return Fetched(sha256=progress.digest.hexdigest(), size=progress.received)
 
-    async def _attempt(self, url: str, progress: _Progress) -> None:
+    async def _attempt(self, url: str, progress: _Progress, client: httpx.AsyncClient) -> None:
         validator = progress.etag
         resuming = progress.received > 0 and validator is not None
         headers = {"Range": f"bytes={progress.received}-", "If-Range": validator} if validator and resuming else {}
         timeout = httpx.Timeout(self._timeout, connect=min(5.0, self._timeout))
-        async with self._client.stream("GET", url, headers=headers, timeout=timeout, follow_redirects=True) as response:
+        async with client.stream("GET", url, headers=headers, timeout=timeout, follow_redirects=True) as response:
             if response.status_code == 206 and resuming:
                 same = response.headers.get("etag") == validator
                 if not same or _range_start(response.headers.get("content-range")) != progress.received:
@@ -182,7 +195,10 @@ class SharedDownloads:
         self._entries: OrderedDict[tuple[str, str], Fetched] = OrderedDict()
         self._inflight: dict[tuple[str, str], asyncio.Future[Fetched]] = {}
 
-    async def fetch(self, url: str, sha256: str, *, holder: Any = None) -> Fetched:
+    async def fetch(
+        self, url: str, sha256: str, *, holder: Any = None, client: httpx.AsyncClient | None = None
+    ) -> Fetched:
+        """The one fetch's digest (over the downloads client: nobody's own)."""
         key = (url, sha256.lower())
         if key in self._entries:
             self._entries.move_to_end(key)

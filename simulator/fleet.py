@@ -18,7 +18,8 @@ import httpx
 
 from simulator.agent import Agent
 from simulator.config import DEFAULT_HEARTBEAT_SECONDS, SPEC_MIN_PROTOCOL_VERSION, AgentConfig
-from simulator.downloads import AgentDownloads, Downloads, SharedDownloads, downloads_client
+from simulator.connection import AgentConnection, Answer
+from simulator.downloads import AgentDownloads, Downloads, Fetched, SharedDownloads, downloads_client
 from simulator.stats import FleetStats, FleetStatus
 
 logger = logging.getLogger(__name__)
@@ -120,7 +121,7 @@ class Fleet(FleetStatus):
         self.leave_on_stop = leave_on_stop
         self.record_latencies = record_latencies
         self.watch = watch
-        self._held_clients: dict[int, httpx.AsyncClient] = {}
+        self._connections: dict[int, AgentConnection] = {}
         self.max_connections = max_connections or default_max_connections(
             sum(1 for config in agents if not config.offline)
         )
@@ -175,7 +176,7 @@ class Fleet(FleetStatus):
         agent: Agent | None = None,
         final_4xx: bool = False,
         json: Any = None,
-    ) -> httpx.Response | None:
+    ) -> httpx.Response | Answer | None:
         """One API call; a failure is counted (on the agent too) and answers None.
 
         With ``final_4xx`` a 4xx answer is counted as an error but returned, so
@@ -212,12 +213,12 @@ class Fleet(FleetStatus):
 
     async def _send(
         self, method: str, url: str, *, json: Any, headers: dict[str, str], agent: Agent | None
-    ) -> httpx.Response | None:
+    ) -> httpx.Response | Answer | None:
         """One HTTP exchange; None when the fleet stopped while a held request waited."""
-        if isinstance(json, dict) and "wait" in json and agent is not None:
-            # A held request occupies its connection for up to `wait`: the agent's own, outside the gate;
-            # stopping the fleet ends it at once.
-            held = asyncio.ensure_future(self._held_client(agent).request(method, url, json=json, headers=headers))
+        own = self.connection(agent)
+        if own is not None and isinstance(json, dict) and "wait" in json:
+            # A held request occupies its connection for up to `wait`; stopping the fleet ends it at once.
+            held = asyncio.ensure_future(own.request(method, url, json=json, headers=headers))
             assert self._stop_future is not None
             stopping: asyncio.Future[Any] = self._stop_future
             await asyncio.wait([held, stopping], return_when=asyncio.FIRST_COMPLETED)
@@ -225,6 +226,8 @@ class Fleet(FleetStatus):
                 held.cancel()
                 return None
             return held.result()
+        if own is not None:  # the agent's other calls: its one connection, outside the gate
+            return await own.request(method, url, json=json, headers=headers)
         assert self._client is not None, "the fleet is not running"
         async with self._gate:
             return await self._client.request(method, url, json=json, headers=headers)
@@ -274,16 +277,33 @@ class Fleet(FleetStatus):
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 loop.call_soon_threadsafe(finish)
 
-    def _held_client(self, agent: Agent) -> httpx.AsyncClient:
-        """One connection per watching agent (httpcore's pool work per request grows with its connections)."""
-        client = self._held_clients.get(agent.index)
-        if client is None:
-            client = self._held_clients[agent.index] = httpx.AsyncClient(
-                limits=httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=5.0),
-                timeout=httpx.Timeout(self.request_timeout + 60, connect=min(5.0, self.request_timeout)),
-                verify=self._ssl_context,
+    def connection(self, agent: Agent | None) -> AgentConnection | None:
+        """A watching agent's own connection, as a node has one, for all its API calls (its held requests, its
+        other session calls, acks, release roots): simulator/connection.py. None for a polling agent (the
+        shared pool)."""
+        if not self.watch or agent is None:
+            return None
+        connection = self._connections.get(agent.index)
+        if connection is None:
+            connection = self._connections[agent.index] = AgentConnection(
+                self.base_url,
+                timeout=self.request_timeout + 60,
+                # A round's restarted agents all connect at once: on a loaded machine a SYN is sometimes
+                # answered only after the client sends it again (at 1, 3 and 7 s); 5 s failed some joins.
+                connect_timeout=self.request_timeout,
+                ssl_context=self._ssl_context,
             )
-        return client
+        return connection
+
+    async def fetch_binary(self, agent: Agent, url: str, sha256: str) -> Fetched:
+        """The agent's download of ``url`` (simulator/downloads.py). A watching agent downloads on a connection
+        opened for it, as a node does (the shared downloads client's pool would grow to one connection per
+        download under way, and httpcore's work per request grows with its pool)."""
+        if not self.watch or self.shared_downloads:
+            return await self.binaries.fetch(url, sha256, holder=agent.index)
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=5.0)
+        async with downloads_client(self.download_rate, limits=limits, verify=self._ssl_context) as client:
+            return await self.binaries.fetch(url, sha256, holder=agent.index, client=client)
 
     def _make_client(self) -> httpx.AsyncClient:
         limits = httpx.Limits(
@@ -347,8 +367,9 @@ class Fleet(FleetStatus):
             if self._given_client is None:
                 await client.aclose()
                 await downloads.aclose()
-            await asyncio.gather(*(held.aclose() for held in self._held_clients.values()), return_exceptions=True)
-            self._held_clients.clear()
+            for connection in self._connections.values():
+                connection.close()
+            self._connections.clear()
             self.finished.set()
         return met
 
