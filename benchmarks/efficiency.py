@@ -105,8 +105,9 @@ def run(
         "ROLLOUT_EVERY": "30",
         # The server's interval is what online/offline is judged by: never shorter than the agents'.
         "FLEET_HEARTBEAT_SECONDS": str(max(10, math.ceil(heartbeat))),
-        # Agents faster than the server's interval: 5 requests per their own beat, not per the server's.
-        "AGENT_TOKEN_RATE": f"{5 * math.ceil(max(10, math.ceil(heartbeat)) / heartbeat)}/heartbeat",
+        # Agents faster than the server's interval: 5 requests per their own beat, not per the server's. Watching
+        # agents at a long interval: 10, as docs/operations.md#request-limits advises (an upgrade's 4 requests).
+        "AGENT_TOKEN_RATE": f"{(10 if watch else 5) * math.ceil(max(10, math.ceil(heartbeat)) / heartbeat)}/heartbeat",
         "LOG_LEVEL": "WARNING",
     }
     os.environ.update(env)
