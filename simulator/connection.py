@@ -1,6 +1,6 @@
 """One agent's own keep-alive HTTP/1.1 connection: what a watching agent sends its API calls on.
 
-A node holds one connection to the server; so does each watching agent (docs/simulator.md#watching). httpx,
+A node holds one connection to the server; so does each watching agent (docs/simulator.md, "Watching"). httpx,
 which the rest of the simulator uses, spends about a millisecond of the simulator's CPU on each request
 (building the request, its pool's bookkeeping, cookies, h11's state machine): with 10,000 agents on the
 server's machine, each holding a request a minute and four more per upgrade, that CPU was taken from the
