@@ -67,7 +67,8 @@ class Fleet(FleetStatus):
       download may wait for its next bytes (see simulator/downloads.py);
     - ``client``: an ``httpx.AsyncClient`` to use instead of creating one;
     - ``watch``: session requests carry ``wait`` (the interval, 1-60 s) and ``seen``: the server holds them until
-      the spec changes; each agent then has a connection of its own for them (docs/simulator.md, "Watching").
+      the spec changes; each agent then makes all its calls on a connection of its own (``connection``), and its
+      downloads on one opened for each (docs/simulator.md, "Watching").
     """
 
     def __init__(
