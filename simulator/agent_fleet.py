@@ -15,18 +15,9 @@ from simulator.downloads import Fetched
 from simulator.stats import FleetStats
 
 
-class Binaries(Protocol):
-    async def fetch(self, url: str, sha256: str, *, holder: Any) -> Fetched:
-        """The digest and size of the bytes at ``url`` as ``holder`` received them (simulator/downloads.py)."""
-        ...
-
-
 class AgentFleet(Protocol):
     @property
     def stats(self) -> FleetStats: ...
-
-    @property
-    def binaries(self) -> Binaries: ...
 
     @property
     def base_url(self) -> str: ...

@@ -40,11 +40,10 @@ def downloads_client(
     rate: float | None,
     *,
     limits: httpx.Limits | None = None,
-    timeout: httpx.Timeout | None = None,
     verify: ssl.SSLContext | bool = True,
 ) -> httpx.AsyncClient:
     """A client that downloads over links of ``rate`` bytes/s: by default the polling agents' downloads client, as
-    many connections as downloads, none shared with the heartbeats (a watching agent's own client is one too).
+    many connections as downloads, none shared with the heartbeats; with ``limits``, a watching agent's download.
 
     With a rate, each connection's receive buffer is what such a link holds in a tenth of a second
     (at least 64 KiB): the server then sees a slow reader from the first byte, as it would across a
@@ -56,7 +55,7 @@ def downloads_client(
     transport = httpx.AsyncHTTPTransport(
         socket_options=options, limits=limits or httpx.Limits(max_connections=None), verify=verify
     )
-    return httpx.AsyncClient(transport=transport, http1=True, timeout=timeout or httpx.Timeout(5.0), verify=verify)
+    return httpx.AsyncClient(transport=transport, http1=True)
 
 
 @dataclass(frozen=True)
@@ -68,9 +67,7 @@ class Fetched:
 
 
 class Downloads(Protocol):
-    async def fetch(
-        self, url: str, sha256: str, *, holder: Any, client: httpx.AsyncClient | None = None
-    ) -> Fetched: ...
+    async def fetch(self, url: str, sha256: str, *, holder: Any) -> Fetched: ...
 
 
 @dataclass
@@ -195,10 +192,7 @@ class SharedDownloads:
         self._entries: OrderedDict[tuple[str, str], Fetched] = OrderedDict()
         self._inflight: dict[tuple[str, str], asyncio.Future[Fetched]] = {}
 
-    async def fetch(
-        self, url: str, sha256: str, *, holder: Any = None, client: httpx.AsyncClient | None = None
-    ) -> Fetched:
-        """The one fetch's digest (over the downloads client: nobody's own)."""
+    async def fetch(self, url: str, sha256: str, *, holder: Any = None) -> Fetched:
         key = (url, sha256.lower())
         if key in self._entries:
             self._entries.move_to_end(key)

@@ -132,6 +132,7 @@ class Fleet(FleetStatus):
         self._given_client = client
         self._client: httpx.AsyncClient | None = None
         self.binaries: Downloads
+        self._agent_downloads: AgentDownloads  # each agent's own bytes (``binaries`` unless shared_downloads)
         self._ssl_context: ssl.SSLContext
         self._gate: asyncio.Semaphore
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -304,7 +305,7 @@ class Fleet(FleetStatus):
             return await self.binaries.fetch(url, sha256, holder=agent.index)
         limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=5.0)
         async with downloads_client(self.download_rate, limits=limits, verify=self._ssl_context) as client:
-            return await self.binaries.fetch(url, sha256, holder=agent.index, client=client)
+            return await self._agent_downloads.fetch(url, sha256, holder=agent.index, client=client)
 
     def _make_client(self) -> httpx.AsyncClient:
         limits = httpx.Limits(
@@ -339,6 +340,7 @@ class Fleet(FleetStatus):
         # Downloads never queue behind heartbeats (nor hold their connections): a client of their own.
         downloads = self._given_client or downloads_client(self.download_rate)
         fetcher = AgentDownloads(downloads, self.stats, rate=self.download_rate, timeout=self.download_timeout)
+        self._agent_downloads = fetcher
         self.binaries = SharedDownloads(fetcher, self.stats) if self.shared_downloads else fetcher
         self.started_at = time.monotonic()
         tasks = [asyncio.create_task(agent.run(), name=f"agent:{agent.name}") for agent in self.agents]
