@@ -15,10 +15,13 @@ most one interval early, never late: online/offline stays exact to within one
 heartbeat interval (docs/architecture.md#scale-targets). What the agent gets back is read in the same
 statement, so a spec or command committed before the heartbeat is in its answer.
 
-A join (no session yet, or the agent left) or a version change takes the
-slow path: it locks the session row, records the new state, completes the
-node's daemon.upgrade commands to that version (self-terminating), and sends
-``fleet.plugins.node_session_reported`` after the commit.
+A join (no session yet, or the agent left) or a version change locks the
+session row, records the new state, completes the node's daemon.upgrade
+commands to that version (self-terminating), and sends
+``fleet.plugins.node_session_reported`` after the commit: one statement too
+on PostgreSQL when the async front asks (``agent_session_report_for_token``),
+the ORM path otherwise (``agent_session_report``, which also takes refusals).
+The statements are in ``session_statements.py``.
 """
 
 from __future__ import annotations
@@ -29,18 +32,19 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-import psycopg
 import structlog
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from core.errors import Unavailable
-from fleet.models import Command, FleetPulse, Node, NodeSession
+from core.statements import prepared_cursor
+from fleet.models import Command, Node, NodeSession
 from fleet.plugins import node_daemon_refused, node_session_reported, session_fields
-from fleet.services.commands import commands_complete_upgrade, commands_pending
+from fleet.services.commands import OPEN_STATES, commands_complete_upgrade, commands_pending
 from fleet.services.liveness import GAP_HEARTBEATS, PULSE_EVERY, pulse_heard
 from fleet.services.nodes import heartbeat_seconds, node_session, online_since
 from fleet.services.revision import spec_revision
+from fleet.services.session_statements import HEARTBEAT_SQL, JOIN_SQL
 
 log = structlog.get_logger(__name__)
 
@@ -70,83 +74,6 @@ def last_seen_due(*, last_seen_at: datetime, now: datetime) -> bool:
     return last_seen_at <= now - timedelta(seconds=heartbeat_seconds()) or last_seen_at > now
 
 
-# One statement for a plain heartbeat. The UPDATE runs only for an open session on the same version whose
-# last_seen_at is due (or whose protocol version changed); the SELECT reads the snapshot the statement started
-# with, so the caller sees whether the session was open on that version, and every command committed before.
-# The rules are those of agent_session_report and pulse_heard (the ORM path, SQLite's):
-# tests/fleet/test_heartbeat_paths.py runs both paths over the same states and fails when they differ.
-_HEARTBEAT_SQL = f"""
-WITH node AS (
-    SELECT id, spec FROM {Node._meta.db_table} WHERE agent_token_hash = %(token_hash)s
-), plain AS (
-    -- A plain heartbeat: the session is open on the reported version (else nothing is written here).
-    SELECT s.node_id FROM node JOIN {NodeSession._meta.db_table} AS s ON s.node_id = node.id
-    WHERE s.left_at IS NULL AND s.daemon_version = %(version)s
-), touched AS (
-    UPDATE {NodeSession._meta.db_table} AS s SET last_seen_at = %(now)s, protocol_version = %(protocol)s
-    FROM node
-    WHERE s.node_id = node.id AND s.left_at IS NULL AND s.daemon_version = %(version)s
-      AND (s.last_seen_at <= %(due)s OR s.last_seen_at > %(now)s OR s.protocol_version <> %(protocol)s)
-    RETURNING s.node_id
-), heard AS (
-    -- The fleet is being heard (fleet/services/liveness.py): at most one write a second, whoever heartbeats.
-    UPDATE {FleetPulse._meta.db_table} AS p SET
-        listening_since = CASE WHEN p.last_heard_at < %(gap)s THEN %(now)s ELSE p.listening_since END,
-        last_heard_at = %(now)s
-    WHERE p.id = 1 AND p.last_heard_at <= %(pulse_due)s AND EXISTS (SELECT 1 FROM plain)
-    RETURNING p.id
-), first_heard AS (
-    -- The first heartbeat ever heard; a row another statement inserts meanwhile stands for this one too.
-    INSERT INTO {FleetPulse._meta.db_table} (id, last_heard_at, listening_since)
-    SELECT 1, %(now)s, %(first_listening)s FROM plain
-    WHERE NOT EXISTS (SELECT 1 FROM {FleetPulse._meta.db_table} WHERE id = 1)
-    ON CONFLICT (id) DO NOTHING
-    RETURNING id
-)
-SELECT node.spec::text, s.daemon_version, s.left_at, node.id,
-    (SELECT coalesce(json_agg(json_build_object('id', c.id, 'kind', c.kind, 'payload', c.payload)
-                              ORDER BY c.created_at, c.id), '[]')::text
-     FROM {Command._meta.db_table} AS c WHERE c.node_id = node.id AND c.state = %(pending)s)
-FROM node LEFT JOIN {NodeSession._meta.db_table} AS s ON s.node_id = node.id
-"""  # noqa: S608 - table names from the models, values bound
-
-
-class _PreparingCursor(psycopg.Cursor[Any]):
-    """Server-side binding, each statement prepared on first use on its connection (psycopg keeps them)."""
-
-    def execute(  # same call as psycopg's, typed loosely
-        self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool | None = None
-    ) -> Any:
-        # Django turns automatic preparing off (prepare_threshold=None), which also ignores prepare=True:
-        # lift it for this statement only, so Django's own queries are never prepared.
-        conn = self.connection
-        threshold = conn.prepare_threshold
-        conn.prepare_threshold = 1 << 30 if threshold is None else threshold
-        try:
-            return super().execute(query, params, prepare=True if prepare is None else prepare, binary=binary)
-        finally:
-            conn.prepare_threshold = threshold
-
-
-def _prepared_cursor() -> Any:
-    """A Django cursor (its execute wrappers and query log apply) whose statements are prepared.
-
-    Planning the heartbeat statement costs PostgreSQL more than running it (about 0.5 ms against
-    0.3 ms); prepared once per persistent connection, it is planned once. Django leaves prepared
-    statements off (``prepare_threshold=None``) for transaction-mode poolers; this statement needs a
-    direct connection or a pooler that supports them (PgBouncer 1.21+ with psycopg 3.2+).
-    """
-    if connection.queries_logged:
-        # DEBUG or CaptureQueriesContext: Django's own cursor, whose query log shows the SQL with its values
-        # (it cannot render a prepared statement's). Same statement, same results; the live-server tests and
-        # the benchmarks run the prepared one.
-        return connection.cursor()
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    connection.validate_thread_sharing()
-    return connection.make_cursor(_PreparingCursor(connection.connection))  # type: ignore[arg-type]
-
-
 def agent_heartbeat(
     *, token_hash: str, daemon_version: str, protocol_version: int, now: datetime | None = None
 ) -> SessionReport | None:
@@ -162,9 +89,9 @@ def agent_heartbeat(
         )
     now = now or timezone.now()
     seconds = heartbeat_seconds()
-    with _prepared_cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(
-            _HEARTBEAT_SQL,
+            HEARTBEAT_SQL,
             {
                 "token_hash": token_hash,
                 "now": now,
@@ -284,13 +211,31 @@ def _session_join(*, node_id: UUID, daemon_version: str, protocol_version: int, 
             left_at=None,
         )
     done = commands_complete_upgrade(node_id=node_id, version=daemon_version, now=now)
+    _session_joined(
+        node_id=node_id,
+        daemon_version=daemon_version,
+        protocol_version=protocol_version,
+        previous_version=previous_version,
+        upgrade_commands_done=done,
+    )
+
+
+def _session_joined(
+    *,
+    node_id: UUID,
+    daemon_version: str,
+    protocol_version: int,
+    previous_version: str | None,
+    upgrade_commands_done: int,
+) -> None:
+    """A join was recorded: log it, and tell the plug-ins once it is committed."""
     log.info(
         "fleet.session.reported",
         node_id=str(node_id),
         daemon_version=daemon_version,
         protocol_version=protocol_version,
         previous_version=previous_version,
-        upgrade_commands_done=done,
+        upgrade_commands_done=upgrade_commands_done,
     )
     transaction.on_commit(
         lambda: _send_reported(
@@ -344,7 +289,54 @@ def agent_session_report_for_token(
     *, token_hash: str, daemon_version: str, protocol_version: int, now: datetime | None = None
 ) -> SessionReport | None:
     """``agent_session_report`` for the node whose agent token hashes to ``token_hash`` (a join, a version change or
-    a heartbeat, without a refusal); None, and nothing written, when the token is unknown."""
+    a heartbeat, without a refusal); None, and nothing written, when the token is unknown.
+
+    On PostgreSQL, one statement (``session_statements.JOIN_SQL``) and the plug-ins' notice after its commit.
+    """
+    if connection.vendor != "postgresql":
+        return _report_orm(
+            token_hash=token_hash, daemon_version=daemon_version, protocol_version=protocol_version, now=now
+        )
+    now = now or timezone.now()
+    seconds = heartbeat_seconds()
+    with prepared_cursor() as cursor:
+        cursor.execute(
+            JOIN_SQL,
+            {
+                "token_hash": token_hash,
+                "now": now,
+                "due": now - timedelta(seconds=seconds),
+                "gap": now - timedelta(seconds=GAP_HEARTBEATS * seconds),
+                "pulse_due": now - PULSE_EVERY,
+                "first_listening": online_since(now=now),
+                "protocol": protocol_version,
+                "version": daemon_version,
+                "pending": Command.State.PENDING,
+                "done": Command.State.DONE,
+                "open": list(OPEN_STATES),
+                "upgrade": Command.Kind.DAEMON_UPGRADE,
+            },
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    spec, node_id, joined, previous_version, done, commands = row
+    if joined:
+        _session_joined(
+            node_id=node_id,
+            daemon_version=daemon_version,
+            protocol_version=protocol_version,
+            previous_version=previous_version,
+            upgrade_commands_done=done,
+        )
+    return SessionReport(
+        spec=json.loads(spec), commands=json.loads(commands), heartbeat_seconds=seconds, joined=joined, node_id=node_id
+    )
+
+
+def _report_orm(
+    *, token_hash: str, daemon_version: str, protocol_version: int, now: datetime | None
+) -> SessionReport | None:
     node = agent_node(token_hash=token_hash)
     if node is None:
         return None

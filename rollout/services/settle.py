@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 import structlog
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Exists, Min, OuterRef
 from django.utils import timezone
 
@@ -30,6 +30,7 @@ from rollout.services.transitions import (
     keep_in_flight,
     mark_arrived,
     roll_back_upgrades,
+    succeed_rejoined,
     succeed_upgrades,
 )
 
@@ -69,6 +70,16 @@ def node_upgrade_settle_reported(*, node_id: UUID, daemon_version: str) -> bool:
     node if it is still in flight. Waiting would hold the agent's answer, and the web thread that
     serves it, for as long as the tick runs (seconds, when a round starts 500 nodes).
     """
+    if connection.vendor == "postgresql":  # the common case in one statement; the others by the ORM path
+        rejoined = succeed_rejoined(node_id=node_id, version=daemon_version, at=timezone.now())
+        if rejoined is not None:
+            if rejoined.tick_asked:
+                publish_on_commit(TICK_TASK, args=[str(rejoined.rollout_id)])
+            return True
+    return _settle_reported_orm(node_id=node_id, daemon_version=daemon_version)
+
+
+def _settle_reported_orm(*, node_id: UUID, daemon_version: str) -> bool:
     with transaction.atomic():
         settled, tick = _settle_reported(node_id=node_id, daemon_version=daemon_version)
     if tick is not None:  # after the commit: joins do not queue on the tick request's row lock

@@ -8,6 +8,7 @@ Rollout      active ──pause_rollout──► paused ──resume_rollout─�
              active|paused ──abort_rollout──► aborted
 
 NodeUpgrade  pending ──start_upgrades──► in_flight ──succeed_upgrades──► succeeded
+             in_flight ──succeed_rejoined──► succeeded    (the join path's one statement: the tick asked for too)
              in_flight ──mark_arrived──► in_flight (arrived_at: proving readiness, minReadySeconds > 0)
              in_flight ──fail_and_send_back──► failed        (spec.daemon back to what it ran; timeout, not_ready)
              in_flight ──roll_back_upgrades──► rolled_back   (spec.daemon back to what it ran)
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
@@ -39,12 +41,14 @@ import structlog
 from django.db.models import Count, Exists, OuterRef, Subquery
 
 from core.errors import InvalidState
+from core.statements import prepared_cursor
 from fleet.interface import NodeSession, pools_set_default_daemon_version
 from rollout.models import NodeUpgrade, Rollout, RolloutWave
 from rollout.querysets import sessions_on_target
 from rollout.services.daemons import SendBack, previous_daemon, send_back
 from rollout.services.events import Aborted, Completed, Paused, Promoted, Resumed, WaveStarted, event_record
 from rollout.services.start_plan import soak_running
+from rollout.services.statements import SUCCEED_REJOINED_SQL
 
 log = structlog.get_logger("rollout")
 
@@ -297,6 +301,41 @@ def succeed_upgrades(*, ids: Sequence[int], rollout_state: str, at: datetime, **
     if succeeded:
         log.info("node_upgrade.succeeded", count=succeeded, **context)
     return succeeded
+
+
+@dataclass(frozen=True)
+class Rejoined:
+    """A node that rejoined on its target succeeded (``succeed_rejoined``)."""
+
+    rollout_id: UUID
+    tick_asked: bool  # the rollout's tick request was raised: publish a tick after the commit
+
+
+def succeed_rejoined(*, node_id: UUID, version: str, at: datetime) -> Rejoined | None:
+    """in_flight -> succeeded: the node's agent rejoined reporting ``version``, its target; PostgreSQL only.
+
+    None, and nothing written, unless it is the common case (services/statements.py).
+    """
+    with prepared_cursor() as cursor:
+        cursor.execute(
+            SUCCEED_REJOINED_SQL,
+            {
+                "node": node_id,
+                "version": version,
+                "at": at,
+                "in_flight": State.IN_FLIGHT,
+                "succeeded": State.SUCCEEDED,
+                "claiming": list(Rollout.ACTIVE_STATES),
+            },
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    rollout_id, tenant_id, tick_asked = row
+    log.info(
+        "node_upgrade.succeeded", count=1, tenant=tenant_id, rollout=str(rollout_id), node=str(node_id), version=version
+    )
+    return Rejoined(rollout_id=rollout_id, tick_asked=tick_asked)
 
 
 def fail_and_send_back(*, rows: Sequence[SendBack], reason: str, at: datetime) -> int:

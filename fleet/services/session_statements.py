@@ -1,0 +1,127 @@
+"""The agent session's SQL on PostgreSQL: a plain heartbeat and a join, each ONE statement.
+
+``fleet/services/sessions.py`` runs them (``agent_heartbeat``, ``agent_session_report_for_token``); its ORM path
+(SQLite, the demo, and every request the statements do not take) applies the same rules in several queries.
+tests/fleet/test_heartbeat_paths.py and tests/fleet/test_join_paths.py run both over the same states and fail when
+they differ. Why one statement: a fleet's agents call these constantly (a heartbeat each interval, a join after
+every restart), and each query through the ORM costs the web tier more CPU than PostgreSQL spends running it
+(docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+from fleet.models import Command, FleetPulse, Node, NodeSession
+
+# One statement for a plain heartbeat. The UPDATE runs only for an open session on the same version whose
+# last_seen_at is due (or whose protocol version changed); the SELECT reads the snapshot the statement started
+# with, so the caller sees whether the session was open on that version, and every command committed before.
+# The rules are those of agent_session_report and pulse_heard (the ORM path, SQLite's):
+# tests/fleet/test_heartbeat_paths.py runs both paths over the same states and fails when they differ.
+HEARTBEAT_SQL = f"""
+WITH node AS (
+    SELECT id, spec FROM {Node._meta.db_table} WHERE agent_token_hash = %(token_hash)s
+), plain AS (
+    -- A plain heartbeat: the session is open on the reported version (else nothing is written here).
+    SELECT s.node_id FROM node JOIN {NodeSession._meta.db_table} AS s ON s.node_id = node.id
+    WHERE s.left_at IS NULL AND s.daemon_version = %(version)s
+), touched AS (
+    UPDATE {NodeSession._meta.db_table} AS s SET last_seen_at = %(now)s, protocol_version = %(protocol)s
+    FROM node
+    WHERE s.node_id = node.id AND s.left_at IS NULL AND s.daemon_version = %(version)s
+      AND (s.last_seen_at <= %(due)s OR s.last_seen_at > %(now)s OR s.protocol_version <> %(protocol)s)
+    RETURNING s.node_id
+), heard AS (
+    -- The fleet is being heard (fleet/services/liveness.py): at most one write a second, whoever heartbeats.
+    UPDATE {FleetPulse._meta.db_table} AS p SET
+        listening_since = CASE WHEN p.last_heard_at < %(gap)s THEN %(now)s ELSE p.listening_since END,
+        last_heard_at = %(now)s
+    WHERE p.id = 1 AND p.last_heard_at <= %(pulse_due)s AND EXISTS (SELECT 1 FROM plain)
+    RETURNING p.id
+), first_heard AS (
+    -- The first heartbeat ever heard; a row another statement inserts meanwhile stands for this one too.
+    INSERT INTO {FleetPulse._meta.db_table} (id, last_heard_at, listening_since)
+    SELECT 1, %(now)s, %(first_listening)s FROM plain
+    WHERE NOT EXISTS (SELECT 1 FROM {FleetPulse._meta.db_table} WHERE id = 1)
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id
+)
+SELECT node.spec::text, s.daemon_version, s.left_at, node.id,
+    (SELECT coalesce(json_agg(json_build_object('id', c.id, 'kind', c.kind, 'payload', c.payload)
+                              ORDER BY c.created_at, c.id), '[]')::text
+     FROM {Command._meta.db_table} AS c WHERE c.node_id = node.id AND c.state = %(pending)s)
+FROM node LEFT JOIN {NodeSession._meta.db_table} AS s ON s.node_id = node.id
+"""  # noqa: S608 - table names from the models, values bound
+
+
+# One statement for a join (no session yet, the agent left, or another daemon version), or for a heartbeat that
+# a concurrent join made plain meanwhile. The session row is read under its lock (``prior``), so the choice
+# between a join and a heartbeat is made on the row as it stands, never on a stale read; a first session that a
+# concurrent join inserts meanwhile is met by ON CONFLICT. A join completes the node's open daemon.upgrade
+# commands to the version it reports, which the answer's pending commands then leave out (the final SELECT reads
+# the snapshot the statement started with).
+# The rules are those of agent_session_report, _session_join, commands_complete_upgrade and pulse_heard.
+JOIN_SQL = f"""
+WITH node AS (
+    SELECT id, spec FROM {Node._meta.db_table} WHERE agent_token_hash = %(token_hash)s
+), prior AS MATERIALIZED (
+    SELECT s.node_id, s.daemon_version, s.left_at, s.protocol_version, s.last_seen_at
+    FROM {NodeSession._meta.db_table} AS s JOIN node ON s.node_id = node.id
+    FOR UPDATE OF s
+), rejoined AS (
+    -- Written unless it is a heartbeat whose last_seen_at write is coalesced (agent_session_report's rule).
+    UPDATE {NodeSession._meta.db_table} AS s SET
+        joined_at = CASE WHEN prior.left_at IS NULL AND prior.daemon_version = %(version)s
+                         THEN s.joined_at ELSE %(now)s END,
+        daemon_version = %(version)s,
+        protocol_version = %(protocol)s,
+        last_seen_at = %(now)s,
+        left_at = NULL
+    FROM prior
+    WHERE s.node_id = prior.node_id
+      AND (prior.left_at IS NOT NULL OR prior.daemon_version <> %(version)s OR prior.protocol_version <> %(protocol)s
+           OR prior.last_seen_at <= %(due)s OR prior.last_seen_at > %(now)s)
+    RETURNING s.node_id, (prior.left_at IS NOT NULL OR prior.daemon_version <> %(version)s) AS joined
+), created AS (
+    -- The node's first session. One that a concurrent first join inserts meanwhile is met by ON CONFLICT,
+    -- whose CASE keeps that join's joined_at when it recorded this version: this one is then a heartbeat.
+    INSERT INTO {NodeSession._meta.db_table} AS s
+        (node_id, daemon_version, protocol_version, joined_at, last_seen_at, left_at)
+    SELECT node.id, %(version)s, %(protocol)s, %(now)s, %(now)s, NULL
+    FROM node WHERE NOT EXISTS (SELECT 1 FROM prior)
+    ON CONFLICT (node_id) DO UPDATE SET
+        joined_at = CASE WHEN s.left_at IS NULL AND s.daemon_version = EXCLUDED.daemon_version
+                         THEN s.joined_at ELSE EXCLUDED.joined_at END,
+        daemon_version = EXCLUDED.daemon_version,
+        protocol_version = EXCLUDED.protocol_version,
+        last_seen_at = EXCLUDED.last_seen_at,
+        left_at = NULL
+    RETURNING s.node_id, s.joined_at = %(now)s AS joined
+), recorded AS (
+    SELECT node_id, joined FROM rejoined UNION ALL SELECT node_id, joined FROM created
+), done AS (
+    UPDATE {Command._meta.db_table} AS c SET state = %(done)s, completed_at = %(now)s
+    FROM recorded
+    WHERE recorded.joined AND c.node_id = recorded.node_id AND c.kind = %(upgrade)s
+      AND c.state = ANY(%(open)s) AND c.payload -> 'version' = to_jsonb(%(version)s::text)
+    RETURNING c.id
+), heard AS (
+    UPDATE {FleetPulse._meta.db_table} AS p SET
+        listening_since = CASE WHEN p.last_heard_at < %(gap)s THEN %(now)s ELSE p.listening_since END,
+        last_heard_at = %(now)s
+    WHERE p.id = 1 AND p.last_heard_at <= %(pulse_due)s AND EXISTS (SELECT 1 FROM node)
+    RETURNING p.id
+), first_heard AS (
+    INSERT INTO {FleetPulse._meta.db_table} (id, last_heard_at, listening_since)
+    SELECT 1, %(now)s, %(first_listening)s FROM node
+    WHERE NOT EXISTS (SELECT 1 FROM {FleetPulse._meta.db_table} WHERE id = 1)
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id
+)
+SELECT node.spec::text, node.id, coalesce(recorded.joined, false), prior.daemon_version,
+    (SELECT count(*) FROM done),
+    (SELECT coalesce(json_agg(json_build_object('id', c.id, 'kind', c.kind, 'payload', c.payload)
+                              ORDER BY c.created_at, c.id), '[]')::text
+     FROM {Command._meta.db_table} AS c
+     WHERE c.node_id = node.id AND c.state = %(pending)s AND c.id NOT IN (SELECT id FROM done))
+FROM node LEFT JOIN prior ON true LEFT JOIN recorded ON true
+"""  # noqa: S608 - table names from the models, values bound

@@ -1,0 +1,164 @@
+"""The join's two paths are one rule: the one SQL statement (PostgreSQL) and the ORM path (SQLite, the DRF view).
+
+``agent_session_report_for_token`` runs ``JOIN_SQL`` on PostgreSQL (fleet/services/session_statements.py) and
+``_report_orm`` (``agent_session_report``, ``_session_join``, ``commands_complete_upgrade``, ``pulse_heard``)
+elsewhere. Hypothesis draws a node's state around every rule of a join (no session, an open one on the reported
+version or another, a left one; ``last_seen_at`` due or not; the protocol version the same or changed; open and
+settled daemon.upgrade commands to the reported version and to others; the fleet pulse missing, heard, at the gap)
+and runs both paths on the same state, each in a savepoint rolled back before the other runs. Their outcomes must
+be identical: the report (or None), the session row, the commands, the pulse and the plug-ins' notice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import pytest
+from django.db import connection, transaction
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from fleet.models import Command, FleetPulse, Node, NodeSession
+from fleet.plugins import node_session_reported
+from fleet.services import liveness
+from fleet.services.liveness import GAP_HEARTBEATS
+from fleet.services.nodes import heartbeat_seconds
+from fleet.services.sessions import _report_orm, agent_session_report_for_token
+from tests.fleet.conftest import make_node
+
+pytestmark = pytest.mark.django_db(transaction=False)
+
+NOW = datetime(2031, 3, 5, 12, 0, tzinfo=UTC)
+VERSION, OTHER_VERSION = "1.4.0", "1.3.0"
+PROTOCOL = 3
+TICK = timedelta(microseconds=1)
+
+
+@dataclass(frozen=True)
+class JoinState:
+    session: str  # "none", "open" or "left"
+    same_version: bool
+    last_seen: timedelta  # last_seen_at - NOW
+    same_protocol: bool
+    commands: tuple[tuple[str, bool, int], ...]  # (state, to the reported version, seconds after NOW - 1 h)
+    pulse: timedelta | None  # last_heard_at - NOW; None: no pulse row yet
+    spec: dict[str, Any]
+    known_token: bool
+
+
+def states() -> st.SearchStrategy[JoinState]:
+    interval = timedelta(seconds=heartbeat_seconds())
+    gap = timedelta(seconds=GAP_HEARTBEATS * heartbeat_seconds())
+    boundaries = [-timedelta(hours=1), -interval, timedelta(0), timedelta(seconds=5)]
+    exact = [moment + shift for moment in boundaries for shift in (-TICK, timedelta(0), TICK)]
+    return st.builds(
+        JoinState,
+        session=st.sampled_from(["left", "left", "open", "none"]),
+        same_version=st.booleans(),
+        last_seen=st.sampled_from(exact),
+        same_protocol=st.booleans(),
+        commands=st.lists(
+            st.tuples(st.sampled_from(Command.State.values), st.booleans(), st.integers(0, 2)), max_size=4
+        ).map(tuple),
+        pulse=st.none() | st.sampled_from([-timedelta(hours=1), -gap - TICK, -timedelta(seconds=1), timedelta(0)]),
+        spec=st.sampled_from([{"daemon": None}, {"daemon": {"version": VERSION, "sha256": "c" * 64}}]),
+        known_token=st.booleans() | st.just(True),
+    )
+
+
+def write(state: JoinState, node_id: UUID) -> None:
+    Node.objects.filter(pk=node_id).update(spec=state.spec)
+    if state.session != "none":
+        NodeSession.objects.create(
+            node_id=node_id,
+            daemon_version=VERSION if state.same_version else OTHER_VERSION,
+            protocol_version=PROTOCOL if state.same_protocol else PROTOCOL - 1,
+            joined_at=NOW - timedelta(hours=2),
+            last_seen_at=NOW + state.last_seen,
+            left_at=NOW - timedelta(minutes=1) if state.session == "left" else None,
+        )
+    Command.objects.bulk_create(
+        Command(
+            id=UUID(int=n + 1),
+            node_id=node_id,
+            kind=Command.Kind.DAEMON_UPGRADE,
+            payload={"version": VERSION if to_reported else f"2.{n}.0"},
+            state=command_state,
+            created_at=NOW - timedelta(hours=1) + timedelta(seconds=seconds),
+        )
+        for n, (command_state, to_reported, seconds) in enumerate(state.commands)
+    )
+    if state.pulse is not None:
+        heard = NOW + state.pulse
+        FleetPulse.objects.create(pk=1, last_heard_at=heard, listening_since=heard - timedelta(hours=2))
+
+
+def outcome(path, *, token_hash: str, node_id: UUID, capture) -> tuple[Any, ...]:
+    """What ``path`` answers, leaves written and tells the plug-ins, rolled back afterwards."""
+    liveness._last_written_at = None  # the rule is the database's; the process's throttle only skips queries
+    notices: list[dict[str, Any]] = []
+
+    def heard(**kwargs: Any) -> None:
+        notices.append({key: kwargs[key] for key in ("node_id", "daemon_version", "protocol_version")})
+
+    node_session_reported.connect(heard, dispatch_uid="test_join_paths")
+    try:
+        with transaction.atomic(), capture(execute=True):
+            report = path(token_hash=token_hash, daemon_version=VERSION, protocol_version=PROTOCOL, now=NOW)
+            session = NodeSession.objects.filter(node_id=node_id).values().first()
+            if session is not None:
+                del session["id"]  # a first session's id comes from a sequence that savepoints do not roll back
+            commands = list(Command.objects.filter(node_id=node_id).order_by("id").values("state", "completed_at"))
+            pulse = FleetPulse.objects.values("last_heard_at", "listening_since").first()
+            transaction.set_rollback(True)
+    finally:
+        node_session_reported.disconnect(dispatch_uid="test_join_paths")
+    return report, session, commands, pulse, notices
+
+
+def _state(**changes: Any) -> JoinState:
+    """A left session on the reported version; the pulse heard a minute ago."""
+    base = JoinState("left", True, -timedelta(minutes=1), True, (), -timedelta(minutes=1), {}, True)
+    return JoinState(**{**vars(base), **changes})
+
+
+def test_the_statement_and_the_orm_path_agree(pool, django_capture_on_commit_callbacks):
+    assert connection.vendor == "postgresql"  # the join is the one statement only there
+    node, _ = make_node(pool, "me")
+    node_id, token_hash = node.id, node.agent_token_hash
+    interval = timedelta(seconds=heartbeat_seconds())
+
+    @settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(state=states())
+    @example(state=_state(session="none", pulse=None))
+    @example(state=_state(session="open", same_version=False, commands=(("pending", True, 0), ("acked", True, 1))))
+    @example(state=_state(commands=(("pending", True, 0), ("pending", False, 0), ("done", True, 1))))
+    # An open session on the reported version (a concurrent join recorded it): a heartbeat, coalesced or not.
+    @example(state=_state(session="open", last_seen=-interval + TICK))
+    @example(state=_state(session="open", last_seen=-interval))
+    @example(state=_state(session="open", last_seen=-TICK, same_protocol=False, commands=(("pending", True, 0),)))
+    def same_state(state: JoinState) -> None:
+        with transaction.atomic():
+            write(state, node_id)
+            token = token_hash if state.known_token else "0" * 64
+            kwargs = {"token_hash": token, "node_id": node_id, "capture": django_capture_on_commit_callbacks}
+            by_statement = outcome(agent_session_report_for_token, **kwargs)
+            by_orm = outcome(_report_orm, **kwargs)
+            transaction.set_rollback(True)
+        assert by_statement == by_orm
+        report, session, commands, _, notices = by_statement
+        seen.add(("answered", report is not None))
+        seen.add(("joined", report is not None and report.joined))
+        seen.add(("notified", bool(notices)))
+        seen.add(("seen written", session is not None and session["last_seen_at"] == NOW))
+        seen.add(("command done", any(command["completed_at"] == NOW for command in commands)))
+        seen.add(("pending answered", report is not None and bool(report.commands)))
+
+    seen: set[tuple[str, bool]] = set()
+    same_state()
+    assert not NodeSession.objects.exists()  # every example rolled its savepoint back
+    # Both sides of every rule were reached: the agreement is not that of two paths that never write.
+    assert seen == {(what, done) for what, _ in seen for done in (False, True)}, sorted(seen)
