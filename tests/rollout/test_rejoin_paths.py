@@ -72,17 +72,16 @@ def test_the_statement_and_the_orm_path_agree(tenant, releases, django_capture_o
             TickRequest.objects.filter(rollout=rollout).update(queued=queued)
             ids = {"node_id": node.id, "upgrade_id": upgrade.pk, "rollout_id": rollout.id}
             with time_machine.travel(NOW, tick=False):
-                by_statement = outcome(
-                    node_upgrade_settle_reported, **ids, capture=django_capture_on_commit_callbacks
-                )
+                by_statement = outcome(node_upgrade_settle_reported, **ids, capture=django_capture_on_commit_callbacks)
                 by_orm = outcome(_settle_reported_orm, **ids, capture=django_capture_on_commit_callbacks)
             transaction.set_rollback(True)
         case = (row_state, on_target, arrived, rollout_state, ready_seconds, queued)
         assert by_statement == by_orm, case
-        settled, row, now_queued, published = by_statement
+        settled, row, queued_after, published = by_statement
         seen.update({("settled", settled), ("state", row["state"]), ("tick published", published > 0)})
+        seen.add(("queued after", queued_after))
         seen.add(("claims", row["claims_node"]))
     # Both outcomes of each rule were reached: the agreement is not that of two paths that never settle.
     assert {("settled", True), ("settled", False), ("tick published", True), ("tick published", False)} <= seen
     assert {("state", "succeeded"), ("state", "failed"), ("state", "in_flight")} <= seen
-    assert {("claims", True), ("claims", False)} <= seen
+    assert {("claims", True), ("claims", False), ("queued after", True), ("queued after", False)} <= seen
