@@ -34,10 +34,10 @@ def prepared_cursor() -> Any:
     statements off (``prepare_threshold=None``) for transaction-mode poolers; this statement needs a
     direct connection or a pooler that supports them (PgBouncer 1.21+ with psycopg 3.2+).
     """
-    if connection.queries_logged:
-        # DEBUG or CaptureQueriesContext: Django's own cursor, whose query log shows the SQL with its values
-        # (it cannot render a prepared statement's). Same statement, same results; the live-server tests and
-        # the benchmarks run the prepared one.
+    if connection.vendor != "postgresql" or connection.queries_logged:
+        # SQLite (the demo): nothing to prepare. DEBUG or CaptureQueriesContext: Django's own cursor, whose query
+        # log shows the SQL with its values (it cannot render a prepared statement's). Same statement, same
+        # results; the live-server tests and the benchmarks run the prepared one.
         return connection.cursor()
     connection.close_if_health_check_failed()
     connection.ensure_connection()

@@ -108,7 +108,12 @@ class ReleaseBinary(models.Model):
 
     @property
     def storage_name(self) -> str:
-        return f"bcd/{self.release.version}/{self.platform}"
+        return binary_storage_name(self.release.version, self.platform)
+
+
+def binary_storage_name(version: str, platform: str) -> str:
+    """Where a binary's bytes are kept in the store (rollout/storage.py)."""
+    return f"bcd/{version}/{platform}"
 
 
 class Rollout(models.Model):

@@ -1,4 +1,4 @@
-"""The agent session's SQL on PostgreSQL: a plain heartbeat and a join, each ONE statement.
+"""The agent session's SQL on PostgreSQL: a plain heartbeat, a join and a leave, each ONE statement.
 
 ``fleet/services/sessions.py`` runs them (``agent_heartbeat``, ``agent_session_report_for_token``); its ORM path
 (SQLite, the demo, and every request the statements do not take) applies the same rules in several queries.
@@ -124,4 +124,17 @@ SELECT node.spec::text, node.id, coalesce(recorded.joined, false), prior.daemon_
      FROM {Command._meta.db_table} AS c
      WHERE c.node_id = node.id AND c.state = %(pending)s AND c.id NOT IN (SELECT id FROM done))
 FROM node LEFT JOIN prior ON true LEFT JOIN recorded ON true
+"""  # noqa: S608 - table names from the models, values bound
+
+
+# One statement for a leave: no row for an unknown token; else whether an open session was closed.
+LEAVE_SQL = f"""
+WITH node AS (
+    SELECT id FROM {Node._meta.db_table} WHERE agent_token_hash = %(token_hash)s
+), closed AS (
+    UPDATE {NodeSession._meta.db_table} AS s SET left_at = %(now)s
+    FROM node WHERE s.node_id = node.id AND s.left_at IS NULL
+    RETURNING s.node_id
+)
+SELECT EXISTS (SELECT 1 FROM closed) FROM node
 """  # noqa: S608 - table names from the models, values bound

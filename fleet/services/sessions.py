@@ -44,7 +44,7 @@ from fleet.services.commands import OPEN_STATES, commands_complete_upgrade, comm
 from fleet.services.liveness import GAP_HEARTBEATS, PULSE_EVERY, pulse_heard
 from fleet.services.nodes import heartbeat_seconds, node_session, online_since
 from fleet.services.revision import spec_revision
-from fleet.services.session_statements import HEARTBEAT_SQL, JOIN_SQL
+from fleet.services.session_statements import HEARTBEAT_SQL, JOIN_SQL, LEAVE_SQL
 
 log = structlog.get_logger(__name__)
 
@@ -351,5 +351,14 @@ def agent_session_leave(*, node: Node, now: datetime | None = None) -> bool:
 def agent_session_leave_for_token(*, token_hash: str, now: datetime | None = None) -> bool | None:
     """``agent_session_leave`` for the node whose agent token hashes to ``token_hash``; None, and nothing written,
     when the token is unknown."""
+    if connection.vendor != "postgresql":
+        return _leave_orm(token_hash=token_hash, now=now)
+    with prepared_cursor() as cursor:  # one statement: every node leaves once per upgrade
+        cursor.execute(LEAVE_SQL, {"token_hash": token_hash, "now": now or timezone.now()})
+        row = cursor.fetchone()
+    return None if row is None else bool(row[0])
+
+
+def _leave_orm(*, token_hash: str, now: datetime | None) -> bool | None:
     node = Node.objects.filter(agent_token_hash=token_hash).only("id").first()
     return None if node is None else agent_session_leave(node=node, now=now)

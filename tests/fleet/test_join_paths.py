@@ -26,7 +26,12 @@ from fleet.plugins import node_session_reported
 from fleet.services import liveness
 from fleet.services.liveness import GAP_HEARTBEATS
 from fleet.services.nodes import heartbeat_seconds
-from fleet.services.sessions import _report_orm, agent_session_report_for_token
+from fleet.services.sessions import (
+    _leave_orm,
+    _report_orm,
+    agent_session_leave_for_token,
+    agent_session_report_for_token,
+)
 from tests.fleet.conftest import make_node
 
 pytestmark = pytest.mark.django_db(transaction=False)
@@ -162,3 +167,28 @@ def test_the_statement_and_the_orm_path_agree(pool, django_capture_on_commit_cal
     assert not NodeSession.objects.exists()  # every example rolled its savepoint back
     # Both sides of every rule were reached: the agreement is not that of two paths that never write.
     assert seen == {(what, done) for what, _ in seen for done in (False, True)}, sorted(seen)
+
+
+@pytest.mark.parametrize("session", ["open", "left", "none", "unknown token"])
+def test_a_leave_is_one_statement_with_the_orm_path_s_outcome(pool, session, django_assert_num_queries):
+    """``agent_session_leave_for_token``: None for an unknown token, else whether an open session was closed."""
+    node, _ = make_node(pool, "me")
+    if session != "none":
+        write(_state(session="left" if session == "left" else "open", pulse=None), node.id)
+    token = "0" * 64 if session == "unknown token" else node.agent_token_hash
+
+    def leave(path):
+        with transaction.atomic():
+            answer = path(token_hash=token, now=NOW)
+            left_at = NodeSession.objects.filter(node=node).values_list("left_at", flat=True).first()
+            transaction.set_rollback(True)
+        return answer, left_at
+
+    with transaction.atomic():
+        with django_assert_num_queries(1):
+            agent_session_leave_for_token(token_hash=token, now=NOW)
+        transaction.set_rollback(True)
+    orm = leave(_leave_orm)
+    assert leave(agent_session_leave_for_token) == orm
+    expected = {"open": True, "left": False, "none": False, "unknown token": None}[session]
+    assert orm[0] is expected

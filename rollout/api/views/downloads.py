@@ -22,8 +22,7 @@ from django.views.decorators.csrf import csrf_exempt
 from core.errors import NotFound
 from core.ranges import UNSATISFIABLE, WHOLE, ByteRange, requested_range, unsatisfied_content_range
 from rollout import storage
-from rollout.models import ReleaseBinary
-from rollout.services.binaries import release_binary_open, release_binary_served
+from rollout.services.binaries import ServedBinary, release_binary_open, release_binary_served
 
 SAFE_METHODS = ("GET", "HEAD")
 _BLOCK = 256 << 10  # Django's own reads when the server has no sendfile (runserver, the test client)
@@ -56,7 +55,7 @@ def download_binary(request: HttpRequest, version: str, platform: str) -> HttpRe
     return _serve(request, binary, headers)
 
 
-def representation_headers(binary: ReleaseBinary) -> dict[str, str]:
+def representation_headers(binary: ServedBinary) -> dict[str, str]:
     """What every 200/206/304 of a binary carries, on every path."""
     return {
         "Content-Type": storage.CONTENT_TYPE,
@@ -64,13 +63,13 @@ def representation_headers(binary: ReleaseBinary) -> dict[str, str]:
         "X-Checksum-Sha256": binary.sha256,
         "Cache-Control": storage.IMMUTABLE,
         "Accept-Ranges": "bytes",
-        "Content-Disposition": storage.attachment(binary.release.version, binary.platform),
+        "Content-Disposition": storage.attachment(binary.version, binary.platform),
     }
 
 
-def _redirect(request: HttpRequest, binary: ReleaseBinary) -> HttpResponse:
+def _redirect(request: HttpRequest, binary: ServedBinary) -> HttpResponse:
     url = storage.presigned_url(
-        binary.storage_name, method=request.method or "GET", version=binary.release.version, platform=binary.platform
+        binary.storage_name, method=request.method or "GET", version=binary.version, platform=binary.platform
     )
     response = HttpResponseRedirect(url)
     # The URL expires: no cache may keep this answer longer than it lives.
@@ -79,7 +78,7 @@ def _redirect(request: HttpRequest, binary: ReleaseBinary) -> HttpResponse:
     return response
 
 
-def _serve(request: HttpRequest, binary: ReleaseBinary, headers: dict[str, str]) -> HttpResponseBase:
+def _serve(request: HttpRequest, binary: ServedBinary, headers: dict[str, str]) -> HttpResponseBase:
     """Django moves the bytes itself (``none``): the whole file, one range of it, or 416."""
     wanted = requested_range(
         request.headers.get("Range"), size=binary.size, if_range=request.headers.get("If-Range"), etag=headers["ETag"]
