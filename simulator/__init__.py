@@ -53,9 +53,10 @@ from simulator.config import (
 )
 from simulator.downloads import AgentDownloads, Fetched, SharedDownloads
 from simulator.enrolment import EnrolledNode, enroll, read_tokens, write_tokens
-from simulator.fleet import Fleet, FleetThread, default_max_connections
+from simulator.fleet import Fleet, default_max_connections
 from simulator.shards import ShardedFleet
 from simulator.stats import FleetStats
+from simulator.thread import FleetThread
 
 __all__ = [
     "NEVER_REJOIN",

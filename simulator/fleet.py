@@ -21,6 +21,7 @@ from simulator.config import DEFAULT_HEARTBEAT_SECONDS, SPEC_MIN_PROTOCOL_VERSIO
 from simulator.connection import AgentConnection, Answer
 from simulator.downloads import AgentDownloads, Downloads, Fetched, SharedDownloads, downloads_client
 from simulator.stats import FleetStats, FleetStatus
+from simulator.thread import FleetThread
 
 logger = logging.getLogger(__name__)
 
@@ -137,6 +138,10 @@ class Fleet(FleetStatus):
         self._gate: asyncio.Semaphore
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_future: asyncio.Future[None] | None = None
+        # What stopping wakes: each sleep's own future, each held request. Not callbacks on the stop future:
+        # asyncio.wait on it adds one and removes it by scanning its list, O(agents) per sleep or held request.
+        self._sleeps: set[asyncio.Future[None]] = set()
+        self._held: set[asyncio.Future[Any]] = set()
         self._stop_requested = threading.Event()
         self.started_at: float | None = None
         self.finished = threading.Event()
@@ -219,15 +224,18 @@ class Fleet(FleetStatus):
         """One HTTP exchange; None when the fleet stopped while a held request waited."""
         own = self.connection(agent)
         if own is not None and isinstance(json, dict) and "wait" in json:
-            # A held request occupies its connection for up to `wait`; stopping the fleet ends it at once.
+            # A held request occupies its connection for up to `wait`; stopping the fleet cancels it at once.
             held = asyncio.ensure_future(own.request(method, url, json=json, headers=headers))
-            assert self._stop_future is not None
-            stopping: asyncio.Future[Any] = self._stop_future
-            await asyncio.wait([held, stopping], return_when=asyncio.FIRST_COMPLETED)
-            if not held.done():
-                held.cancel()
-                return None
-            return held.result()
+            self._held.add(held)
+            try:
+                return await held
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if held.cancelled() and self.stopping and not (current and current.cancelling()):
+                    return None
+                raise
+            finally:
+                self._held.discard(held)
         if own is not None:  # the agent's other calls: its one connection, outside the gate
             return await own.request(method, url, json=json, headers=headers)
         assert self._client is not None, "the fleet is not running"
@@ -251,7 +259,15 @@ class Fleet(FleetStatus):
         if delay <= 0:
             await asyncio.sleep(0)
             return not stop.done()
-        await asyncio.wait([stop], timeout=delay)
+        loop = asyncio.get_running_loop()
+        woken: asyncio.Future[None] = loop.create_future()
+        timer = loop.call_later(delay, _wake, woken)
+        self._sleeps.add(woken)
+        try:
+            await woken
+        finally:
+            timer.cancel()
+            self._sleeps.discard(woken)
         return not stop.done()
 
     @property
@@ -270,14 +286,23 @@ class Fleet(FleetStatus):
             running = None
 
         def finish() -> None:
-            if not stop.done():
-                stop.set_result(None)
+            self._wake_all()
 
         if running is loop:
             finish()
         else:
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 loop.call_soon_threadsafe(finish)
+
+    def _wake_all(self) -> None:
+        """The fleet stops: every sleep returns and every held request is cancelled (its agent sees None)."""
+        stop = self._stop_future
+        if stop is not None and not stop.done():
+            stop.set_result(None)
+        for woken in list(self._sleeps):
+            _wake(woken)
+        for held in list(self._held):
+            held.cancel()
 
     def connection(self, agent: Agent | None) -> AgentConnection | None:
         """A watching agent's own connection, as a node has one, for all its API calls (its held requests, its
@@ -359,8 +384,7 @@ class Fleet(FleetStatus):
                 await asyncio.wait([self._stop_future], timeout=wait)
         finally:
             self._stop_requested.set()
-            if not self._stop_future.done():
-                self._stop_future.set_result(None)
+            self._wake_all()
             if tasks:
                 # Agents return at their next sleep; give in-flight calls a moment, then cancel.
                 _, pending = await asyncio.wait(tasks, timeout=max(2.0, self.request_timeout / 2))
@@ -391,48 +415,6 @@ def retry_after(value: str | None) -> float:
     return 1.0
 
 
-class FleetThread:
-    """A fleet running in a daemon thread; a context manager that stops it on exit."""
-
-    def __init__(self, fleet: Fleet, *, timeout: float | None = None):
-        self.fleet = fleet
-        self.error: BaseException | None = None
-        self._timeout = timeout
-        self._thread = threading.Thread(target=self._main, name="simulated-agents", daemon=True)
-
-    def _main(self) -> None:
-        try:
-            asyncio.run(self.fleet.run(timeout=self._timeout))
-        except BaseException as exc:
-            self.error = exc
-            self.fleet.finished.set()
-
-    def start(self) -> FleetThread:
-        self._thread.start()
-        return self
-
-    def wait_for(self, predicate: Callable[[Fleet], bool], timeout: float, *, poll: float = 0.05) -> bool:
-        """Poll ``predicate(fleet)`` from this thread until it holds (True) or ``timeout`` passes (False)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.error is not None:
-                raise RuntimeError("the simulated fleet crashed") from self.error
-            if predicate(self.fleet):
-                return True
-            if time.monotonic() >= deadline or self.fleet.finished.is_set():
-                return predicate(self.fleet)
-            time.sleep(poll)
-
-    def stop(self, timeout: float = 15.0) -> None:
-        self.fleet.stop()
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            raise RuntimeError("the simulated fleet did not stop in time")
-        if self.error is not None:
-            raise RuntimeError("the simulated fleet crashed") from self.error
-
-    def __enter__(self) -> FleetThread:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

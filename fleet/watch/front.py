@@ -18,8 +18,6 @@ import contextlib
 import json
 import signal
 from collections.abc import Awaitable, Callable, MutableMapping
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from typing import Any, TypeVar
 
 import structlog
@@ -40,6 +38,7 @@ from fleet.services.sessions import (
 from fleet.services.watch import held_sessions_touch, held_touch_every
 from fleet.tokens import bearer_token, token_hash
 from fleet.watch.hub import WatchHub
+from fleet.watch.threads import SessionThreads
 
 log = structlog.get_logger(__name__)
 
@@ -83,7 +82,7 @@ class AgentSessionFront:
     def __init__(self, *, wsgi_application: Callable[..., Any], threads: int, hub: WatchHub) -> None:
         self.django = WSGIMiddleware(_terminated(wsgi_application), workers=threads)
         # The sessions' statements have threads of their own: a slow admin page never delays a heartbeat.
-        self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="session")
+        self.threads = SessionThreads(threads)
         self.hub = hub
         self.headers = _security_headers()
         self._keeper: asyncio.Task[None] | None = None
@@ -132,7 +131,7 @@ class AgentSessionFront:
     # -- the session request ------------------------------------------------------------------
 
     async def _run(self, function: Callable[..., T], /, **kwargs: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self.executor, partial(_on_thread, function, kwargs))
+        return await self.threads.run(_on_thread, function=function, kwargs=kwargs)
 
     async def _counted(self, scope: Scope, headers: dict[bytes, str], send: Send) -> bool:
         """Count the request once, on arrival, whoever answers it (docs/operations.md#request-limits); Django is
@@ -296,7 +295,7 @@ class AgentSessionFront:
         await send({"type": "http.response.body", "body": content})
 
 
-def _on_thread(function: Callable[..., T], kwargs: dict[str, Any]) -> T:
+def _on_thread(*, function: Callable[..., T], kwargs: dict[str, Any]) -> T:
     """``function(**kwargs)`` on a session thread, whose Django connection persists across calls.
 
     No request signals run here. A connection the database dropped (it restarted since this thread last
