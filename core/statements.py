@@ -3,10 +3,14 @@ settle (rollout/services/statements.py), each run many times a second on a persi
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import psycopg
 from django.db import connection
+
+#: Connections told not to wait for each commit's WAL flush (``commit_without_flush_wait``).
+_NOT_WAITING: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 class _PreparingCursor(psycopg.Cursor[Any]):
@@ -43,3 +47,23 @@ def prepared_cursor() -> Any:
     connection.ensure_connection()
     connection.validate_thread_sharing()
     return connection.make_cursor(_PreparingCursor(connection.connection))  # type: ignore[arg-type]
+
+
+def commit_without_flush_wait() -> None:
+    """This thread's connection commits without waiting for the WAL flush (PostgreSQL ``synchronous_commit=off``).
+
+    Only for the agent session threads (fleet/watch/front.py): their heartbeats, joins, leaves and the settles
+    they trigger are what an agent sends again by itself, so a database crash that loses the last moments of
+    them (at most three ``wal_writer_delay``, 0.6 s by default) costs a rejoin, never a wrong state; waiting
+    for the flush made every join wait for the disk, and others for its locks meanwhile.
+    docs/operations.md#session-commits says what this trades. Once per connection; nothing off PostgreSQL.
+    """
+    if connection.vendor != "postgresql":
+        return
+    connection.ensure_connection()
+    raw = connection.connection
+    if raw in _NOT_WAITING:
+        return
+    with raw.cursor() as cursor:
+        cursor.execute("SET synchronous_commit = off")
+    _NOT_WAITING.add(raw)

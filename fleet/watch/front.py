@@ -27,6 +27,7 @@ from django.db import close_old_connections, connection
 
 from core.database import DATABASE_ERRORS, database_unavailable
 from core.middleware import MAX_BODY_BYTES
+from core.statements import commit_without_flush_wait
 from fleet.api.agent_session import ANSWER_AT_ONCE_SCOPE_KEY, SessionRequest, session_answer_bytes, session_request
 from fleet.api.limits import COUNTED_SCOPE_KEY, request_throttled
 from fleet.services.sessions import (
@@ -298,7 +299,8 @@ class AgentSessionFront:
 def _on_thread(*, function: Callable[..., T], kwargs: dict[str, Any]) -> T:
     """``function(**kwargs)`` on a session thread, whose Django connection persists across calls.
 
-    No request signals run here. A connection the database dropped (it restarted since this thread last
+    Its commits do not wait for the WAL flush (core/statements.py ``commit_without_flush_wait``). No request
+    signals run here. A connection the database dropped (it restarted since this thread last
     used it) is closed as Django's request cycle would close it, and the call runs once more on a new
     connection: the first heartbeat after a restart is answered, not refused with a 503. Running any
     function run here twice is harmless: a heartbeat and a touch write the time, a leave is idempotent, and
@@ -306,11 +308,13 @@ def _on_thread(*, function: Callable[..., T], kwargs: dict[str, Any]) -> T:
     second try too (503, ``database_unavailable``).
     """
     try:
+        commit_without_flush_wait()
         return function(**kwargs)
     except DATABASE_ERRORS:
         close_old_connections()
         if connection.connection is not None:  # still usable: the statement failed, not the connection
             raise
+    commit_without_flush_wait()
     return function(**kwargs)
 
 
