@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 from uuid import UUID
 
@@ -62,7 +63,7 @@ class SessionReport:
     #: made: on the thread that reads the database, never in the async front's event loop.
     fields: dict[str, Any] = field(default_factory=session_fields)
 
-    @property
+    @cached_property  # read on arrival and again in the answer: one digest per report
     def spec_revision(self) -> str:
         """Changes when, and only when, the spec or the pending commands change (docs/fleet.md#watch)."""
         return spec_revision(spec=self.spec, commands=self.commands)
