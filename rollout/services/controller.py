@@ -167,13 +167,6 @@ def release_expired(rollout: Rollout, *, now: datetime) -> bool:
     return expires_at is not None and expires_at <= now
 
 
-#: A tick that finds its rollout held by another worker's tick asks again this soon. A tick that starts a round
-#: of hundreds of nodes runs for about half a second, and the budget its nodes free meanwhile waits for the next
-#: tick: at one second, that wait was most of the gap between a node settling and the next one starting in its
-#: slot (docs/benchmarks.md).
-TICK_RETRY_SECONDS = 0.25
-
-
 @TICK_SECONDS.time()
 def rollout_tick(*, rollout_id: UUID | str) -> TickResult | None:
     """Reconcile one rollout. Returns None when another worker holds it (or it is gone)."""
@@ -188,7 +181,7 @@ def rollout_tick(*, rollout_id: UUID | str) -> TickResult | None:
         if rollout is None:
             # Another worker holds it and may have counted the budget before the settle that
             # asked for this tick: ask again shortly rather than wait for the period.
-            rollout_request_tick(rollout_id=rollout_id, countdown=TICK_RETRY_SECONDS)
+            rollout_request_tick(rollout_id=rollout_id, countdown=1)
             return None
         now = timezone.now()
         result = TickResult()
