@@ -12,6 +12,26 @@ from __future__ import annotations
 
 from fleet.models import Command, FleetPulse, Node, NodeSession
 
+
+def _heard_ctes(source: str) -> str:
+    """The fleet pulse's CTEs (fleet/services/liveness.py ``pulse_heard``), written when ``source`` has a row."""
+    return f"""heard AS (
+    -- The fleet is being heard: at most one write a second, whoever heartbeats or joins.
+    UPDATE {FleetPulse._meta.db_table} AS p SET
+        listening_since = CASE WHEN p.last_heard_at < %(gap)s THEN %(now)s ELSE p.listening_since END,
+        last_heard_at = %(now)s
+    WHERE p.id = 1 AND p.last_heard_at <= %(pulse_due)s AND EXISTS (SELECT 1 FROM {source})
+    RETURNING p.id
+), first_heard AS (
+    -- The first heartbeat ever heard; a row another statement inserts meanwhile stands for this one too.
+    INSERT INTO {FleetPulse._meta.db_table} (id, last_heard_at, listening_since)
+    SELECT 1, %(now)s, %(first_listening)s FROM {source}
+    WHERE NOT EXISTS (SELECT 1 FROM {FleetPulse._meta.db_table} WHERE id = 1)
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id
+)"""  # noqa: S608 - table names from the models, values bound
+
+
 # One statement for a plain heartbeat. The UPDATE runs only for an open session on the same version whose
 # last_seen_at is due (or whose protocol version changed); the SELECT reads the snapshot the statement started
 # with, so the caller sees whether the session was open on that version, and every command committed before.
@@ -30,21 +50,7 @@ WITH node AS (
     WHERE s.node_id = node.id AND s.left_at IS NULL AND s.daemon_version = %(version)s
       AND (s.last_seen_at <= %(due)s OR s.last_seen_at > %(now)s OR s.protocol_version <> %(protocol)s)
     RETURNING s.node_id
-), heard AS (
-    -- The fleet is being heard (fleet/services/liveness.py): at most one write a second, whoever heartbeats.
-    UPDATE {FleetPulse._meta.db_table} AS p SET
-        listening_since = CASE WHEN p.last_heard_at < %(gap)s THEN %(now)s ELSE p.listening_since END,
-        last_heard_at = %(now)s
-    WHERE p.id = 1 AND p.last_heard_at <= %(pulse_due)s AND EXISTS (SELECT 1 FROM plain)
-    RETURNING p.id
-), first_heard AS (
-    -- The first heartbeat ever heard; a row another statement inserts meanwhile stands for this one too.
-    INSERT INTO {FleetPulse._meta.db_table} (id, last_heard_at, listening_since)
-    SELECT 1, %(now)s, %(first_listening)s FROM plain
-    WHERE NOT EXISTS (SELECT 1 FROM {FleetPulse._meta.db_table} WHERE id = 1)
-    ON CONFLICT (id) DO NOTHING
-    RETURNING id
-)
+), {_heard_ctes("plain")}
 SELECT node.spec::text, s.daemon_version, s.left_at, node.id,
     (SELECT coalesce(json_agg(json_build_object('id', c.id, 'kind', c.kind, 'payload', c.payload)
                               ORDER BY c.created_at, c.id), '[]')::text
@@ -104,19 +110,7 @@ WITH node AS (
     WHERE recorded.joined AND c.node_id = recorded.node_id AND c.kind = %(upgrade)s
       AND c.state = ANY(%(open)s) AND c.payload -> 'version' = to_jsonb(%(version)s::text)
     RETURNING c.id
-), heard AS (
-    UPDATE {FleetPulse._meta.db_table} AS p SET
-        listening_since = CASE WHEN p.last_heard_at < %(gap)s THEN %(now)s ELSE p.listening_since END,
-        last_heard_at = %(now)s
-    WHERE p.id = 1 AND p.last_heard_at <= %(pulse_due)s AND EXISTS (SELECT 1 FROM node)
-    RETURNING p.id
-), first_heard AS (
-    INSERT INTO {FleetPulse._meta.db_table} (id, last_heard_at, listening_since)
-    SELECT 1, %(now)s, %(first_listening)s FROM node
-    WHERE NOT EXISTS (SELECT 1 FROM {FleetPulse._meta.db_table} WHERE id = 1)
-    ON CONFLICT (id) DO NOTHING
-    RETURNING id
-)
+), {_heard_ctes("node")}
 SELECT node.spec::text, node.id, coalesce(recorded.joined, false), prior.daemon_version,
     (SELECT count(*) FROM done),
     (SELECT coalesce(json_agg(json_build_object('id', c.id, 'kind', c.kind, 'payload', c.payload)

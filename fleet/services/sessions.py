@@ -91,20 +91,7 @@ def agent_heartbeat(
     now = now or timezone.now()
     seconds = heartbeat_seconds()
     with prepared_cursor() as cursor:
-        cursor.execute(
-            HEARTBEAT_SQL,
-            {
-                "token_hash": token_hash,
-                "now": now,
-                "due": now - timedelta(seconds=seconds),
-                "gap": now - timedelta(seconds=GAP_HEARTBEATS * seconds),
-                "pulse_due": now - PULSE_EVERY,
-                "first_listening": online_since(now=now),
-                "protocol": protocol_version,
-                "version": daemon_version,
-                "pending": Command.State.PENDING,
-            },
-        )
+        cursor.execute(HEARTBEAT_SQL, _statement_params(token_hash, daemon_version, protocol_version, now, seconds))
         row = cursor.fetchone()
     if row is None:
         return None
@@ -114,6 +101,23 @@ def agent_heartbeat(
     return SessionReport(
         spec=json.loads(spec), commands=json.loads(commands), heartbeat_seconds=seconds, joined=False, node_id=node_id
     )
+
+
+def _statement_params(
+    token_hash: str, daemon_version: str, protocol_version: int, now: datetime, seconds: int
+) -> dict[str, Any]:
+    """What the heartbeat's and the join's statements are given (session_statements.py)."""
+    return {
+        "token_hash": token_hash,
+        "now": now,
+        "due": now - timedelta(seconds=seconds),
+        "gap": now - timedelta(seconds=GAP_HEARTBEATS * seconds),
+        "pulse_due": now - PULSE_EVERY,
+        "first_listening": online_since(now=now),
+        "protocol": protocol_version,
+        "version": daemon_version,
+        "pending": Command.State.PENDING,
+    }
 
 
 def agent_node(*, token_hash: str) -> Node | None:
@@ -300,24 +304,10 @@ def agent_session_report_for_token(
         )
     now = now or timezone.now()
     seconds = heartbeat_seconds()
+    params = _statement_params(token_hash, daemon_version, protocol_version, now, seconds)
+    params.update(done=Command.State.DONE, open=list(OPEN_STATES), upgrade=Command.Kind.DAEMON_UPGRADE)
     with prepared_cursor() as cursor:
-        cursor.execute(
-            JOIN_SQL,
-            {
-                "token_hash": token_hash,
-                "now": now,
-                "due": now - timedelta(seconds=seconds),
-                "gap": now - timedelta(seconds=GAP_HEARTBEATS * seconds),
-                "pulse_due": now - PULSE_EVERY,
-                "first_listening": online_since(now=now),
-                "protocol": protocol_version,
-                "version": daemon_version,
-                "pending": Command.State.PENDING,
-                "done": Command.State.DONE,
-                "open": list(OPEN_STATES),
-                "upgrade": Command.Kind.DAEMON_UPGRADE,
-            },
-        )
+        cursor.execute(JOIN_SQL, params)
         row = cursor.fetchone()
     if row is None:
         return None
