@@ -1,9 +1,11 @@
 """Prepared statements for the hot paths: the agent session's (fleet/services/session_statements.py) and the join's
-settle (rollout/services/statements.py), each run many times a second on a persistent connection."""
+settle (rollout/services/statements.py), each run many times a second on a persistent connection; and the
+migrations' PostgreSQL-only steps (``postgresql_only``)."""
 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -67,3 +69,13 @@ def commit_without_flush_wait() -> None:
     with raw.cursor() as cursor:
         cursor.execute("SET synchronous_commit = off")
     _NOT_WAITING.add(raw)
+
+
+def postgresql_only(sql: str) -> Callable[[Any, Any], None]:
+    """A ``RunPython`` function that runs ``sql`` on PostgreSQL and does nothing elsewhere (SQLite, the demo)."""
+
+    def run(apps: Any, schema_editor: Any) -> None:
+        if schema_editor.connection.vendor == "postgresql":
+            schema_editor.execute(sql)
+
+    return run

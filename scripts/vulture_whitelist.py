@@ -85,3 +85,5 @@ _.__getattr__
 # pytest and hypothesis: module marks, fixtures requested for their effect, a monkeypatched signature, the
 # state machine's teardown.
 _.pytestmark, _.django_db_setup, _.delivery_settings, _.using, _.robust, _.teardown
+# Used by migrations (which vulture does not scan: they are Django's).
+_.postgresql_only

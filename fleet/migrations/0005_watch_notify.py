@@ -12,6 +12,8 @@ SQLite (the demo) has no NOTIFY: nothing is installed there and held requests re
 
 from django.db import migrations
 
+from core.statements import postgresql_only
+
 FORWARD = """
 CREATE FUNCTION fleet_watch_notify(node_ids uuid[]) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
@@ -88,15 +90,7 @@ DROP FUNCTION IF EXISTS fleet_watch_notify(uuid[]);
 """
 
 
-def _on_postgresql(sql):
-    def run(apps, schema_editor):
-        if schema_editor.connection.vendor == "postgresql":
-            schema_editor.execute(sql)
-
-    return run
-
-
 class Migration(migrations.Migration):
     dependencies = [("fleet", "0004_pool_maintenance_windows")]
 
-    operations = [migrations.RunPython(_on_postgresql(FORWARD), _on_postgresql(BACKWARD))]
+    operations = [migrations.RunPython(postgresql_only(FORWARD), postgresql_only(BACKWARD))]

@@ -76,14 +76,16 @@ class NodeSession(models.Model):
     """The node agent's current session: one row per node, updated by each heartbeat.
 
     Online while ``left_at`` is null and ``last_seen_at`` is within
-    3 x heartbeatSeconds of now (see fleet.services.sessions).
+    3 x heartbeatSeconds of now (see fleet.services.sessions). No index covers a column a session
+    request writes, and the table's pages are half empty (migration 0006): PostgreSQL rewrites the
+    row in place, whether or not autovacuum runs (docs/operations.md#session-rows).
     """
 
     node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="session")
     daemon_version = models.CharField(max_length=64)
     protocol_version = models.PositiveIntegerField()
     joined_at = models.DateTimeField()
-    last_seen_at = models.DateTimeField(db_index=True)
+    last_seen_at = models.DateTimeField()
     left_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
