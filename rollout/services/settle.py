@@ -69,12 +69,17 @@ def node_upgrade_settle_reported(*, node_id: UUID, daemon_version: str) -> bool:
     itself, or sending it back) is skipped, and another tick is asked for, which settles the
     node if it is still in flight. Waiting would hold the agent's answer, and the web thread that
     serves it, for as long as the tick runs (seconds, when a round starts 500 nodes).
+
+    The tick is asked for once the settle has committed, in a transaction of its own. Asked in the same
+    one, a round's joins queued on the ``TickRequest`` row (each held it until its commit: 12-40 ms per
+    join under load), and a settle could be missed: the ask found a tick queued, that tick started and
+    read the in-flight rows before the settle committed, and nothing asked again. Asked after the commit,
+    a queued tick that it finds starts after that commit, so it sees the settle.
     """
     if connection.vendor == "postgresql":  # the common case in one statement; the others by the ORM path
-        rejoined = succeed_rejoined(node_id=node_id, version=daemon_version, at=timezone.now())
-        if rejoined is not None:
-            if rejoined.tick_asked:
-                publish_on_commit(TICK_TASK, args=[str(rejoined.rollout_id)])
+        rollout_id = succeed_rejoined(node_id=node_id, version=daemon_version, at=timezone.now())
+        if rollout_id is not None:
+            rollout_request_tick(rollout_id=rollout_id)
             return True
     return _settle_reported_orm(node_id=node_id, daemon_version=daemon_version)
 
@@ -82,7 +87,7 @@ def node_upgrade_settle_reported(*, node_id: UUID, daemon_version: str) -> bool:
 def _settle_reported_orm(*, node_id: UUID, daemon_version: str) -> bool:
     with transaction.atomic():
         settled, tick = _settle_reported(node_id=node_id, daemon_version=daemon_version)
-    if tick is not None:  # after the commit: joins do not queue on the tick request's row lock
+    if tick is not None:  # after the commit (node_upgrade_settle_reported says why)
         rollout_request_tick(rollout_id=tick)
     return settled
 

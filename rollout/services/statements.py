@@ -2,31 +2,24 @@
 
 from __future__ import annotations
 
-from rollout.models import NodeUpgrade, Rollout, TickRequest
+from rollout.models import NodeUpgrade, Rollout
 
-# in_flight -> succeeded for the node whose agent rejoined on the target, and its rollout's tick asked for, in ONE
-# statement: the join path runs it for every upgraded node (docs/controller.md#reacting-at-once). Only the common
-# case: a row a tick holds locked is skipped, and a row that proves readiness (minReadySeconds > 0, or arrived)
-# or whose target is another version is left alone; the caller then takes the ORM path, which decides those.
-# The tick request is rollout_request_tick's rule (services/ticks.py): raised only while the rollout is active
-# or paused and no tick is queued. tests/rollout/test_rejoin_paths.py runs both paths over the same states.
+# in_flight -> succeeded for the node whose agent rejoined on the target, in ONE statement: the join path runs it
+# for every upgraded node (docs/controller.md#reacting-at-once). Only the common case: a row a tick holds locked is
+# skipped, and a row that proves readiness (minReadySeconds > 0, or arrived) or whose target is another version is
+# left alone; the caller then takes the ORM path, which decides those. The tick is asked for by the caller once
+# this has committed, never in the same transaction (services/settle.py says why).
+# tests/rollout/test_rejoin_paths.py runs both paths over the same states.
 SUCCEED_REJOINED_SQL = f"""
 WITH locked AS (
     SELECT u.id FROM {NodeUpgrade._meta.db_table} AS u
     WHERE u.node_id = %(node)s AND u.state = %(in_flight)s
     FOR UPDATE OF u SKIP LOCKED
-), settled AS (
-    UPDATE {NodeUpgrade._meta.db_table} AS u
-    SET state = %(succeeded)s, settled_at = %(at)s, claims_node = r.state = ANY(%(claiming)s)
-    FROM locked, {Rollout._meta.db_table} AS r
-    WHERE u.id = locked.id AND r.id = u.rollout_id AND u.arrived_at IS NULL AND u.target_version = %(version)s
-      AND r.min_ready_seconds = 0
-    RETURNING u.rollout_id, r.tenant_id
-), asked AS (
-    UPDATE {TickRequest._meta.db_table} AS t SET queued = true
-    FROM settled, {Rollout._meta.db_table} AS r
-    WHERE t.rollout_id = settled.rollout_id AND NOT t.queued AND r.id = t.rollout_id AND r.state = ANY(%(claiming)s)
-    RETURNING t.rollout_id
 )
-SELECT settled.rollout_id, settled.tenant_id, EXISTS (SELECT 1 FROM asked) FROM settled
+UPDATE {NodeUpgrade._meta.db_table} AS u
+SET state = %(succeeded)s, settled_at = %(at)s, claims_node = r.state = ANY(%(claiming)s)
+FROM locked, {Rollout._meta.db_table} AS r
+WHERE u.id = locked.id AND r.id = u.rollout_id AND u.arrived_at IS NULL AND u.target_version = %(version)s
+  AND r.min_ready_seconds = 0
+RETURNING u.rollout_id, r.tenant_id
 """  # noqa: S608 - table names from the models, values bound

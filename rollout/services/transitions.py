@@ -8,7 +8,7 @@ Rollout      active ──pause_rollout──► paused ──resume_rollout─�
              active|paused ──abort_rollout──► aborted
 
 NodeUpgrade  pending ──start_upgrades──► in_flight ──succeed_upgrades──► succeeded
-             in_flight ──succeed_rejoined──► succeeded    (the join path's one statement: the tick asked for too)
+             in_flight ──succeed_rejoined──► succeeded    (the join path's one statement)
              in_flight ──mark_arrived──► in_flight (arrived_at: proving readiness, minReadySeconds > 0)
              in_flight ──fail_and_send_back──► failed        (spec.daemon back to what it ran; timeout, not_ready)
              in_flight ──roll_back_upgrades──► rolled_back   (spec.daemon back to what it ran)
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
@@ -303,18 +302,10 @@ def succeed_upgrades(*, ids: Sequence[int], rollout_state: str, at: datetime, **
     return succeeded
 
 
-@dataclass(frozen=True)
-class Rejoined:
-    """A node that rejoined on its target succeeded (``succeed_rejoined``)."""
-
-    rollout_id: UUID
-    tick_asked: bool  # the rollout's tick request was raised: publish a tick after the commit
-
-
-def succeed_rejoined(*, node_id: UUID, version: str, at: datetime) -> Rejoined | None:
+def succeed_rejoined(*, node_id: UUID, version: str, at: datetime) -> UUID | None:
     """in_flight -> succeeded: the node's agent rejoined reporting ``version``, its target; PostgreSQL only.
 
-    None, and nothing written, unless it is the common case (services/statements.py).
+    The rollout's id; None, and nothing written, unless it is the common case (services/statements.py).
     """
     with prepared_cursor() as cursor:
         cursor.execute(
@@ -331,11 +322,11 @@ def succeed_rejoined(*, node_id: UUID, version: str, at: datetime) -> Rejoined |
         row = cursor.fetchone()
     if row is None:
         return None
-    rollout_id, tenant_id, tick_asked = row
+    rollout_id: UUID = row[0]
     log.info(
-        "node_upgrade.succeeded", count=1, tenant=tenant_id, rollout=str(rollout_id), node=str(node_id), version=version
+        "node_upgrade.succeeded", count=1, tenant=row[1], rollout=str(rollout_id), node=str(node_id), version=version
     )
-    return Rejoined(rollout_id=rollout_id, tick_asked=tick_asked)
+    return rollout_id
 
 
 def fail_and_send_back(*, rows: Sequence[SendBack], reason: str, at: datetime) -> int:

@@ -145,3 +145,34 @@ def test_a_join_never_waits_for_a_tick_that_holds_its_node_and_a_later_tick_sett
     rollout_tick(rollout_id=rollout.id)
     upgrade.refresh_from_db()
     assert upgrade.state == "succeeded"
+
+
+def test_a_join_settles_before_it_asks_for_a_tick(tenant, releases):
+    """The join's tick is asked for after its settle has committed (docs/controller.md#reacting-at-once): while
+    another transaction holds the rollout's tick request (a tick claiming it, another join asking), the node has
+    already succeeded for every other connection to see, and only the ask waits; then it raises the request."""
+    (node,) = fleet(tenant, {"a": (1, "1")})["a"]
+    rollout = rollout_create(tenant=tenant, spec=rollout_spec(version="1.0.0", waves=[100], soak_seconds=0))
+    assert rollout_tick(rollout_id=rollout.id).started == 1
+    upgrade = NodeUpgrade.objects.get(rollout=rollout, node=node)
+    TickRequest.objects.filter(rollout=rollout).update(queued=False)
+    settled: list[bool] = []
+
+    def join() -> None:
+        try:
+            settled.append(node_upgrade_settle_reported(node_id=node.id, daemon_version="1.0.0"))
+        finally:
+            connections.close_all()
+
+    with locked_elsewhere(TickRequest, rollout.id):
+        joiner = threading.Thread(target=join)
+        joiner.start()
+        deadline = time.monotonic() + 10
+        while NodeUpgrade.objects.get(pk=upgrade.pk).state != "succeeded":
+            assert time.monotonic() < deadline, "the settle waited for the tick request's row"
+            time.sleep(0.01)
+        assert joiner.is_alive()  # asking waits for the row
+        assert not TickRequest.objects.get(rollout=rollout).queued
+    joiner.join(timeout=30)
+    assert settled == [True]
+    assert TickRequest.objects.get(rollout=rollout).queued
