@@ -30,7 +30,7 @@ from fleet.services.budget import PoolBudget, pool_budget, pool_budgets
 from fleet.services.commands import commands_cancel, commands_enqueue
 from fleet.services.iam import Principal
 from fleet.services.liveness import offline_verdicts_trusted
-from fleet.services.nodes import nodes_set_daemon, online_node_q
+from fleet.services.nodes import node_tables_vacuum, nodes_set_daemon, online_node_q
 from fleet.services.pools import (
     PoolWindows,
     pool_windows,
@@ -66,6 +66,7 @@ __all__ = [
     "next_opening",
     "node_daemon_refused",
     "node_session_reported",
+    "node_tables_vacuum",
     "nodes_set_daemon",
     "offline_verdicts_trusted",
     "online_node_q",

@@ -14,7 +14,8 @@ from django.db import IntegrityError, NotSupportedError, models, transaction
 from django.db.models import F, Func, Q
 
 from core.errors import Conflict, InvalidInput
-from fleet.models import Node, NodeSession, Pool, Tenant
+from core.maintenance import tables_vacuum
+from fleet.models import FleetPulse, Node, NodeSession, Pool, Tenant
 from fleet.plugins import resolve_daemon_section
 from fleet.services.audit import Actor, audit_record
 from fleet.tokens import new_token, token_hash
@@ -164,3 +165,9 @@ def nodes_set_daemon(*, node_ids: Sequence[UUID], daemon: dict[str, Any] | None)
     if not ids:
         return 0
     return Node.objects.filter(pk__in=ids).update(spec=_SpecWithDaemon(daemon))
+
+
+def node_tables_vacuum() -> bool:
+    """Vacuum the node rows a rollout rewrites (each started node's spec), their sessions and the fleet pulse
+    (core/maintenance.py; docs/operations.md#table-maintenance). False when it did not run."""
+    return tables_vacuum([Node, NodeSession, FleetPulse])

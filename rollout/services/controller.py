@@ -29,6 +29,8 @@ from django.db import transaction
 from django.db.models import Count, Max
 from django.utils import timezone
 
+from core.maintenance import tables_vacuum
+from fleet.interface import node_tables_vacuum
 from rollout import conf
 from rollout.dispatch import TICK_TASK, publish_on_commit
 from rollout.metrics import TICK_SECONDS
@@ -247,4 +249,14 @@ def rollouts_tick_all() -> int:
                 ticked += 1
         except Exception:  # isolate: one broken rollout must not stop the others' ticks
             log.exception("rollout.tick_failed", rollout=str(rollout_id))
+    if rollout_ids:
+        controller_tables_vacuum()
     return ticked
+
+
+def controller_tables_vacuum() -> bool:
+    """While rollouts run, every period: vacuum the rows they rewrite (three versions of each node upgrade, each
+    started node's spec; docs/operations.md#table-maintenance). False when it did not run (not PostgreSQL, or
+    inside a transaction)."""
+    vacuumed = tables_vacuum([NodeUpgrade, TickRequest, Rollout, RolloutWave])
+    return node_tables_vacuum() and vacuumed
