@@ -250,7 +250,10 @@ def rollouts_tick_all() -> int:
         except Exception:  # isolate: one broken rollout must not stop the others' ticks
             log.exception("rollout.tick_failed", rollout=str(rollout_id))
     if rollout_ids:
-        controller_tables_vacuum()
+        try:
+            controller_tables_vacuum()
+        except Exception:  # the ticks are done: a vacuum that failed is tried again next period, not retried now
+            log.exception("rollout.vacuum_failed")
     return ticked
 
 

@@ -4,10 +4,11 @@ the CI machines run PostgreSQL with autovacuum off, and production's autovacuum 
 from __future__ import annotations
 
 import pytest
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 
 from fleet.models import FleetPulse, Node, NodeSession
 from rollout.models import NodeUpgrade, Rollout, RolloutWave, TickRequest
+from rollout.services import controller
 from rollout.services.controller import controller_tables_vacuum, rollouts_tick_all
 from rollout.services.create import rollout_create
 from rollout.services.plan import rollout_spec
@@ -52,3 +53,15 @@ def test_no_vacuum_inside_a_transaction(tenant, releases):
         rollouts_tick_all()
         assert NodeUpgrade.objects.filter(state="in_flight").count() == 1
     assert vacuumed() == before
+
+
+def test_a_vacuum_that_fails_leaves_the_ticks_done(tenant, releases, monkeypatch):
+    fleet(tenant, {"a": (1, "1")})
+    rollout_create(tenant=tenant, spec=rollout_spec(version="1.0.0", waves=[100], soak_seconds=0))
+
+    def vacuum_refused() -> bool:
+        raise OperationalError("canceling statement due to statement timeout")
+
+    monkeypatch.setattr(controller, "controller_tables_vacuum", vacuum_refused)
+    assert rollouts_tick_all() == 1  # logged (rollout.vacuum_failed), not raised: the task is not retried
+    assert NodeUpgrade.objects.filter(state="in_flight").count() == 1
