@@ -26,7 +26,7 @@ RETURNING u.rollout_id, r.tenant_id
 
 
 # rollout_request_tick's conditional UPDATE (services/ticks.py): the join path asks once per upgraded node, and the
-# same UPDATE through the ORM cost the web tier more CPU than the settle (a tenth of it during a 10,000-agent
+# same UPDATE through the ORM cost the web tier more CPU than the settle (a seventh of it during a 10,000-agent
 # rollout). tests/rollout/test_tick_requests.py runs both over the same states.
 ASK_TICK_SQL = f"""
 UPDATE {TickRequest._meta.db_table} AS t SET queued = true
