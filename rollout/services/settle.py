@@ -71,10 +71,10 @@ def node_upgrade_settle_reported(*, node_id: UUID, daemon_version: str) -> bool:
     serves it, for as long as the tick runs (seconds, when a round starts 500 nodes).
 
     The tick is asked for once the settle has committed, in a transaction of its own. Asked in the same
-    one, a round's joins queued on the ``TickRequest`` row (each held it until its commit: 12-40 ms per
-    join under load), and a settle could be missed: the ask found a tick queued, that tick started and
-    read the in-flight rows before the settle committed, and nothing asked again. Asked after the commit,
-    a queued tick that it finds starts after that commit, so it sees the settle.
+    one, a round's joins queued on the ``TickRequest`` row (each held it until its commit), and a settle
+    could be missed: the ask found a tick queued, that tick started and read the in-flight rows before
+    the settle committed, and nothing asked again. Asked after the commit, a queued tick that it finds
+    starts after that commit, so it sees the settle.
     """
     if connection.vendor == "postgresql":  # the common case in one statement; the others by the ORM path
         rollout_id = succeed_rejoined(node_id=node_id, version=daemon_version, at=timezone.now())
