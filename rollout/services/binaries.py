@@ -24,7 +24,7 @@ log = structlog.get_logger(__name__)
 def release_binary_get(*, version: str, platform: str) -> ReleaseBinary:
     binary = ReleaseBinary.objects.select_related("release").filter(release__version=version, platform=platform).first()
     if binary is None:
-        raise NotFound(f"Release {version} has no binary for {platform}.", code="unknown_binary")
+        raise NotFound(_no_binary(version, platform), code="unknown_binary")
     return binary
 
 
@@ -78,7 +78,7 @@ def release_binary_served(*, version: str, platform: str) -> ServedBinary:
         cursor.execute(_SERVED_SQL, [version, platform])
         row = cursor.fetchone()
     if row is None:
-        raise NotFound(f"Release {version} has no binary for {platform}.", code="not_found")
+        raise NotFound(_no_binary(version, platform), code="not_found")
     sha256, size, stored_at = row
     if stored_at is None:
         raise NotFound(f"bcd {version} for {platform} is registered but its bytes were not uploaded.", code="not_found")
@@ -98,6 +98,10 @@ def release_binary_open(*, binary: ServedBinary) -> IO[bytes]:
         return storage.open_stored(binary.storage_name)
     except FileNotFoundError as exc:
         raise _missing(binary.version, binary.platform) from exc
+
+
+def _no_binary(version: str, platform: str) -> str:
+    return f"Release {version} has no binary for {platform}."
 
 
 def _missing(version: str, platform: str) -> NotFound:
