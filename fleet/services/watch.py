@@ -12,7 +12,7 @@ threads for a moment each: ``agent_heartbeat`` (sessions.py) at arrival and at r
 Liveness: a node is online while it heartbeated within 3 x heartbeatSeconds, and a node whose request is held
 must stay online however long ``wait`` is. The arrival counts as a heartbeat (the same coalesced write), and
 every process touches the nodes it holds every half interval (``held_sessions_touch``: one UPDATE for all of
-them, written only where ``last_seen_at`` is half an interval old). So ``last_seen_at`` lags by at most about
+them, written only where ``last_seen_at`` is about half an interval old). So ``last_seen_at`` lags by at most about
 one interval while a request is held, and when the hold ends (an answer, or the agent hanging up) nothing more
 needs writing: the node is online while held, and offline within one interval of a polling agent's time once
 it stops asking.
@@ -51,16 +51,26 @@ def held_touch_every() -> float:
     return max(1.0, heartbeat_seconds() / 2)
 
 
+def touched_within() -> float:
+    """Seconds: after a touch at ``now``, each held node's ``last_seen_at`` is within this of ``now``.
+
+    Nine tenths of half an interval: a touch writes a little early, so that every round writes what the round
+    before it wrote (they are half an interval apart, plus the touch's own time), and a node held since the
+    last round is known to be fresh (fleet/watch/known.py counts on it)."""
+    return heartbeat_seconds() / 2 * 0.9
+
+
 def _touch_due(now: datetime) -> datetime:
-    """A held node's ``last_seen_at`` at or before this is written: half an interval old."""
-    return now - timedelta(seconds=heartbeat_seconds() / 2)
+    """A held node's ``last_seen_at`` at or before this is written (``touched_within``)."""
+    return now - timedelta(seconds=touched_within())
 
 
 def held_sessions_touch(*, node_ids: Iterable[UUID], now: datetime | None = None) -> int:
     """The agents of these nodes are connected (their requests are held): count it as a heartbeat of each.
 
-    One UPDATE for any number of nodes, coalesced (a session is written only when its ``last_seen_at`` is at
-    least half an interval old, or ahead of ``now``); the fleet is being heard. Returns the sessions written.
+    One UPDATE for any number of nodes, coalesced (a session is written only when its ``last_seen_at`` is about
+    half an interval old, ``touched_within``, or ahead of ``now``); the fleet is being heard. Returns the sessions
+    written.
     """
     ids = list(node_ids)
     if not ids:

@@ -15,78 +15,73 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
+import math
 import signal
-from collections.abc import Awaitable, Callable, MutableMapping
+import time
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import structlog
 from a2wsgi import WSGIMiddleware
-from django.conf import settings
 from django.db import close_old_connections, connection
+from django.utils import timezone
+from prometheus_client import Counter
 
 from core.database import DATABASE_ERRORS, database_unavailable
 from core.middleware import MAX_BODY_BYTES
 from core.statements import commit_without_flush_wait
 from fleet.api.agent_session import ANSWER_AT_ONCE_SCOPE_KEY, SessionRequest, session_answer_bytes, session_request
 from fleet.api.limits import COUNTED_SCOPE_KEY, request_throttled
+from fleet.plugins import session_fields
+from fleet.services.liveness import PULSE_EVERY, pulse_heard
+from fleet.services.nodes import heartbeat_seconds
 from fleet.services.sessions import (
     SessionReport,
     agent_heartbeat,
     agent_session_leave_for_token,
     agent_session_report_for_token,
 )
-from fleet.services.watch import held_sessions_touch, held_touch_every
+from fleet.services.watch import held_sessions_touch, held_touch_every, touched_within
 from fleet.tokens import bearer_token, token_hash
+from fleet.watch.asgi import Receive, Scope, Send, disconnected, read_body, replay, security_headers, terminated
 from fleet.watch.hub import WatchHub
+from fleet.watch.known import KNOWN_SECONDS, Known
 from fleet.watch.threads import SessionThreads
 
 log = structlog.get_logger(__name__)
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 T = TypeVar("T")
 
 SESSION_PATH = "/api/compute/agent/session"
 # What DRF adds to AgentSessionView's 204 (the leave), so that both tiers answer alike.
 LEAVE_HEADERS = [(b"allow", b"POST, DELETE, OPTIONS")]
 SERVER_ERROR = json.dumps({"code": "server_error", "detail": "Internal server error."}).encode()
-
-
-def _security_headers() -> list[tuple[bytes, bytes]]:
-    """What Django's SecurityMiddleware and XFrameOptionsMiddleware add to the same answer."""
-    headers = {
-        b"x-frame-options": getattr(settings, "X_FRAME_OPTIONS", "DENY"),
-        b"x-content-type-options": "nosniff" if getattr(settings, "SECURE_CONTENT_TYPE_NOSNIFF", True) else None,
-        b"referrer-policy": getattr(settings, "SECURE_REFERRER_POLICY", "same-origin"),
-        b"cross-origin-opener-policy": getattr(settings, "SECURE_CROSS_ORIGIN_OPENER_POLICY", "same-origin"),
-    }
-    return [(name, str(value).encode()) for name, value in headers.items() if value]
-
-
-def _terminated(application: Callable[..., Any]) -> Callable[..., Any]:
-    """The WSGI app, told that its input ends where the body does (a chunked body is bounded by
-    core.middleware.BodySizeLimitMiddleware, as under gunicorn, which sets the same flag)."""
-
-    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
-        environ.setdefault("wsgi.input_terminated", True)
-        return application(environ, start_response)
-
-    return app
+#: An answer that repeats an earlier read (at ``wait``, nothing changed) carries the plug-ins' fields
+#: (``SessionReport.fields``) as read at most this long ago; older, they are read again first.
+FIELDS_FRESH_SECONDS = 5.0
+ARRIVALS = Counter(
+    "fleet_watch_arrivals",
+    "Held session requests by how their arrival was read: 'database' (a statement) or 'memory' (fleet/watch/known.py).",
+    ["read"],
+)
 
 
 class AgentSessionFront:
     """The ASGI application (``project/asgi.py``): see the module docstring."""
 
     def __init__(self, *, wsgi_application: Callable[..., Any], threads: int, hub: WatchHub) -> None:
-        self.django = WSGIMiddleware(_terminated(wsgi_application), workers=threads)
+        self.django = WSGIMiddleware(terminated(wsgi_application), workers=threads)
         # The sessions' statements have threads of their own: a slow admin page never delays a heartbeat.
         self.threads = SessionThreads(threads)
         self.hub = hub
-        self.headers = _security_headers()
+        self.headers = security_headers()
         self._keeper: asyncio.Task[None] | None = None
+        self._fields: tuple[float, dict[str, Any]] = (-math.inf, {})  # the loop's time they were read, the fields
+        self._fields_read: asyncio.Task[None] | None = None
+        self._pulsed_at = -math.inf
+        self._background: set[asyncio.Task[Any]] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -119,15 +114,23 @@ class AgentSessionFront:
             self._keeper = asyncio.get_running_loop().create_task(self._keep_held_online(), name="watch-keeper")
 
     async def _keep_held_online(self) -> None:
-        """Every half interval, one UPDATE counts a heartbeat of each node this process holds (services/watch.py)."""
+        """Every half interval, one UPDATE counts a heartbeat of each node this process holds (services/watch.py).
+
+        Afterwards each of those nodes' ``last_seen_at`` is at most half an interval old (written now, or not due),
+        which is what lets their next arrivals be held from memory (fleet/watch/known.py)."""
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(held_touch_every())
+            self.hub.known.forget_older_than(loop.time() - KNOWN_SECONDS)
             node_ids = self.hub.held_node_ids()
             if node_ids:
+                now = timezone.now()
                 try:
-                    await self._run(held_sessions_touch, node_ids=node_ids)
+                    await self._run(held_sessions_touch, node_ids=node_ids, now=now)
                 except Exception as exc:  # the database is down: the next round tries again
                     log.warning("fleet.watch.touch_failed", error=f"{type(exc).__name__}: {exc}"[:300])
+                else:
+                    self.hub.known.touched(node_ids, seen_floor=now.timestamp() - touched_within())
 
     # -- the session request ------------------------------------------------------------------
 
@@ -180,7 +183,7 @@ class AgentSessionFront:
         if not length.isdigit() or int(length) > MAX_BODY_BYTES:
             await self.django(scope, receive, send)  # type: ignore[arg-type]  # its 413, 400 or chunked body
             return
-        body = await _read_body(receive)
+        body = await read_body(receive)
         request = session_request(
             authorization=headers.get(b"authorization"),
             content_type=headers.get(b"content-type", "").split(";")[0].strip().lower(),
@@ -188,7 +191,7 @@ class AgentSessionFront:
             body=body,
         )
         if request is None:
-            await self.django(scope, _replay(body, receive), send)  # type: ignore[arg-type]
+            await self.django(scope, replay(body, receive), send)  # type: ignore[arg-type]
             return
         self._start()  # without lifespan events (some servers, the tests' clients) too
         try:
@@ -201,7 +204,7 @@ class AgentSessionFront:
             await self._respond(send, SERVER_ERROR, status=500)
             return
         if report is not None:
-            await self._respond(send, session_answer_bytes(report))
+            await self._respond(send, session_answer_bytes(await self._fields_fresh(report)))
 
     async def _answer(
         self, request: SessionRequest, scope: Scope, receive: Receive, send: Send, body: bytes
@@ -211,6 +214,13 @@ class AgentSessionFront:
         hashed = token_hash(request.token)
         if request.wait is not None:
             await self.hub.start()  # subscribed before the revision is read: no change can fall in between
+            known = self._known(request, hashed)
+            if known is not None:
+                ARRIVALS.labels(read="memory").inc()
+                self._pulse()
+                deadline = loop.time() + (request.wait or 0)
+                return await self._hold(request, hashed, known.report, known.node_id, known.since, deadline, receive)
+            ARRIVALS.labels(read="database").inc()
         since = loop.time()
         report = await self._heartbeat(request, hashed)
         if report is None:
@@ -223,22 +233,99 @@ class AgentSessionFront:
                 protocol_version=request.protocol_version,
             )
         if report is None:  # an unknown token: Django's 401
-            await self.django(scope, _replay(body, receive), send)  # type: ignore[arg-type]
+            await self.django(scope, replay(body, receive), send)  # type: ignore[arg-type]
             return None
         if request.held_for != report.spec_revision or report.node_id is None:
             return report
-        return await self._hold(request, hashed, report, report.node_id, since, receive)
+        deadline = since + (request.wait or 0)
+        return await self._hold(request, hashed, report, report.node_id, since, deadline, receive)
 
     async def _heartbeat(self, request: SessionRequest, hashed: str) -> SessionReport | None:
-        return await self._run(
+        """A plain heartbeat's statement (None: not one); a watching agent's read is remembered (``_known``)."""
+        loop = asyncio.get_running_loop()
+        since = loop.time()
+        now = timezone.now()
+        report = await self._run(
             agent_heartbeat,
             token_hash=hashed,
             daemon_version=request.daemon_version,
             protocol_version=request.protocol_version,
+            now=now,
         )
+        if report is not None:
+            self._fields = (since, report.fields)
+            if request.wait is not None and report.node_id is not None:
+                # Afterwards last_seen_at is within an interval of now: written now, or not due.
+                floor = now.timestamp() - heartbeat_seconds()
+                known = Known(report.node_id, report, request.daemon_version, request.protocol_version, since, floor)
+                self.hub.remember(hashed, known)
+        return report
+
+    def _known(self, request: SessionRequest, hashed: str) -> Known | None:
+        """The read to hold this arrival on without a statement, if any (fleet/watch/known.py lists the rules)."""
+        known = self.hub.known.get(hashed)
+        if known is None or known.report.spec_revision != request.seen:
+            return None
+        now = asyncio.get_running_loop().time()
+        if (known.daemon_version, known.protocol_version) != (request.daemon_version, request.protocol_version):
+            return None
+        if now - known.since > KNOWN_SECONDS:
+            return None
+        if not self.hub.unbroken_since(known.since) or self.hub.notified_since(known.node_id, known.since):
+            return None
+        # The statement would write last_seen_at when it is an interval old: then it runs.
+        if known.seen_floor <= time.time() - heartbeat_seconds():
+            return None
+        return known
+
+    async def _fields_fresh(self, report: SessionReport) -> SessionReport:
+        """``report`` with the plug-ins' fields read at most FIELDS_FRESH_SECONDS ago: an answer at ``wait`` repeats
+        a read from up to a ``wait`` before, or from memory, longer. One read at a time; a failed one keeps them."""
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._fields[0] > FIELDS_FRESH_SECONDS:
+            if self._fields_read is None:
+                self._fields_read = loop.create_task(self._read_fields())
+            await asyncio.shield(self._fields_read)
+        fields = self._fields[1] if self._fields[0] > -math.inf else report.fields
+        return report if report.fields == fields else dataclasses.replace(report, fields=fields)
+
+    async def _read_fields(self) -> None:
+        since = asyncio.get_running_loop().time()
+        try:
+            self._fields = (since, await self._run(session_fields))
+        except Exception as exc:  # the database is down: the answer keeps the fields it has
+            log.warning("fleet.watch.fields_failed", error=f"{type(exc).__name__}: {exc}"[:300])
+        finally:
+            self._fields_read = None
+
+    def _pulse(self) -> None:
+        """An arrival answered from memory is heard too: the fleet's pulse, at most once per PULSE_EVERY here."""
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._pulsed_at < PULSE_EVERY.total_seconds():
+            return
+        self._pulsed_at = loop.time()
+        self._in_background(self._run(pulse_heard, now=timezone.now()), "fleet.watch.pulse_failed")
+
+    def _in_background(self, work: Coroutine[Any, Any, Any], failure: str) -> None:
+        async def logged() -> None:
+            try:
+                await work
+            except Exception as exc:  # the database is down: the keeper's next round writes the pulse too
+                log.warning(failure, error=f"{type(exc).__name__}: {exc}"[:300])
+
+        task = asyncio.get_running_loop().create_task(logged())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _hold(
-        self, request: SessionRequest, hashed: str, report: SessionReport, node_id: Any, since: float, receive: Receive
+        self,
+        request: SessionRequest,
+        hashed: str,
+        report: SessionReport,
+        node_id: Any,
+        since: float,
+        deadline: float,
+        receive: Receive,
     ) -> SessionReport | None:
         """Hold until the revision is not ``seen`` or ``wait`` passes; None when the agent hung up.
 
@@ -248,9 +335,8 @@ class AgentSessionFront:
         answer is read again: a lost wake costs the wait, never a stale answer.
         """
         loop = asyncio.get_running_loop()
-        deadline = since + (request.wait or 0)
         arrived = since
-        hung_up = asyncio.ensure_future(_disconnected(receive))
+        hung_up = asyncio.ensure_future(disconnected(receive))
         try:
             with self.hub.holding(node_id):
                 while True:
@@ -316,38 +402,6 @@ def _on_thread(*, function: Callable[..., T], kwargs: dict[str, Any]) -> T:
             raise
     commit_without_flush_wait()
     return function(**kwargs)
-
-
-async def _read_body(receive: Receive) -> bytes:
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            break  # the client went away: what was read is all there is
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body"):
-            break
-    return b"".join(chunks)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A ``receive`` that gives ``body`` once, then what the client's connection says (its disconnect)."""
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
-
-
-async def _disconnected(receive: Receive) -> None:
-    """Returns when the client hangs up (the body was read already: the next message is the disconnect)."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 def _release_on_exit_signals(hub: WatchHub) -> None:

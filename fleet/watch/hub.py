@@ -29,6 +29,8 @@ import psycopg
 import structlog
 from prometheus_client import Gauge
 
+from fleet.watch.known import Known, KnownSessions
+
 log = structlog.get_logger(__name__)
 
 HELD = Gauge("fleet_watch_held", "Agent session requests held now (waiting for a change).", multiprocess_mode="livesum")
@@ -62,6 +64,7 @@ class WatchHub:
         self._ever_subscribed = False
         self._listening_since = math.inf  # the loop's time the live subscription began (inf: none)
         self.closing = False
+        self.known = KnownSessions()
 
     # -- running -------------------------------------------------------------------------
 
@@ -114,6 +117,8 @@ class WatchHub:
         self.listening = listening
         self._listening_since = asyncio.get_running_loop().time() if listening and self.conninfo else math.inf
         LISTENING.set(1 if listening else 0)
+        if not listening:
+            self.known.forget_all()  # what was read before may have changed unnotified
         if listening:
             self._ever_subscribed = True
             self._subscribed.set()
@@ -129,6 +134,7 @@ class WatchHub:
                 log.warning("fleet.watch.bad_payload", payload=payload[:100])
                 return
             self._notified_at[node_id] = now
+            self.known.forget_node(node_id)
             self._wake(node_id)
         if len(self._notified_at) > 10_000:  # forget old notifications now and then, not per message
             self._notified_at = {n: t for n, t in self._notified_at.items() if now - t < RECENT_SECONDS}
@@ -141,6 +147,7 @@ class WatchHub:
     def release_all(self) -> None:
         """Shutting down: every held request answers now, and new ones are answered at once."""
         self.closing = True
+        self.known.forget_all()
         for node_id in list(self._waiters):
             self._wake(node_id)
 
@@ -170,6 +177,13 @@ class WatchHub:
         """Whether every change committed since ``moment`` has been notified: the NOTIFY subscription has been
         live all along (never in poll mode); or the process is stopping (answer now)."""
         return self.closing or self._listening_since <= moment
+
+    def remember(self, token_hash: str, known: Known) -> None:
+        """Keep a plain heartbeat's read, to hold the token's next arrival on (fleet/watch/known.py): only when the
+        subscription has been live since before the read began and brought nothing for the node since."""
+        recent = asyncio.get_running_loop().time() - known.since < RECENT_SECONDS / 2  # its notifications are kept
+        if recent and self.unbroken_since(known.since) and not self.notified_since(known.node_id, known.since):
+            self.known.remember(token_hash, known)
 
     def next_wake(self, node_id: UUID) -> asyncio.Future[None]:
         """A future resolved by the next notification for ``node_id`` (or the next poll, or shutdown)."""

@@ -56,6 +56,11 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server(django_db_setup, tmp_path_factory) -> Iterator[Server]:
+    yield from serve(tmp_path_factory, heartbeat_seconds=HEARTBEAT_SECONDS)
+
+
+def serve(tmp_path_factory, *, heartbeat_seconds: int) -> Iterator[Server]:
+    """The web tier on the test database, one process, its heartbeat interval ``heartbeat_seconds``."""
     if connection.vendor != "postgresql":
         pytest.fail("the watch tests need PostgreSQL: run them with `make test`")
     port = free_port()
@@ -65,7 +70,7 @@ def server(django_db_setup, tmp_path_factory) -> Iterator[Server]:
         "DATABASE_CONN_MAX_AGE": "60",
         "CELERY_BROKER_URL": django_settings.CELERY_BROKER_URL,
         "CELERY_TASK_DEFAULT_QUEUE": f"watch-{uuid.uuid4().hex[:8]}",
-        "FLEET_HEARTBEAT_SECONDS": str(HEARTBEAT_SECONDS),
+        "FLEET_HEARTBEAT_SECONDS": str(heartbeat_seconds),
         "FLEET_WATCH_RECONNECT_SECONDS": str(RECONNECT_SECONDS),
         "FLEET_WATCH_PING_SECONDS": str(PING_SECONDS),
         "METRICS_PUBLIC": "1",

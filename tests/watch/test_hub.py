@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from fleet.services.sessions import SessionReport
 from fleet.watch.hub import POLL_SECONDS, WatchHub
+from fleet.watch.known import Known
 
 
 def run(coroutine):
@@ -60,5 +62,45 @@ def test_stopping_releases_every_held_request_and_holds_no_new_one():
         assert held.done()
         assert hub.next_wake(uuid.uuid4()).done()  # held no longer: answered at once
         assert hub.notified_since(node, asyncio.get_running_loop().time() + 60)
+
+    run(main())
+
+
+def _known(node: uuid.UUID, since: float) -> Known:
+    report = SessionReport(spec={}, commands=[], heartbeat_seconds=60, joined=False, node_id=node, fields={})
+    return Known(node, report, "1.0.0", 3, since, seen_floor=0.0)
+
+
+def test_what_was_read_is_kept_only_while_listening_and_forgotten_at_a_notification_or_a_loss():
+    async def main():
+        hub = WatchHub(conninfo={"dbname": "unused"}, channel="fleet_watch", reconnect_seconds=1)
+        loop = asyncio.get_running_loop()
+        first, second = uuid.uuid4(), uuid.uuid4()
+        hub.remember("a", _known(first, loop.time()))
+        assert hub.known.get("a") is None  # not listening: nothing may be answered from memory
+        hub._set_listening(True)
+        await asyncio.sleep(0.01)
+        hub.remember("a", _known(first, loop.time()))
+        hub.remember("b", _known(second, loop.time()))
+        hub.known.touched([first], seen_floor=100.0)
+        hub.remember("a", _known(first, loop.time()))  # read again: the floor stays
+        assert hub.known.get("a").seen_floor == 100.0
+        hub._deliver(first.hex)
+        assert hub.known.get("a") is None
+        assert hub.known.get("b") is not None
+        # A read that began before a notification for its node is not kept.
+        before = loop.time()
+        hub._deliver(first.hex)
+        hub.remember("a", _known(first, before))
+        assert hub.known.get("a") is None
+        # Another token of the same node replaces the old one's entry.
+        hub.remember("c", _known(second, loop.time()))
+        assert hub.known.get("b") is None
+        assert len(hub.known) == 1
+        hub.known.forget_older_than(loop.time())  # older than KNOWN_SECONDS, in the keeper's use
+        assert len(hub.known) == 0
+        hub.remember("c", _known(second, loop.time()))
+        hub._set_listening(False)
+        assert len(hub.known) == 0
 
     run(main())

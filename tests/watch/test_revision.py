@@ -4,16 +4,18 @@ exactly those nodes, after the commit, whoever writes (docs/fleet.md#watch)."""
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 import psycopg
 import pytest
 from django.db import connection, transaction
+from django.utils import timezone
 
-from fleet.models import Command, Node
+from fleet.models import Command, Node, NodeSession
 from fleet.services.commands import command_ack, command_enqueue, commands_complete_upgrade
 from fleet.services.nodes import nodes_set_daemon
 from fleet.services.sessions import agent_heartbeat, agent_session_report
-from fleet.services.watch import NOTIFY_CHANNEL
+from fleet.services.watch import NOTIFY_CHANNEL, held_sessions_touch
 from fleet.tokens import token_hash
 from tests.fleet.conftest import agent_client, make_node, make_nodes, make_pool
 from tests.watch.conftest import SESSION, database_url
@@ -114,3 +116,34 @@ def test_a_burst_is_a_few_notifications_under_the_payload_limit(tenant, notified
     payloads = notified.payloads  # type: ignore[attr-defined]
     assert len(payloads) == 5  # 240 ids each
     assert max(len(p.encode()) for p in payloads) < 8000
+
+
+def test_a_change_a_heartbeat_would_read_is_notified_and_a_heartbeat_is_not(tenant, notified):
+    """What tells a web process that its memory of a node is stale (fleet/watch/known.py): the node's session
+    opened, closed, on another version or protocol, or gone; its token replaced; the node gone."""
+    node, token = make_node(make_pool(tenant))
+    client = agent_client(token)
+
+    def session(version: str = "1.0.0", protocol: int = 3) -> None:
+        response = client.post(SESSION, {"daemonVersion": version, "protocolVersion": protocol}, format="json")
+        assert response.status_code == 200
+
+    session()  # the first session: nothing could have been read of it before
+    notified()
+    session()
+    agent_heartbeat(token_hash=token_hash(token), daemon_version="1.0.0", protocol_version=3)
+    held_sessions_touch(node_ids=[node.id], now=timezone.now() + timedelta(hours=1))  # last_seen_at written
+    session()  # and written back
+    assert node.id not in notified()
+
+    for change in (
+        lambda: session(protocol=4),
+        lambda: session(version="1.1.0", protocol=4),
+        lambda: client.delete(SESSION),
+        lambda: session(),
+        lambda: NodeSession.objects.filter(node=node).delete(),
+        lambda: Node.objects.filter(pk=node.pk).update(agent_token_hash="0" * 64),
+        lambda: Node.objects.filter(pk=node.pk).delete(),
+    ):
+        change()
+        assert node.id in notified()

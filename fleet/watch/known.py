@@ -1,0 +1,95 @@
+"""What a web process last read for each agent it holds, answered from memory while nothing says it changed.
+
+A watching agent comes back as soon as its held answer arrives, with the same ``seen``, about once a ``wait``.
+Its arrival's statement (``agent_heartbeat``) would read what the process read last time, and would write
+nothing: its ``last_seen_at`` write is coalesced, and the keeper touched the node while it was held. That
+statement was most of the web tier's and PostgreSQL's work for an idle fleet (docs/benchmarks.md), so the
+process remembers, per token, the report its last statement read, and holds the next arrival on it without a
+statement when all of these hold (docs/architecture.md#watch says why each is enough):
+
+- the request repeats what was read: the same daemon and protocol version, and ``seen`` is the report's revision;
+- nothing was notified for the node since the read began: the watch channel carries every change to the node's
+  spec and pending commands, and (fleet/migrations/0007_watch_notify_sessions.py) to its session, its token and
+  its existence; a notification drops the entry, and so does the loss of the subscription (everything);
+- the read is at most ``KNOWN_SECONDS`` old: whatever a notification could miss, a read repairs it;
+- the node's ``last_seen_at`` is known to be less than one interval old (``seen_floor``, from the keeper's
+  touches), so the statement would not have written it: the database ends as the statement would have left it.
+
+Anything else reads the database, as before. Only plain heartbeats are remembered; joins notify.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from uuid import UUID
+
+from fleet.services.sessions import SessionReport
+
+#: A read older than this is not answered from: the next arrival reads the database (bounds what a missed
+#: notification could cost, whatever its cause).
+KNOWN_SECONDS = 300.0
+
+
+@dataclass
+class Known:
+    """A plain heartbeat's report, and what it was read for."""
+
+    node_id: UUID
+    report: SessionReport
+    daemon_version: str
+    protocol_version: int
+    #: The event loop's time just before the read began: a notification at or after it may postdate the read.
+    since: float
+    #: The wall clock (seconds since the epoch) that the node's stored ``last_seen_at`` is known to be at or after.
+    seen_floor: float
+
+
+class KnownSessions:
+    """Per agent token hash, this process's last plain-heartbeat read. Used from the event loop only."""
+
+    def __init__(self) -> None:
+        self._by_token: dict[str, Known] = {}
+        self._token_of: dict[UUID, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_token)
+
+    def remember(self, token_hash: str, known: Known) -> None:
+        previous = self._by_token.get(token_hash)
+        if previous is not None and previous.node_id == known.node_id:
+            known.seen_floor = max(known.seen_floor, previous.seen_floor)
+        stale_token = self._token_of.get(known.node_id)
+        if stale_token is not None and stale_token != token_hash:
+            self._by_token.pop(stale_token, None)
+        if previous is not None and previous.node_id != known.node_id:
+            self._token_of.pop(previous.node_id, None)
+        self._by_token[token_hash] = known
+        self._token_of[known.node_id] = token_hash
+
+    def get(self, token_hash: str) -> Known | None:
+        return self._by_token.get(token_hash)
+
+    def forget_node(self, node_id: UUID) -> None:
+        token_hash = self._token_of.pop(node_id, None)
+        if token_hash is not None:
+            self._by_token.pop(token_hash, None)
+
+    def forget_all(self) -> None:
+        self._by_token.clear()
+        self._token_of.clear()
+
+    def touched(self, node_ids: Iterable[UUID], *, seen_floor: float) -> None:
+        """The keeper touched these nodes: each one's ``last_seen_at`` is now at or after ``seen_floor``."""
+        for node_id in node_ids:
+            token_hash = self._token_of.get(node_id)
+            if token_hash is not None:
+                known = self._by_token[token_hash]
+                known.seen_floor = max(known.seen_floor, seen_floor)
+
+    def forget_older_than(self, since: float) -> None:
+        """Drop the reads that began before ``since`` (the loop's clock): they would not be answered from."""
+        for token_hash, known in list(self._by_token.items()):
+            if known.since < since:
+                del self._by_token[token_hash]
+                self._token_of.pop(known.node_id, None)

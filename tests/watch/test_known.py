@@ -1,0 +1,175 @@
+"""A watching agent's next arrival is held on what the web process last read, without a statement, while nothing
+says it changed (fleet/watch/known.py); anything that could make a heartbeat read differently reads the database
+again. Over the real web tier, its heartbeat interval 2 s (its keeper touches held nodes every second)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import httpx
+import psycopg
+import pytest
+from django.utils import timezone
+
+from fleet.models import Node, NodeSession
+from fleet.services.nodes import online_node_q
+from tests.watch.conftest import SESSION, Agent, Server, database_url, listener_pids, serve
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+INTERVAL = 2
+WAIT = 2  # a hold spans at least one keeper round (every INTERVAL / 2)
+
+
+@pytest.fixture(scope="module")
+def server(django_db_setup, tmp_path_factory) -> Iterator[Server]:
+    yield from serve(tmp_path_factory, heartbeat_seconds=INTERVAL)
+
+
+@pytest.fixture
+def heartbeat_seconds(settings):
+    settings.FLEET_HEARTBEAT_SECONDS = INTERVAL
+    return INTERVAL
+
+
+def arrivals(server: Server) -> dict[str, int]:
+    """The server's count of held arrivals by how they were read ('database', 'memory')."""
+    counts = {"database": 0, "memory": 0}
+    for line in httpx.get(f"{server.url}/metrics", timeout=10).text.splitlines():
+        for read in counts:
+            if line.startswith(f'fleet_watch_arrivals_total{{read="{read}"}}'):
+                counts[read] = int(float(line.split()[1]))
+    return counts
+
+
+def hold(agent: Agent, seen: str) -> tuple[httpx.Response, float]:
+    """A held request with ``seen``: its answer and how long it took."""
+    started = time.monotonic()
+    response = agent.session(wait=WAIT, seen=seen)
+    assert response.status_code == 200, response.text
+    return response, time.monotonic() - started
+
+
+def watched(server: Server, agent: Agent) -> str:
+    """The agent watches until an arrival is held from memory: the revision it holds on."""
+    seen = agent.session().json()["specRevision"]
+    before = arrivals(server)["memory"]
+    for _ in range(5):
+        response, _ = hold(agent, seen)
+        assert response.json()["specRevision"] == seen
+        if arrivals(server)["memory"] > before:
+            return seen
+    raise AssertionError(f"no arrival held from memory: {arrivals(server)}")
+
+
+def without_notify(sql: str, params: list) -> None:
+    """A write the triggers do not see (replication role): nobody is told of it."""
+    with psycopg.connect(database_url(), autocommit=True) as conn, conn.transaction():
+        conn.execute("SET LOCAL session_replication_role = replica")
+        conn.execute(sql, params)
+
+
+def test_a_watching_agent_s_arrivals_are_held_from_memory_and_it_stays_online(server, agents, heartbeat_seconds):
+    (agent,) = agents(1)
+    seen = watched(server, agent)
+    before = arrivals(server)
+    for _ in range(3):
+        response, took = hold(agent, seen)
+        assert response.json()["specRevision"] == seen
+        assert took >= WAIT - 0.1  # held to its wait, not answered at once
+        session = NodeSession.objects.get(node=agent.node)
+        # What the arrival's statement would have left: last_seen_at within an interval of now.
+        assert (timezone.now() - session.last_seen_at).total_seconds() < INTERVAL
+        assert Node.objects.filter(online_node_q(now=timezone.now()), pk=agent.node.pk).exists()
+    after = arrivals(server)
+    assert after["memory"] - before["memory"] >= 2, (before, after)
+
+    # Proof that no statement read them: a change written where no trigger sees it is not in the answer.
+    without_notify('UPDATE fleet_node SET spec = \'{"daemon": null, "unseen": 1}\' WHERE id = %s', [agent.node.id])
+    response, took = hold(agent, seen)
+    assert arrivals(server)["memory"] == after["memory"] + 1
+    assert response.json()["specRevision"] == seen
+    assert took >= WAIT - 0.1
+    # The next change that is notified wakes it, and the answer is read from the database: both changes.
+    Node.objects.filter(pk=agent.node.pk).update(spec={"daemon": None, "seen": 2})
+    response, _ = hold(agent, seen)
+    assert response.json()["spec"] == {"daemon": None, "seen": 2}
+
+
+def test_a_change_to_the_spec_is_answered_at_once(server, agents):
+    (agent,) = agents(1)
+    seen = watched(server, agent)
+    Node.objects.filter(pk=agent.node.pk).update(spec={"daemon": None, "changed": True})
+    response, took = hold(agent, seen)
+    assert response.json()["spec"] == {"daemon": None, "changed": True}
+    assert took < WAIT - 0.5
+
+
+def _leave(agent: Agent) -> None:
+    response = httpx.delete(agent.url + SESSION, headers={"Authorization": f"Bearer {agent.token}"}, timeout=10)
+    assert response.status_code == 204
+
+
+def _other_version(agent: Agent) -> None:
+    assert httpx.post(
+        agent.url + SESSION,
+        json={"daemonVersion": "1.0.0", "protocolVersion": agent.protocol},
+        headers={"Authorization": f"Bearer {agent.token}"},
+        timeout=10,
+    ).is_success
+
+
+def _other_protocol(agent: Agent) -> None:
+    assert agent.session(protocolVersion=agent.protocol + 1).is_success
+
+
+@pytest.mark.parametrize(
+    ("change", "then"),
+    [
+        (_leave, lambda s: s.left_at is None),  # the arrival is a join again
+        (_other_version, lambda s: s.daemon_version == "0.9.0"),  # a version change back
+        (_other_protocol, lambda s: s.protocol_version == 3),
+        (lambda a: NodeSession.objects.filter(node=a.node).delete(), lambda s: s.left_at is None),
+    ],
+    ids=["left", "another-version-joined", "another-protocol", "session-deleted"],
+)
+def test_a_change_to_the_session_reads_the_database_again(server, agents, change, then):
+    (agent,) = agents(1)
+    seen = watched(server, agent)
+    change(agent)
+    before = arrivals(server)
+    response, _ = hold(agent, seen)
+    assert arrivals(server)["memory"] == before["memory"]
+    assert then(NodeSession.objects.get(node=agent.node)), "the arrival was not recorded as the database would"
+    assert response.json()["specRevision"] == seen
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda node: Node.objects.filter(pk=node.pk).update(agent_token_hash="0" * 64),
+        lambda node: Node.objects.filter(pk=node.pk).delete(),
+    ],
+    ids=["token-replaced", "node-deleted"],
+)
+def test_a_token_no_longer_valid_is_refused_at_once(server, agents, change):
+    (agent,) = agents(1)
+    seen = watched(server, agent)
+    change(agent.node)
+    response = agent.session(wait=WAIT, seen=seen)
+    assert response.status_code == 401
+
+
+def test_a_lost_subscription_forgets_what_was_read(server, agents):
+    (agent,) = agents(1)
+    seen = watched(server, agent)
+    with psycopg.connect(database_url(), autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = ANY(%s)", [listener_pids()])
+    # What changes while nobody listens is read, once the process LISTENs again, by the next arrival.
+    without_notify('UPDATE fleet_node SET spec = \'{"daemon": null, "missed": 1}\' WHERE id = %s', [agent.node.id])
+    deadline = time.monotonic() + 20
+    while len(listener_pids()) != 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    response, _ = hold(agent, seen)
+    assert response.json()["spec"] == {"daemon": None, "missed": 1}
