@@ -1,11 +1,13 @@
 """The ASGI plumbing of the agent-session front (front.py): its message types, reading and replaying a request's
-body, noticing a client that hung up, and the headers Django would have added."""
+body, noticing a client that hung up, the headers Django would have added, and the bridge to Django's threads."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from a2wsgi.wsgi import WSGIMiddleware, WSGIResponder
 from django.conf import settings
 
 Scope = MutableMapping[str, Any]
@@ -66,3 +68,53 @@ async def disconnected(receive: Receive) -> None:
     """Returns when the client hangs up (the body was read already: the next message is the disconnect)."""
     while (await receive())["type"] != "http.disconnect":
         pass
+
+
+#: An answer up to this size (and ``send_queue_size`` messages) is made whole on its thread and handed to the event
+#: loop at once; a longer one streams, the thread waiting for the loop at each message, as a2wsgi does.
+WHOLE_ANSWER_BYTES = 256 << 10
+
+
+class DjangoOnThreads(WSGIMiddleware):
+    """a2wsgi's WSGI-to-ASGI bridge, but a small answer does not hold its thread while the event loop sends it.
+
+    a2wsgi hands each message of an answer (its start, each chunk of its body, its end) to the event loop and
+    blocks the thread until the loop has taken it: three waits for the busiest thread of the process for even the
+    smallest answer, while the thread is one of a few (``WEB_THREADS``). A round of a rollout sends hundreds of
+    agents to the download at once (docs/benchmarks.md measured them queueing there). Here the messages are kept
+    on the thread until the answer is complete or too large, then handed over in one call that does not wait.
+    """
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            responder = _WholeAnswerResponder(self.app, self.executor, self.send_queue_size)
+            return await responder(scope, receive, send)
+        return await super().__call__(scope, receive, send)
+
+
+class _WholeAnswerResponder(WSGIResponder):
+    def __init__(self, app: Any, executor: Any, send_queue_size: int) -> None:
+        super().__init__(app, executor, send_queue_size)
+        self._kept: list[Any] | None = []  # None once streaming
+        self._kept_bytes = 0
+        self._queue_size = send_queue_size
+
+    def send(self, message: Any) -> None:  # on the WSGI thread
+        if self._kept is None:
+            super().send(message)
+            return
+        self._kept.append(message)
+        self._kept_bytes += len(message.get("body", b""))
+        complete = message["type"] == "http.response.body" and not message.get("more_body", False)
+        if complete and self._kept_bytes <= WHOLE_ANSWER_BYTES and len(self._kept) < self._queue_size:
+            kept, self._kept = self._kept, None
+            self.loop.call_soon_threadsafe(_put_all, self.send_queue, kept)  # before the thread's end is seen
+        elif complete or self._kept_bytes > WHOLE_ANSWER_BYTES or len(self._kept) >= self._queue_size - 1:
+            kept, self._kept = self._kept, None  # too long to keep: stream it, and what follows
+            for kept_message in kept:
+                super().send(kept_message)
+
+
+def _put_all(queue: asyncio.Queue[Any], messages: list[Any]) -> None:
+    for message in messages:
+        queue.put_nowait(message)  # the queue is empty and has room: nothing was handed over before

@@ -24,7 +24,6 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import structlog
-from a2wsgi import WSGIMiddleware
 from django.db import close_old_connections, connection
 from django.utils import timezone
 from prometheus_client import Counter
@@ -45,7 +44,17 @@ from fleet.services.sessions import (
 )
 from fleet.services.watch import held_sessions_touch, held_touch_every, touched_within
 from fleet.tokens import bearer_token, token_hash
-from fleet.watch.asgi import Receive, Scope, Send, disconnected, read_body, replay, security_headers, terminated
+from fleet.watch.asgi import (
+    DjangoOnThreads,
+    Receive,
+    Scope,
+    Send,
+    disconnected,
+    read_body,
+    replay,
+    security_headers,
+    terminated,
+)
 from fleet.watch.hub import WatchHub
 from fleet.watch.known import KNOWN_SECONDS, Known
 from fleet.watch.threads import SessionThreads
@@ -72,7 +81,7 @@ class AgentSessionFront:
     """The ASGI application (``project/asgi.py``): see the module docstring."""
 
     def __init__(self, *, wsgi_application: Callable[..., Any], threads: int, hub: WatchHub) -> None:
-        self.django = WSGIMiddleware(terminated(wsgi_application), workers=threads)
+        self.django = DjangoOnThreads(terminated(wsgi_application), workers=threads)
         # The sessions' statements have threads of their own: a slow admin page never delays a heartbeat.
         self.threads = SessionThreads(threads)
         self.hub = hub
@@ -91,7 +100,7 @@ class AgentSessionFront:
         elif scope["type"] == "http" and scope["path"] == SESSION_PATH and scope["method"] == "DELETE":
             await self._leave(scope, receive, send)
         else:
-            await self.django(scope, receive, send)  # type: ignore[arg-type]
+            await self.django(scope, receive, send)
 
     # -- lifespan: the keeper; answering held requests when the server stops ------------------
 
@@ -158,7 +167,7 @@ class AgentSessionFront:
         accept = headers.get(b"accept", "*/*")
         body = headers.get(b"content-length", "0") != "0" or b"transfer-encoding" in headers
         if token is None or body or not ("*/*" in accept or "json" in accept):
-            await self.django(scope, receive, send)  # type: ignore[arg-type]
+            await self.django(scope, receive, send)
             return
         try:
             left = await self._run(agent_session_leave_for_token, token_hash=token_hash(token))
@@ -170,7 +179,7 @@ class AgentSessionFront:
             await self._respond(send, SERVER_ERROR, status=500)
             return
         if left is None:
-            await self.django(scope, receive, send)  # type: ignore[arg-type]
+            await self.django(scope, receive, send)
             return
         await self._respond(send, b"", status=204, content_type=None, extra=LEAVE_HEADERS)
 
@@ -181,7 +190,7 @@ class AgentSessionFront:
         scope[ANSWER_AT_ONCE_SCOPE_KEY] = True  # Django never holds one on its threads: this front holds
         length = headers.get(b"content-length", "")
         if not length.isdigit() or int(length) > MAX_BODY_BYTES:
-            await self.django(scope, receive, send)  # type: ignore[arg-type]  # its 413, 400 or chunked body
+            await self.django(scope, receive, send)  # its 413, 400 or chunked body
             return
         body = await read_body(receive)
         request = session_request(
@@ -191,7 +200,7 @@ class AgentSessionFront:
             body=body,
         )
         if request is None:
-            await self.django(scope, replay(body, receive), send)  # type: ignore[arg-type]
+            await self.django(scope, replay(body, receive), send)
             return
         self._start()  # without lifespan events (some servers, the tests' clients) too
         try:
@@ -233,7 +242,7 @@ class AgentSessionFront:
                 protocol_version=request.protocol_version,
             )
         if report is None:  # an unknown token: Django's 401
-            await self.django(scope, replay(body, receive), send)  # type: ignore[arg-type]
+            await self.django(scope, replay(body, receive), send)
             return None
         if request.held_for != report.spec_revision or report.node_id is None:
             return report
