@@ -1,10 +1,10 @@
 """More wakes on the watch channel (docs/fleet.md#watch): a node's session opened, closed or moved to another daemon
-or protocol version, its session deleted, its agent token replaced, the node deleted.
+or protocol version, its ``last_seen_at`` moved back, its session deleted, its agent token replaced, the node deleted.
 
 None of these changes a held answer's revision; they tell each web process that what it last read for the node is
-no longer what a heartbeat would read (fleet/watch/known.py), so its next arrival reads the database again. Row
-triggers with a WHEN clause: a heartbeat's or a touch's write of ``last_seen_at`` queues nothing (a heartbeat SETs
-``protocol_version`` to the value it has, which the WHEN clause compares and skips). A join or a leave is one
+no longer what a heartbeat would read or write (fleet/watch/known.py), so its next arrival reads the database again.
+Row triggers with a WHEN clause: a heartbeat's or a touch's write of ``last_seen_at``, forward, queues nothing (a
+heartbeat SETs ``protocol_version`` to the value it has, which the WHEN clause compares and skips). A join or a leave is one
 notification. NOTIFY is sent after the commit, never for a rollback.
 """
 
@@ -19,10 +19,11 @@ BEGIN
     RETURN NULL;
 END $$;
 
-CREATE TRIGGER fleet_session_watch AFTER UPDATE OF left_at, daemon_version, protocol_version, node_id
+CREATE TRIGGER fleet_session_watch AFTER UPDATE OF left_at, daemon_version, protocol_version, node_id, last_seen_at
     ON fleet_nodesession FOR EACH ROW
     WHEN ((OLD.left_at, OLD.daemon_version, OLD.protocol_version, OLD.node_id)
-          IS DISTINCT FROM (NEW.left_at, NEW.daemon_version, NEW.protocol_version, NEW.node_id))
+          IS DISTINCT FROM (NEW.left_at, NEW.daemon_version, NEW.protocol_version, NEW.node_id)
+          OR NEW.last_seen_at < OLD.last_seen_at)
     EXECUTE FUNCTION fleet_session_watch();
 
 CREATE TRIGGER fleet_session_delete_watch AFTER DELETE ON fleet_nodesession

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 
 import httpx
 import psycopg
@@ -131,8 +132,12 @@ def _other_protocol(agent: Agent) -> None:
         (_other_version, lambda s: s.daemon_version == "0.9.0"),  # a version change back
         (_other_protocol, lambda s: s.protocol_version == 3),
         (lambda a: NodeSession.objects.filter(node=a.node).delete(), lambda s: s.left_at is None),
+        (  # as an agent away for an hour: the arrival writes last_seen_at, and the node is online at once
+            lambda a: NodeSession.objects.filter(node=a.node).update(last_seen_at=timezone.now() - timedelta(hours=1)),
+            lambda s: (timezone.now() - s.last_seen_at).total_seconds() < INTERVAL,
+        ),
     ],
-    ids=["left", "another-version-joined", "another-protocol", "session-deleted"],
+    ids=["left", "another-version-joined", "another-protocol", "session-deleted", "last-seen-moved-back"],
 )
 def test_a_change_to_the_session_reads_the_database_again(server, agents, change, then):
     (agent,) = agents(1)

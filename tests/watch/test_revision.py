@@ -120,7 +120,8 @@ def test_a_burst_is_a_few_notifications_under_the_payload_limit(tenant, notified
 
 def test_a_change_a_heartbeat_would_read_is_notified_and_a_heartbeat_is_not(tenant, notified):
     """What tells a web process that its memory of a node is stale (fleet/watch/known.py): the node's session
-    opened, closed, on another version or protocol, or gone; its token replaced; the node gone."""
+    opened, closed, on another version or protocol, seen earlier than it was, or gone; its token replaced; the
+    node gone."""
     node, token = make_node(make_pool(tenant))
     client = agent_client(token)
 
@@ -132,8 +133,7 @@ def test_a_change_a_heartbeat_would_read_is_notified_and_a_heartbeat_is_not(tena
     notified()
     session()
     agent_heartbeat(token_hash=token_hash(token), daemon_version="1.0.0", protocol_version=3)
-    held_sessions_touch(node_ids=[node.id], now=timezone.now() + timedelta(hours=1))  # last_seen_at written
-    session()  # and written back
+    assert held_sessions_touch(node_ids=[node.id], now=timezone.now() + timedelta(hours=1)) == 1  # written, forward
     assert node.id not in notified()
 
     for change in (
@@ -141,6 +141,7 @@ def test_a_change_a_heartbeat_would_read_is_notified_and_a_heartbeat_is_not(tena
         lambda: session(version="1.1.0", protocol=4),
         lambda: client.delete(SESSION),
         lambda: session(),
+        lambda: NodeSession.objects.filter(node=node).update(last_seen_at=timezone.now() - timedelta(hours=1)),
         lambda: NodeSession.objects.filter(node=node).delete(),
         lambda: Node.objects.filter(pk=node.pk).update(agent_token_hash="0" * 64),
         lambda: Node.objects.filter(pk=node.pk).delete(),
