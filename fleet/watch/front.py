@@ -241,6 +241,8 @@ class AgentSessionFront:
                 daemon_version=request.daemon_version,
                 protocol_version=request.protocol_version,
             )
+            if report is not None:
+                self._fields_seen(since, report.fields)
         if report is None:  # an unknown token: Django's 401
             await self.django(scope, replay(body, receive), send)
             return None
@@ -262,7 +264,7 @@ class AgentSessionFront:
             now=now,
         )
         if report is not None:
-            self._fields = (since, report.fields)
+            self._fields_seen(since, report.fields)
             if request.wait is not None and report.node_id is not None:
                 # Afterwards last_seen_at is within an interval of now: written now, or not due.
                 floor = now.timestamp() - heartbeat_seconds()
@@ -298,10 +300,15 @@ class AgentSessionFront:
         fields = self._fields[1] if self._fields[0] > -math.inf else report.fields
         return report if report.fields == fields else dataclasses.replace(report, fields=fields)
 
+    def _fields_seen(self, since: float, fields: dict[str, Any]) -> None:
+        """Fields read by a statement that began at ``since``: kept unless a read that began later is kept."""
+        if since >= self._fields[0]:
+            self._fields = (since, fields)
+
     async def _read_fields(self) -> None:
         since = asyncio.get_running_loop().time()
         try:
-            self._fields = (since, await self._run(session_fields))
+            self._fields_seen(since, await self._run(session_fields))
         except Exception as exc:  # the database is down: the answer keeps the fields it has
             log.warning("fleet.watch.fields_failed", error=f"{type(exc).__name__}: {exc}"[:300])
         finally:
