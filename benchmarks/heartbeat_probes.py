@@ -201,7 +201,8 @@ class ProcessSampler(threading.Thread):
 
     def stop(self) -> None:
         self._halt.set()
-        self.join(timeout=10)
+        if self.is_alive():  # a run that failed before its measurement began never started it
+            self.join(timeout=10)
         for sampler in self.cpu.values():
             sampler.sample()
 
