@@ -5,7 +5,7 @@ Its arrival's statement (``agent_heartbeat``) would read what the process read l
 nothing: its ``last_seen_at`` write is coalesced, and the keeper touched the node while it was held. That
 statement was most of the web tier's and PostgreSQL's work for an idle fleet (docs/benchmarks.md), so the
 process remembers, per token, the report its last statement read, and holds the next arrival on it without a
-statement when all of these hold (docs/architecture.md#watch says why each is enough):
+statement when all of these hold (docs/architecture.md#watch, "Arrivals held from memory", says why each is enough):
 
 - the request repeats what was read: the same daemon and protocol version, and ``seen`` is the report's revision;
 - nothing was notified for the node since the read began: the watch channel carries every change to the node's
