@@ -11,6 +11,9 @@ listened for ``ping_seconds`` the hub asks it ``SELECT 1``, and one that does no
 dropped and replaced (libpq's TCP keepalives, set in fleet/watch/__init__.py, catch a dead peer too).
 psycopg keeps what arrives during the ping for the next ``notifies()`` (since 3.2.4): nothing is lost.
 
+The hub also keeps what the process last read for each watching agent (``known``, fleet/watch/known.py): a
+notification for a node drops its read, a lost subscription all of them.
+
 Without PostgreSQL (the SQLite demo) there is nothing to LISTEN to: every held request is woken once a second
 to read its revision again.
 """
