@@ -13,9 +13,10 @@ from django.db import migrations
 from core.statements import postgresql_only
 
 FORWARD = """
-CREATE FUNCTION fleet_session_watch() RETURNS trigger LANGUAGE plpgsql AS $$
+-- The row's node, named by the trigger's argument (its column), through 0005's one way of notifying.
+CREATE FUNCTION fleet_row_watch() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify('fleet_watch', replace(OLD.node_id::text, '-', ''));
+    PERFORM fleet_watch_notify(ARRAY[(to_jsonb(OLD) ->> TG_ARGV[0])::uuid]);
     RETURN NULL;
 END $$;
 
@@ -24,23 +25,17 @@ CREATE TRIGGER fleet_session_watch AFTER UPDATE OF left_at, daemon_version, prot
     WHEN ((OLD.left_at, OLD.daemon_version, OLD.protocol_version, OLD.node_id)
           IS DISTINCT FROM (NEW.left_at, NEW.daemon_version, NEW.protocol_version, NEW.node_id)
           OR NEW.last_seen_at < OLD.last_seen_at)
-    EXECUTE FUNCTION fleet_session_watch();
+    EXECUTE FUNCTION fleet_row_watch('node_id');
 
 CREATE TRIGGER fleet_session_delete_watch AFTER DELETE ON fleet_nodesession
-    FOR EACH ROW EXECUTE FUNCTION fleet_session_watch();
-
-CREATE FUNCTION fleet_node_agent_watch() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_notify('fleet_watch', replace(OLD.id::text, '-', ''));
-    RETURN NULL;
-END $$;
+    FOR EACH ROW EXECUTE FUNCTION fleet_row_watch('node_id');
 
 CREATE TRIGGER fleet_node_token_watch AFTER UPDATE OF agent_token_hash ON fleet_node FOR EACH ROW
     WHEN (OLD.agent_token_hash IS DISTINCT FROM NEW.agent_token_hash)
-    EXECUTE FUNCTION fleet_node_agent_watch();
+    EXECUTE FUNCTION fleet_row_watch('id');
 
 CREATE TRIGGER fleet_node_delete_watch AFTER DELETE ON fleet_node
-    FOR EACH ROW EXECUTE FUNCTION fleet_node_agent_watch();
+    FOR EACH ROW EXECUTE FUNCTION fleet_row_watch('id');
 """
 
 BACKWARD = """
@@ -48,8 +43,7 @@ DROP TRIGGER IF EXISTS fleet_node_delete_watch ON fleet_node;
 DROP TRIGGER IF EXISTS fleet_node_token_watch ON fleet_node;
 DROP TRIGGER IF EXISTS fleet_session_delete_watch ON fleet_nodesession;
 DROP TRIGGER IF EXISTS fleet_session_watch ON fleet_nodesession;
-DROP FUNCTION IF EXISTS fleet_node_agent_watch();
-DROP FUNCTION IF EXISTS fleet_session_watch();
+DROP FUNCTION IF EXISTS fleet_row_watch();
 """
 
 

@@ -97,7 +97,6 @@ class _WholeAnswerResponder(WSGIResponder):
         super().__init__(app, executor, send_queue_size)
         self._kept: list[Any] | None = []  # None once streaming
         self._kept_bytes = 0
-        self._queue_size = send_queue_size
 
     def send(self, message: Any) -> None:  # on the WSGI thread
         if self._kept is None:
@@ -106,10 +105,11 @@ class _WholeAnswerResponder(WSGIResponder):
         self._kept.append(message)
         self._kept_bytes += len(message.get("body", b""))
         complete = message["type"] == "http.response.body" and not message.get("more_body", False)
-        if complete and self._kept_bytes <= WHOLE_ANSWER_BYTES and len(self._kept) < self._queue_size:
+        room = self.send_queue.maxsize
+        if complete and self._kept_bytes <= WHOLE_ANSWER_BYTES and len(self._kept) < room:
             kept, self._kept = self._kept, None
             self.loop.call_soon_threadsafe(_put_all, self.send_queue, kept)  # before the thread's end is seen
-        elif complete or self._kept_bytes > WHOLE_ANSWER_BYTES or len(self._kept) >= self._queue_size - 1:
+        elif complete or self._kept_bytes > WHOLE_ANSWER_BYTES or len(self._kept) >= room - 1:
             kept, self._kept = self._kept, None  # too long to keep: stream it, and what follows
             for kept_message in kept:
                 super().send(kept_message)
