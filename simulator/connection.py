@@ -9,16 +9,20 @@ request line, a few headers, a JSON body; a response with Content-Length, chunke
 
 It is no kinder to the server than httpx: the same requests, one connection per agent, kept alive at most
 ``keepalive_expiry`` seconds idle (then a new one, as a node whose connection a proxy dropped), never shared.
-Errors are httpx's exception types, so callers handle both clients alike. Downloads stay on httpx
-(simulator/downloads.py: ranges, redirects to storage, a paced reader).
+Errors are httpx's exception types, so callers handle both clients alike. A download from the server goes on
+the same connection (``stream``: its body read as it arrives, never held whole), as a node's HTTP client
+reuses its keep-alive connection; one paced at a link's rate, or redirected to storage, takes httpx
+(simulator/downloads.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import ssl
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -27,6 +31,7 @@ from urllib.parse import urlsplit
 import httpx
 
 MAX_HEAD_BYTES = 64 << 10
+CHUNK = 64 << 10  # the most one read of a streamed body asks for
 
 
 @dataclass
@@ -78,41 +83,73 @@ class AgentConnection:
     async def request(
         self, method: str, url: str, *, json: Any = None, headers: dict[str, str] | None = None
     ) -> Answer:
-        """One exchange. A kept-alive connection that turns out closed before any byte of the answer came is
-        replaced once (the request never reached the server's application); any other failure is raised."""
-        request = self._encode(method, url, json, headers or {})
+        """One exchange, its answer read whole."""
+        started = time.perf_counter()
+        status, head, keep = await self._send(self._encode(method, url, json, headers or {}), method, url)
+        try:
+            assert self._reader is not None
+            async with asyncio.timeout(self.timeout):
+                content, keep = await _read_body(self._reader, status, head, keep)
+        except BaseException as exc:
+            self.close()
+            raise _as_httpx(exc, method, url, self.timeout) from None
+        self._done(keep)
+        return Answer(status, head, content, timedelta(seconds=time.perf_counter() - started))
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self, method: str, url: str, *, headers: dict[str, str] | None = None, timeout: float | None = None
+    ) -> AsyncIterator[httpx.Response]:
+        """One exchange whose body is read as it arrives (a download): an ``httpx.Response`` to iterate, each read
+        within ``timeout`` seconds. The connection is kept only when the body was read to its end."""
+        timeout = self.timeout if timeout is None else timeout
+        status, head, keep = await self._send(self._encode(method, url, None, headers or {}), method, url, timeout)
+        body = _StreamedBody(self, status, head, keep, timeout, (method, url))
+        try:
+            yield httpx.Response(status, headers=head, stream=body, request=httpx.Request(method, url))
+        finally:
+            if body.complete:
+                self._done(body.keep)
+            else:
+                self.close()
+
+    async def _send(
+        self, request: bytes, method: str, url: str, timeout: float | None = None
+    ) -> tuple[int, httpx.Headers, bool]:
+        """Write ``request`` and read the answer's head. A kept-alive connection that turns out closed before any
+        byte of the answer came is replaced once (the request never reached the server's application); any
+        other failure is raised, as httpx's exception."""
+        timeout = self.timeout if timeout is None else timeout
         for attempt in (1, 2):
             reused = self._writer is not None and time.monotonic() - self._idle_since < self.keepalive_expiry
             if not reused:
                 self.close()
                 await self._connect()
-            started = time.perf_counter()
             try:
                 assert self._writer is not None
                 self._writer.write(request)
-                async with asyncio.timeout(self.timeout):
-                    status, head, content, keep = await self._read()
-            except TimeoutError:
-                self.close()
-                raise httpx.ReadTimeout(f"no answer to {method} {url} in {self.timeout:g} s") from None
+                async with asyncio.timeout(timeout):
+                    return await self._read_head()
             except _ClosedBeforeAnswer:
                 self.close()
                 if reused and attempt == 1:
                     continue
                 detail = f"the server closed the connection before answering {method} {url}"
                 raise httpx.RemoteProtocolError(detail) from None
-            except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+            except BaseException as exc:  # cancelled mid-exchange too (a held request when the fleet stops)
                 self.close()
-                raise httpx.ReadError(f"{method} {url}: {type(exc).__name__}: {exc}") from None
-            except BaseException:  # cancelled mid-exchange (a held request when the fleet stops): unusable now
-                self.close()
-                raise
-            if keep:
-                self._idle_since = time.monotonic()
-            else:
-                self.close()
-            return Answer(status, head, content, timedelta(seconds=time.perf_counter() - started))
+                raise _as_httpx(exc, method, url, timeout) from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _done(self, keep: bool) -> None:
+        if keep:
+            self._idle_since = time.monotonic()
+        else:
+            self.close()
+
+    def reaches(self, url: str) -> bool:
+        """Whether ``url`` is on this connection's server."""
+        return url.startswith(self.origin + "/")
 
     def close(self) -> None:
         if self._writer is not None:
@@ -152,7 +189,7 @@ class AgentConnection:
         except OSError as exc:
             raise httpx.ConnectError(f"{self.origin}: {exc}") from None
 
-    async def _read(self) -> tuple[int, httpx.Headers, bytes, bool]:
+    async def _read_head(self) -> tuple[int, httpx.Headers, bool]:
         reader = self._reader
         assert reader is not None
         try:
@@ -167,29 +204,97 @@ class AgentConnection:
         version, status, *_ = status_line.split(" ", 2)
         pairs = [line.split(":", 1) for line in header_lines]
         headers = httpx.Headers([(name.strip(), value.strip()) for name, value in pairs])
-        code = int(status)
         keep = version == "HTTP/1.1" and "close" not in headers.get("connection", "").lower()
-        if code in (204, 304) or 100 <= code < 200:
-            return code, headers, b"", keep
-        if "chunked" in headers.get("transfer-encoding", "").lower():
-            return code, headers, await _read_chunked(reader), keep
-        length = headers.get("content-length")
-        if length is not None:
-            return code, headers, await reader.readexactly(int(length)), keep
-        return code, headers, await reader.read(), False  # delimited by the close
+        return int(status), headers, keep
 
 
 class _ClosedBeforeAnswer(Exception):
     """The connection ended before the first byte of an answer."""
 
 
-async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-    chunks: list[bytes] = []
+def _as_httpx(exc: BaseException, method: str, url: str, timeout: float) -> BaseException:
+    """What an exchange's failure is raised as: httpx's exception for a timeout or a broken connection."""
+    if isinstance(exc, TimeoutError):
+        return httpx.ReadTimeout(f"no answer to {method} {url} in {timeout:g} s")
+    if isinstance(exc, OSError | asyncio.IncompleteReadError | ValueError):
+        return httpx.ReadError(f"{method} {url}: {type(exc).__name__}: {exc}")
+    return exc
+
+
+def _framing(status: int, head: httpx.Headers) -> tuple[str, int]:
+    """How a body ends: ("none" | "chunked" | "length" | "close", its length when "length")."""
+    if status in (204, 304) or 100 <= status < 200:
+        return "none", 0
+    if "chunked" in head.get("transfer-encoding", "").lower():
+        return "chunked", 0
+    length = head.get("content-length")
+    return ("length", int(length)) if length is not None else ("close", 0)
+
+
+async def _read_body(reader: asyncio.StreamReader, status: int, head: httpx.Headers, keep: bool) -> tuple[bytes, bool]:
+    framing, length = _framing(status, head)
+    if framing == "none":
+        return b"", keep
+    if framing == "chunked":
+        return b"".join([chunk async for chunk in _chunks(reader)]), keep
+    if framing == "length":
+        return await reader.readexactly(length), keep
+    return await reader.read(), False  # delimited by the close
+
+
+async def _chunks(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+    """A chunked body's chunks, then its trailers and the blank line read."""
     while True:
         size = int((await reader.readuntil(b"\r\n")).split(b";", 1)[0], 16)
         if size == 0:
             while (await reader.readuntil(b"\r\n")) != b"\r\n":  # trailers, then the blank line
                 pass
-            return b"".join(chunks)
-        chunks.append(await reader.readexactly(size))
+            return
+        yield await reader.readexactly(size)
         await reader.readexactly(2)
+
+
+class _StreamedBody(httpx.AsyncByteStream):
+    """A streamed answer's body, read from the connection as the caller iterates, each read within ``timeout``."""
+
+    def __init__(
+        self,
+        connection: AgentConnection,
+        status: int,
+        head: httpx.Headers,
+        keep: bool,
+        timeout: float,
+        exchange: tuple[str, str],
+    ) -> None:
+        self.connection, self.timeout, self.exchange = connection, timeout, exchange
+        self.framing, self.left = _framing(status, head)
+        self.keep = keep and self.framing != "close"
+        self.complete = self.framing == "none"
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        reader = self.connection._reader
+        if self.complete or reader is None:
+            return
+        parts = _chunks(reader) if self.framing == "chunked" else None
+        try:
+            while True:
+                async with asyncio.timeout(self.timeout):
+                    if parts is not None:
+                        chunk = await anext(parts, b"")
+                    elif self.framing == "length":
+                        chunk = await reader.read(min(CHUNK, self.left)) if self.left else b""
+                        if not chunk and self.left:
+                            raise asyncio.IncompleteReadError(b"", self.left)
+                        self.left -= len(chunk)
+                    else:
+                        chunk = await reader.read(CHUNK)
+                if not chunk:
+                    self.complete = True
+                    return
+                yield chunk
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError) as exc:
+            method, url = self.exchange
+            if isinstance(exc, asyncio.IncompleteReadError):
+                detail = f"{method} {url}: the connection closed before the body's end"
+                raise httpx.RemoteProtocolError(detail) from None
+            raise _as_httpx(exc, method, url, self.timeout) from None

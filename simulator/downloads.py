@@ -20,16 +20,21 @@ Both answer the agent's one question: the digest and size of the bytes at ``url`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import socket
 import ssl
 import time
 from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+from urllib.parse import urljoin
 
 import httpx
 
+from simulator.connection import AgentConnection
 from simulator.stats import FleetStats
 
 CHUNK = 64 << 10  # what one read of the socket brings at most (httpcore): the most a cut may cost twice
@@ -68,6 +73,42 @@ class Fetched:
 
 class Downloads(Protocol):
     async def fetch(self, url: str, sha256: str, *, holder: Any) -> Fetched: ...
+
+
+class StreamingClient(Protocol):
+    """What a download is streamed over: ``httpx.AsyncClient``, or an agent's own connection (``OnConnection``)."""
+
+    def stream(
+        self, method: str, url: str, *, headers: dict[str, str], timeout: httpx.Timeout, follow_redirects: bool
+    ) -> AbstractAsyncContextManager[httpx.Response]: ...
+
+
+class OnConnection:
+    """A watching agent's download on its own connection to the server (simulator/connection.py), as a node's
+    HTTP client reuses its keep-alive connection; a redirect elsewhere (``redirect`` mode: the store's presigned
+    URL) is followed on a client from ``elsewhere``, as httpx follows it."""
+
+    def __init__(self, connection: AgentConnection, elsewhere: Callable[[], httpx.AsyncClient]) -> None:
+        self.connection = connection
+        self.elsewhere = elsewhere
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self, method: str, url: str, *, headers: dict[str, str], timeout: httpx.Timeout, follow_redirects: bool
+    ) -> AsyncIterator[httpx.Response]:
+        target = None
+        async with self.connection.stream(method, url, headers=headers, timeout=timeout.read) as response:
+            if follow_redirects and response.is_redirect:
+                await response.aread()  # its small body: the connection stays usable
+                target = urljoin(url, response.headers["location"])
+            else:
+                yield response
+        if target is not None:
+            async with (
+                self.elsewhere() as client,
+                client.stream(method, target, headers=headers, timeout=timeout, follow_redirects=True) as redirected,
+            ):
+                yield redirected
 
 
 @dataclass
@@ -118,7 +159,7 @@ class AgentDownloads:
         self._retry_delay = retry_delay
         self._progress: dict[tuple[Any, str, str], _Progress] = {}  # interrupted downloads, kept between beats
 
-    async def fetch(self, url: str, sha256: str, *, holder: Any, client: httpx.AsyncClient | None = None) -> Fetched:
+    async def fetch(self, url: str, sha256: str, *, holder: Any, client: StreamingClient | None = None) -> Fetched:
         """The whole binary at ``url``, for ``holder`` (an agent), over ``client`` (the holder's own; by default
         the downloads client); raises httpx.HTTPError when it cannot get it now."""
         key = (holder, url, sha256.lower())
@@ -143,7 +184,7 @@ class AgentDownloads:
         self._stats.downloads += 1
         return Fetched(sha256=progress.digest.hexdigest(), size=progress.received)
 
-    async def _attempt(self, url: str, progress: _Progress, client: httpx.AsyncClient) -> None:
+    async def _attempt(self, url: str, progress: _Progress, client: StreamingClient) -> None:
         validator = progress.etag
         resuming = progress.received > 0 and validator is not None
         headers = {"Range": f"bytes={progress.received}-", "If-Range": validator} if validator and resuming else {}

@@ -19,7 +19,7 @@ import httpx
 from simulator.agent import Agent
 from simulator.config import DEFAULT_HEARTBEAT_SECONDS, SPEC_MIN_PROTOCOL_VERSION, AgentConfig
 from simulator.connection import AgentConnection, Answer
-from simulator.downloads import AgentDownloads, Downloads, Fetched, SharedDownloads, downloads_client
+from simulator.downloads import AgentDownloads, Downloads, Fetched, OnConnection, SharedDownloads, downloads_client
 from simulator.stats import FleetStats, FleetStatus
 from simulator.thread import FleetThread
 
@@ -163,6 +163,17 @@ class Fleet(FleetStatus):
 
     def states(self) -> Counter:
         return Counter(str(agent.state) for agent in self.agents)
+
+    def census(self) -> tuple[int, Counter, Counter]:
+        """``online_count()``, ``versions()`` and ``states()`` in one pass over the agents (a shard reports them
+        twice a second, from the loop its agents run on)."""
+        online, versions, states = 0, Counter[str](), Counter[str]()
+        for agent in self.agents:
+            states[str(agent.state)] += 1
+            if agent.online:
+                online += 1
+                versions[agent.version] += 1
+        return online, versions, states
 
     def start_spread(self) -> float:
         if self._start_spread is not None:
@@ -323,14 +334,23 @@ class Fleet(FleetStatus):
         return connection
 
     async def fetch_binary(self, agent: Agent, url: str, sha256: str) -> Fetched:
-        """The agent's download of ``url`` (simulator/downloads.py). A watching agent downloads on a connection
-        opened for it, as a node does (the shared downloads client's pool would grow to one connection per
-        download under way, and httpcore's work per request grows with its pool)."""
+        """The agent's download of ``url`` (simulator/downloads.py). A watching agent downloads from the server on
+        its own connection, as a node's client reuses its keep-alive connection; paced at ``download_rate``, or on
+        another origin, on a connection opened for the download (not the shared downloads client: its pool would
+        grow to one connection per download under way, and httpcore's work per request grows with its pool)."""
         if not self.watch or self.shared_downloads:
             return await self.binaries.fetch(url, sha256, holder=agent.index)
-        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=5.0)
-        async with downloads_client(self.download_rate, limits=limits, verify=self._ssl_context) as client:
+        own = self.connection(agent)
+        if self.download_rate is None and own is not None and own.reaches(url):
+            on_connection = OnConnection(own, elsewhere=self._download_client)
+            return await self._agent_downloads.fetch(url, sha256, holder=agent.index, client=on_connection)
+        async with self._download_client() as client:
             return await self._agent_downloads.fetch(url, sha256, holder=agent.index, client=client)
+
+    def _download_client(self) -> httpx.AsyncClient:
+        """A client for one watching agent's download: a connection of its own, paced at ``download_rate``."""
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=5.0)
+        return downloads_client(self.download_rate, limits=limits, verify=self._ssl_context)
 
     def _make_client(self) -> httpx.AsyncClient:
         limits = httpx.Limits(

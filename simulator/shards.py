@@ -77,11 +77,12 @@ def _child_main(conn: Connection, base_url: str, configs: list[AgentConfig], opt
         latencies, round_trips = stats.latencies[sent_latencies:], stats.round_trips[sent_round_trips:]
         sent_latencies += len(latencies)
         sent_round_trips += len(round_trips)
+        online, versions, states = fleet.census()
         conn.send(
             ShardReport(
-                online=fleet.online_count(),
-                versions=fleet.versions(),
-                states=fleet.states(),
+                online=online,
+                versions=versions,
+                states=states,
                 counters={name: getattr(stats, name) for name in COUNTERS},
                 errors_by_kind=Counter(stats.errors_by_kind),
                 latencies=latencies,

@@ -12,7 +12,10 @@ from collections.abc import Awaitable, Callable
 import httpx
 import pytest
 
+from simulator import AgentDownloads, FleetStats
 from simulator.connection import AgentConnection
+from simulator.downloads import OnConnection
+from tests.simulator.conftest import sha256
 
 Handler = Callable[[bytes, bytes], Awaitable[bytes | None]]  # (request head, body) -> raw answer; None: close
 
@@ -168,3 +171,94 @@ async def test_failures_are_httpx_errors():
         port = unused.getsockname()[1]
     with pytest.raises(httpx.ConnectError):
         await connection(f"http://127.0.0.1:{port}").request("GET", "/")
+
+
+@pytest.mark.parametrize(
+    ("raw", "kept"),
+    [
+        (answer("200 OK", b"x" * 200_000, 'ETag: "v1"'), True),
+        (answer("200 OK", b"", "Transfer-Encoding: chunked") + b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n", True),
+        (b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + b"y" * 100_000, False),
+    ],
+    ids=["content-length", "chunked", "to-the-close"],
+)
+@run
+async def test_a_download_streams_on_the_agents_own_connection(raw: bytes, kept: bool):
+    """``stream``: the body arrives in reads (never whole), and the connection is kept after a body read to its end."""
+    expected = raw.split(b"\r\n\r\n", 1)[1]
+    if b"chunked" in raw:
+        expected = b"hello world"
+
+    async def download(head: bytes, body: bytes) -> bytes:
+        return raw if head.startswith(b"GET /bin") else answer("200 OK", b"{}")
+
+    async with Server(download) as server:
+        agent = connection(server.url)
+        await agent.request("POST", "/api/session", json={})
+        async with agent.stream("GET", server.url + "/bin", headers={"Range": "bytes=0-"}) as response:
+            reads = [chunk async for chunk in response.aiter_bytes()]
+        await agent.request("POST", "/api/session", json={})
+        agent.close()
+    assert b"".join(reads) == expected
+    assert response.status_code == 200
+    assert len(reads) > 1  # read as it came, never whole
+    assert all(len(chunk) <= 64 << 10 for chunk in reads)
+    assert server.connections == (1 if kept else 2)
+    assert b"\r\nRange: bytes=0-\r\n" in server.requests[1][0]
+
+
+@run
+async def test_a_download_cut_short_is_an_httpx_error_and_the_next_call_connects_again():
+    async def cut(head: bytes, body: bytes) -> bytes | None:
+        if head.startswith(b"GET"):
+            return answer("200 OK", b"", "Content-Length: 1000", "Connection: close") + b"z" * 300
+        return answer("200 OK", b"{}")
+
+    async with Server(cut) as server:
+        agent = connection(server.url)
+        received: list[bytes] = []
+
+        async def download() -> None:
+            async with agent.stream("GET", "/bin") as response:
+                async for chunk in response.aiter_bytes():
+                    received.append(chunk)
+
+        with pytest.raises(httpx.RemoteProtocolError):
+            await download()
+        assert b"".join(received) == b"z" * 300  # what came before the cut is the caller's (a resume starts there)
+        assert (await agent.request("POST", "/api/session", json={})).json() == {}
+        agent.close()
+    assert server.connections == 2
+
+
+@run
+async def test_a_watching_agents_download_resumes_on_its_connection_and_follows_a_redirect_elsewhere():
+    """``OnConnection`` under ``AgentDownloads``: a cut download resumes with Range and If-Range on the agent's own
+    connection; a redirect (``redirect`` mode: storage) is followed on a client of its own."""
+    data = bytes(range(256)) * 400
+
+    async def origin(head: bytes, body: bytes) -> bytes:
+        if head.startswith(b"GET /moved"):
+            return answer("302 Found", b"", f"Location: {store.url}/object")
+        if b"\r\nRange: bytes=" in head:
+            start = int(head.split(b"\r\nRange: bytes=")[1].split(b"-")[0])
+            assert b'\r\nIf-Range: "v1"\r\n' in head
+            span = f"Content-Range: bytes {start}-{len(data) - 1}/{len(data)}"
+            return answer("206 Partial Content", data[start:], 'ETag: "v1"', span)
+        return answer("200 OK", b"", 'ETag: "v1"', f"Content-Length: {len(data)}", "Connection: close") + data[:40_000]
+
+    async def storage(head: bytes, body: bytes) -> bytes:
+        return answer("200 OK", data, 'ETag: "s3"')
+
+    async with Server(origin) as server, Server(storage) as store:
+        agent = connection(server.url)
+        stats = FleetStats()
+        downloads = AgentDownloads(httpx.AsyncClient(), stats, timeout=5, retry_delay=0)
+        client = OnConnection(agent, elsewhere=httpx.AsyncClient)
+        resumed = await downloads.fetch(server.url + "/bin", "00", holder=1, client=client)
+        redirected = await downloads.fetch(server.url + "/moved", "00", holder=1, client=client)
+        agent.close()
+    assert (resumed.sha256, resumed.size) == (redirected.sha256, redirected.size) == (sha256(data), len(data))
+    assert stats.download_resumes == 1
+    assert [head.split(b" ")[1] for head, _ in server.requests] == [b"/bin", b"/bin", b"/moved"]
+    assert len(store.requests) == 1

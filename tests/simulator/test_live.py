@@ -102,6 +102,7 @@ def test_fifty_agents_one_upgrades_failures_do_not_and_bytes_not_signed_are_refu
     assert agent(wrong.name).upgrades == []
     assert agent(wrong.name).version == "1.0.0"
     assert fleet.versions() == {"1.0.0": 48, "1.1.0": 1}
+    assert fleet.census() == (fleet.online_count(), fleet.versions(), fleet.states())  # what a shard reports
     # Each agent downloads its own bytes (the default): the three given the section once each, and the one
     # given the other URL (its bytes match spec.daemon.sha256, not the signed manifest).
     assert binaries.hits_for(section) == 3
