@@ -32,6 +32,12 @@ def _heard_ctes(source: str) -> str:
 )"""  # noqa: S608 - table names from the models, values bound
 
 
+# What a heartbeat answers with: the node's pending commands, oldest first, as commands_pending reads them.
+_PENDING_COMMANDS = f"""(SELECT coalesce(json_agg(json_build_object('id', c.id, 'kind', c.kind, 'payload', c.payload)
+                              ORDER BY c.created_at, c.id), '[]')::text
+     FROM {Command._meta.db_table} AS c WHERE c.node_id = node.id AND c.state = %(pending)s)"""  # noqa: S608
+
+
 # One statement for a plain heartbeat. The UPDATE runs only for an open session on the same version whose
 # last_seen_at is due (or whose protocol version changed); the SELECT reads the snapshot the statement started
 # with, so the caller sees whether the session was open on that version, and every command committed before.
@@ -51,11 +57,27 @@ WITH node AS (
       AND (s.last_seen_at <= %(due)s OR s.last_seen_at > %(now)s OR s.protocol_version <> %(protocol)s)
     RETURNING s.node_id
 ), {_heard_ctes("plain")}
-SELECT node.spec::text, s.daemon_version, s.left_at, node.id,
-    (SELECT coalesce(json_agg(json_build_object('id', c.id, 'kind', c.kind, 'payload', c.payload)
-                              ORDER BY c.created_at, c.id), '[]')::text
-     FROM {Command._meta.db_table} AS c WHERE c.node_id = node.id AND c.state = %(pending)s)
+SELECT node.spec::text, s.daemon_version, s.left_at, node.id, {_PENDING_COMMANDS}
 FROM node LEFT JOIN {NodeSession._meta.db_table} AS s ON s.node_id = node.id
+"""  # noqa: S608 - table names from the models, values bound
+
+
+# The nodes a web process holds, counted seen (fleet/services/watch.py ``held_sessions_touch``, its rule).
+HELD_TOUCH_SQL = f"""
+UPDATE {NodeSession._meta.db_table} SET last_seen_at = %(now)s
+WHERE node_id = ANY(%(node_ids)s::uuid[]) AND left_at IS NULL AND (last_seen_at <= %(due)s OR last_seen_at > %(now)s)
+"""  # noqa: S608 - table names from the models, values bound
+
+
+# The held requests a notification woke, read again in one statement for all of them, writing nothing
+# (fleet/services/watch.py ``held_sessions_read``): their nodes' spec and pending commands as a heartbeat reads
+# them, and their sessions as they stand.
+HELD_READ_SQL = f"""
+SELECT asked.token_hash, node.id, node.spec::text, s.daemon_version, s.protocol_version, s.left_at, s.last_seen_at,
+    {_PENDING_COMMANDS}
+FROM unnest(%(token_hashes)s::text[]) AS asked(token_hash)
+JOIN {Node._meta.db_table} AS node ON node.agent_token_hash = asked.token_hash
+LEFT JOIN {NodeSession._meta.db_table} AS s ON s.node_id = node.id
 """  # noqa: S608 - table names from the models, values bound
 
 

@@ -5,9 +5,10 @@ answer is then held until the revision differs from ``seen`` or ``wait`` passes 
 
 The production web tier holds them in async code (``fleet/watch/``): no database connection and no thread
 while they wait, woken by PostgreSQL NOTIFY. What it needs from the database is here, synchronous, run on its
-threads for a moment each: ``agent_heartbeat`` (sessions.py) at arrival and at release, and
-``held_sessions_touch`` for the nodes it holds. ``session_hold`` is the fallback of a synchronous server
-(``manage.py runserver``, a WSGI gunicorn): it polls, and holds its thread and connection meanwhile.
+threads for a moment each: ``agent_heartbeat`` (sessions.py) at arrival, ``held_sessions_read`` for the held
+requests a notification woke (one statement for all of them), and ``held_sessions_touch`` for the nodes it
+holds. ``session_hold`` is the fallback of a synchronous server (``manage.py runserver``, a WSGI gunicorn): it
+polls, and holds its thread and connection meanwhile.
 
 Liveness: a node is online while it heartbeated within 3 x heartbeatSeconds, and a node whose request is held
 must stay online however long ``wait`` is. The arrival counts as a heartbeat (the same coalesced write), and
@@ -20,18 +21,25 @@ it stops asking.
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 from uuid import UUID
 
+from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
-from fleet.models import Node, NodeSession
+from core.statements import prepared_cursor
+from fleet.models import Command, Node, NodeSession
+from fleet.plugins import session_fields
 from fleet.services.commands import commands_pending
 from fleet.services.liveness import pulse_heard
-from fleet.services.nodes import heartbeat_seconds
+from fleet.services.nodes import heartbeat_seconds, node_session
+from fleet.services.session_statements import HELD_READ_SQL, HELD_TOUCH_SQL
 from fleet.services.sessions import SessionReport
 
 #: ``wait`` is whole seconds in this range; anything else is 400 invalid_input.
@@ -77,13 +85,99 @@ def held_sessions_touch(*, node_ids: Iterable[UUID], now: datetime | None = None
         return 0
     now = now or timezone.now()
     due = _touch_due(now)
-    touched = (
-        NodeSession.objects.filter(node_id__in=ids, left_at__isnull=True)
+    if connection.vendor == "postgresql":
+        # The ids as one array parameter: as ``node_id__in``, each of a process's thousands was a placeholder that
+        # Django and psycopg processed one by one, a fifth of an idle web tier's CPU (docs/benchmarks.md).
+        with prepared_cursor() as cursor:
+            cursor.execute(HELD_TOUCH_SQL, {"node_ids": ids, "now": now, "due": due})
+            touched: int = cursor.rowcount
+    else:
+        touched = _touch_orm(ids, now=now, due=due)
+    pulse_heard(now=now)
+    return touched
+
+
+def _touch_orm(node_ids: list[UUID], *, now: datetime, due: datetime) -> int:
+    """``held_sessions_touch``'s UPDATE elsewhere than on PostgreSQL (SQLite, the demo)."""
+    return (
+        NodeSession.objects.filter(node_id__in=node_ids, left_at__isnull=True)
         .filter(Q(last_seen_at__lte=due) | Q(last_seen_at__gt=now))
         .update(last_seen_at=now)
     )
-    pulse_heard(now=now)
-    return touched
+
+
+@dataclass(frozen=True)
+class HeldRead:
+    """A held request's node as a wake reads it (``held_sessions_read``): what a heartbeat would answer, and the
+    session the answer is for (all None: the node has no session)."""
+
+    node_id: UUID
+    report: SessionReport
+    daemon_version: str | None
+    protocol_version: int | None
+    left_at: datetime | None
+    last_seen_at: datetime | None
+
+    def is_plain_heartbeat(self, daemon_version: str, protocol_version: int) -> bool:
+        """Whether a heartbeat with these versions would be a plain one that writes nothing but ``last_seen_at``:
+        the session is open on this daemon version, with this protocol version."""
+        return (
+            self.left_at is None
+            and self.daemon_version == daemon_version
+            and self.protocol_version == protocol_version
+            and self.last_seen_at is not None
+        )
+
+
+def held_sessions_read(*, token_hashes: Sequence[str]) -> dict[str, HeldRead]:
+    """The nodes of these agent token hashes, read again for the held requests a notification woke: one statement
+    for all of them, writing nothing (their arrivals were counted; the keeper touches held nodes). An unknown
+    token is absent from the result. The plug-ins' fields are read once for all."""
+    if not token_hashes:
+        return {}
+    fields = session_fields()
+    seconds = heartbeat_seconds()
+    if connection.vendor != "postgresql":
+        return _held_read_orm(token_hashes, fields, seconds)
+    with prepared_cursor() as cursor:
+        cursor.execute(HELD_READ_SQL, {"token_hashes": list(token_hashes), "pending": Command.State.PENDING})
+        rows = cursor.fetchall()
+    reads = {}
+    for token_hash, node_id, spec, daemon_version, protocol_version, left_at, last_seen_at, commands in rows:
+        report = SessionReport(
+            spec=json.loads(spec),
+            commands=json.loads(commands),
+            heartbeat_seconds=seconds,
+            joined=False,
+            node_id=node_id,
+            fields=fields,
+        )
+        reads[token_hash] = HeldRead(node_id, report, daemon_version, protocol_version, left_at, last_seen_at)
+    return reads
+
+
+def _held_read_orm(token_hashes: Sequence[str], fields: dict[str, Any], seconds: int) -> dict[str, HeldRead]:
+    """``held_sessions_read`` elsewhere than on PostgreSQL (SQLite, the demo): a query per node."""
+    reads = {}
+    for node in Node.objects.select_related("session").filter(agent_token_hash__in=token_hashes):
+        session = node_session(node)
+        report = SessionReport(
+            spec=node.spec,
+            commands=commands_pending(node_id=node.id),
+            heartbeat_seconds=seconds,
+            joined=False,
+            node_id=node.id,
+            fields=fields,
+        )
+        reads[node.agent_token_hash] = HeldRead(
+            node.id,
+            report,
+            session.daemon_version if session else None,
+            session.protocol_version if session else None,
+            session.left_at if session else None,
+            session.last_seen_at if session else None,
+        )
+    return reads
 
 
 def node_watch_report(*, node_id: UUID, now: datetime | None = None) -> SessionReport | None:

@@ -14,11 +14,9 @@ unchanged (its middleware, DRF, its errors). docs/architecture.md#watch says why
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import math
-import signal
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -41,8 +39,9 @@ from fleet.services.sessions import (
     agent_heartbeat,
     agent_session_leave_for_token,
     agent_session_report_for_token,
+    last_seen_due,
 )
-from fleet.services.watch import held_sessions_touch, held_touch_every, touched_within
+from fleet.services.watch import held_sessions_read, held_sessions_touch, held_touch_every, touched_within
 from fleet.tokens import bearer_token, token_hash
 from fleet.watch.asgi import (
     DjangoOnThreads,
@@ -57,6 +56,7 @@ from fleet.watch.asgi import (
 )
 from fleet.watch.hub import WatchHub
 from fleet.watch.known import KNOWN_SECONDS, Known
+from fleet.watch.reads import WakeReads
 from fleet.watch.threads import SessionThreads
 
 log = structlog.get_logger(__name__)
@@ -85,6 +85,7 @@ class AgentSessionFront:
         # The sessions' statements have threads of their own: a slow admin page never delays a heartbeat.
         self.threads = SessionThreads(threads)
         self.hub = hub
+        self.wake_reads = WakeReads(lambda tokens: self._run(held_sessions_read, token_hashes=tokens))
         self.headers = security_headers()
         self._keeper: asyncio.Task[None] | None = None
         self._fields: tuple[float, dict[str, Any]] = (-math.inf, {})  # the loop's time they were read, the fields
@@ -109,7 +110,7 @@ class AgentSessionFront:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 self._start()
-                _release_on_exit_signals(self.hub)
+                self.hub.release_on_exit_signals()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.hub.stop()
@@ -272,6 +273,27 @@ class AgentSessionFront:
                 self.hub.remember(hashed, known)
         return report
 
+    async def _reread(self, request: SessionRequest, hashed: str) -> SessionReport | None:
+        """A woken hold's read: with the others woken meanwhile, writing nothing (fleet/watch/reads.py), when the
+        arrival's statement would write nothing either (its session as the arrival left it, ``last_seen_at`` not
+        due); else that statement runs (a session that left, rejoined or changed; a node to count seen again)."""
+        since = asyncio.get_running_loop().time()
+        read = await self.wake_reads.read(hashed)
+        daemon, protocol = request.daemon_version, request.protocol_version
+        if (
+            read is None
+            or read.last_seen_at is None
+            or not read.is_plain_heartbeat(daemon, protocol)
+            or last_seen_due(last_seen_at=read.last_seen_at, now=timezone.now())
+        ):
+            return await self._heartbeat(request, hashed)
+        self._pulse()
+        self._fields_seen(since, read.report.fields)
+        # The stored last_seen_at is the floor: a write that moves it back is notified (fleet/watch/known.py).
+        floor = read.last_seen_at.timestamp()
+        self.hub.remember(hashed, Known(read.node_id, read.report, daemon, protocol, since, floor))
+        return read.report
+
     def _known(self, request: SessionRequest, hashed: str) -> Known | None:
         """The read to hold this arrival on without a statement, if any (fleet/watch/known.py lists the rules)."""
         known = self.hub.known.get(hashed)
@@ -366,7 +388,7 @@ class AgentSessionFront:
                     if not self.hub.notified_since(node_id, since) and self.hub.unbroken_since(arrived):
                         return report  # at wait, nothing changed (or shutting down): the same answer
                     since = loop.time()
-                    fresh = await self._heartbeat(request, hashed)
+                    fresh = await self._reread(request, hashed)
                     if fresh is None:  # the session ended meanwhile (left, or another version joined)
                         return report
                     report = fresh
@@ -418,22 +440,3 @@ def _on_thread(*, function: Callable[..., T], kwargs: dict[str, Any]) -> T:
             raise
     commit_without_flush_wait()
     return function(**kwargs)
-
-
-def _release_on_exit_signals(hub: WatchHub) -> None:
-    """SIGTERM/SIGINT (the server stopping): held requests answer at once rather than hold the shutdown.
-
-    Chained in front of the server's own handlers (installed before the application starts), in the main thread.
-    """
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        previous = signal.getsignal(signum)
-        if not callable(previous):
-            continue
-
-        def handler(number: int, frame: Any, previous: Callable[..., Any] = previous) -> None:
-            loop.call_soon_threadsafe(hub.release_all)
-            previous(number, frame)
-
-        with contextlib.suppress(ValueError):  # not the main thread: the server stops held requests at their wait
-            signal.signal(signum, handler)

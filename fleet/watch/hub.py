@@ -23,8 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import signal
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from uuid import UUID
 
@@ -153,6 +154,24 @@ class WatchHub:
         self.known.forget_all()
         for node_id in list(self._waiters):
             self._wake(node_id)
+
+    def release_on_exit_signals(self) -> None:
+        """SIGTERM/SIGINT (the server stopping): held requests answer at once rather than hold the shutdown.
+
+        Chained in front of the server's own handlers (installed before the application starts), in the main thread.
+        """
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous = signal.getsignal(signum)
+            if not callable(previous):
+                continue
+
+            def handler(number: int, frame: Any, previous: Callable[..., Any] = previous) -> None:
+                loop.call_soon_threadsafe(self.release_all)
+                previous(number, frame)
+
+            with contextlib.suppress(ValueError):  # not the main thread: the server stops held requests at their wait
+                signal.signal(signum, handler)
 
     # -- what a held request uses ----------------------------------------------------------
 

@@ -27,6 +27,7 @@ from fleet.services import liveness
 from fleet.services.liveness import GAP_HEARTBEATS, PULSE_EVERY
 from fleet.services.nodes import heartbeat_seconds
 from fleet.services.sessions import SessionReport, _heartbeat_orm, agent_heartbeat
+from fleet.services.watch import _held_read_orm, _touch_orm, held_sessions_read, held_sessions_touch, touched_within
 from tests.fleet.conftest import make_node
 
 pytestmark = pytest.mark.django_db
@@ -173,3 +174,70 @@ def test_the_statement_and_the_orm_path_agree(pool):
     assert not NodeSession.objects.exists()  # every example rolled its savepoint back
     # Both sides of every rule were reached: the agreement is not that of two paths that never write.
     assert seen == {(what, done) for what, _ in seen for done in (False, True)}, sorted(seen)
+
+
+def test_a_wake_s_read_answers_as_the_heartbeat_would_and_writes_nothing(pool):
+    """``held_sessions_read`` (a woken held request's read, several in one statement): where it reads a plain
+    heartbeat's session, the heartbeat would answer the same spec and commands; where the heartbeat would not be a
+    plain one, neither is the read; it writes nothing; the ORM path (SQLite's) reads the same."""
+    node, _ = make_node(pool, "me")
+    node_id, token_hash = node.id, node.agent_token_hash
+
+    @settings(max_examples=100, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(state=states())
+    @example(state=_state())
+    @example(state=_state(session="left"))
+    @example(state=_state(same_protocol=False))
+    @example(state=_state(known_token=False))
+    def same_answer(state: NodeState) -> None:
+        with transaction.atomic():
+            write(state, node_id)
+            token = token_hash if state.known_token else "0" * 64
+            before = NodeSession.objects.filter(node_id=node_id).values().first(), FleetPulse.objects.values().first()
+            reads = held_sessions_read(token_hashes=[token, "f" * 64])
+            after = NodeSession.objects.filter(node_id=node_id).values().first(), FleetPulse.objects.values().first()
+            by_orm = _held_read_orm([token, "f" * 64], reads[token].report.fields if reads else {}, heartbeat_seconds())
+            heartbeat, _, _ = outcome(agent_heartbeat, token_hash=token, node_id=node_id)
+            transaction.set_rollback(True)
+        assert after == before
+        assert set(reads) == ({token} if state.known_token else set())
+        assert reads == by_orm
+        read = reads.get(token)
+        plain = read is not None and read.is_plain_heartbeat(VERSION, PROTOCOL)
+        seen.add(plain)
+        if plain:
+            assert read is not None
+            assert heartbeat is not None
+            assert (read.node_id, read.report.node_id) == (node_id, heartbeat.node_id)
+            assert (read.report.spec, read.report.commands) == (heartbeat.spec, heartbeat.commands)
+            assert read.report.spec_revision == heartbeat.spec_revision
+        if heartbeat is None:
+            assert not plain
+
+    seen: set[bool] = set()
+    same_answer()
+    assert seen == {False, True}
+
+
+def test_the_held_nodes_touch_writes_the_same_sessions_on_both_paths(pool):
+    """``held_sessions_touch``: open sessions of the given nodes whose last_seen_at is due (about half an interval
+    old) or ahead of now; the statement (an array of ids) and the ORM path (SQLite's) write the same rows."""
+    due = NOW - timedelta(seconds=touched_within())
+    cases = {"due": (due, None), "fresh": (due + TICK, None), "ahead": (NOW + TICK, None), "left": (due, NOW)}
+    nodes = {name: make_node(pool, name)[0] for name in [*cases, "not held"]}
+    for name, (last_seen_at, left_at) in [*cases.items(), ("not held", (due, None))]:
+        NodeSession.objects.create(
+            node=nodes[name], daemon_version=VERSION, protocol_version=PROTOCOL, joined_at=NOW - timedelta(hours=1),
+            last_seen_at=last_seen_at, left_at=left_at,
+        )  # fmt: skip
+    held = [nodes[name].id for name in cases]
+
+    def written(touch) -> set[str]:
+        with transaction.atomic():
+            touch()
+            names = set(NodeSession.objects.filter(last_seen_at=NOW).values_list("node__name", flat=True))
+            transaction.set_rollback(True)
+        return names
+
+    assert written(lambda: held_sessions_touch(node_ids=held, now=NOW)) == {"due", "ahead"}
+    assert written(lambda: _touch_orm(held, now=NOW, due=due)) == {"due", "ahead"}

@@ -178,3 +178,27 @@ def test_a_lost_subscription_forgets_what_was_read(server, agents):
         time.sleep(0.1)
     response, _ = hold(agent, seen)
     assert response.json()["spec"] == {"daemon": None, "missed": 1}
+
+
+def wake_reads(server: Server) -> int:
+    """Statements the server ran to read woken held requests again (fleet/watch/reads.py)."""
+    for line in httpx.get(f"{server.url}/metrics", timeout=10).text.splitlines():
+        if line.startswith("fleet_watch_wake_reads_total "):
+            return int(float(line.split()[1]))
+    return 0
+
+
+def test_requests_woken_by_one_commit_are_read_together(server, agents):
+    """Held requests a notification wakes read their nodes again together: fewer statements than requests
+    (fleet/watch/reads.py), each answered with what was committed, within a second."""
+    group = agents(8)
+    seens = [agent.session().json()["specRevision"] for agent in group]
+    held = [agent.watch(seen, wait=30) for agent, seen in zip(group, seens, strict=True)]
+    server.wait_held(len(group))
+    statements = wake_reads(server)
+    changed = time.monotonic()
+    Node.objects.filter(pk__in=[agent.node.pk for agent in group]).update(spec={"daemon": None, "round": 1})
+    answers = [future.result(timeout=10) for future in held]
+    assert [response.json()["spec"] for response, _ in answers] == [{"daemon": None, "round": 1}] * len(group)
+    assert all(arrived - changed < 1 for _, arrived in answers)
+    assert 1 <= wake_reads(server) - statements <= len(group) // 2, "one statement per woken request"
