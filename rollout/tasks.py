@@ -56,8 +56,8 @@ def rollouts_tick_all() -> int:
 
 @shared_task(name=TICK_TASK, **RETRY)
 def rollout_tick(rollout_id: str) -> None:
-    """A tick of one rollout, asked for when a node settles or a soak ends: it waits a moment for a tick under way."""
-    controller.rollout_tick(rollout_id=rollout_id, lock_wait=controller.ASKED_TICK_LOCK_WAIT)
+    """A tick of one rollout, asked for when a node settles or a soak ends."""
+    controller.rollout_tick(rollout_id=rollout_id)
 
 
 @shared_task(name=TIMEOUTS_DUE_TASK, **RETRY)

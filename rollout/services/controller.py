@@ -25,7 +25,7 @@ from decimal import Decimal
 from uuid import UUID
 
 import structlog
-from django.db import OperationalError, connection, transaction
+from django.db import transaction
 from django.db.models import Count, Max
 from django.utils import timezone
 
@@ -51,12 +51,6 @@ from rollout.services.transitions import (
     release_settled_claims,
     start_next_wave,
 )
-
-#: PostgreSQL's SQLSTATE for a lock not granted within lock_timeout.
-LOCK_NOT_AVAILABLE = "55P03"
-#: Seconds an asked tick waits for another worker's tick of the same rollout to commit (a tick that starts a
-#: round of hundreds of nodes takes a fraction of that); past it, it asks again a second later.
-ASKED_TICK_LOCK_WAIT = 3.0
 
 log = structlog.get_logger("rollout")
 
@@ -176,12 +170,16 @@ def release_expired(rollout: Rollout, *, now: datetime) -> bool:
 
 
 @TICK_SECONDS.time()
-def rollout_tick(*, rollout_id: UUID | str, lock_wait: float = 0.0) -> TickResult | None:
-    """Reconcile one rollout. Returns None when another worker holds it (``lock_wait`` seconds at most, on
-    PostgreSQL; else at once), or when it is gone."""
+def rollout_tick(*, rollout_id: UUID | str) -> TickResult | None:
+    """Reconcile one rollout. Returns None when another worker holds it (or it is gone)."""
     TickRequest.objects.filter(rollout_id=rollout_id, queued=True).update(queued=False)
     with transaction.atomic():
-        rollout = _rollout_locked(rollout_id, lock_wait=lock_wait)
+        rollout = (
+            Rollout.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("release")
+            .filter(pk=rollout_id)
+            .first()
+        )
         if rollout is None:
             # Another worker holds it and may have counted the budget before the settle that
             # asked for this tick: ask again shortly rather than wait for the period.
@@ -217,28 +215,6 @@ def rollout_tick(*, rollout_id: UUID | str, lock_wait: float = 0.0) -> TickResul
                 result.advanced = rollout_advance(rollout=rollout, now=now) or result.advanced
         result.completed = rollout.state == Rollout.State.COMPLETED
         return result
-
-
-def _rollout_locked(rollout_id: UUID | str, *, lock_wait: float) -> Rollout | None:
-    """The rollout, locked for this tick's transaction; None when gone or held by another worker.
-
-    An asked tick (a settle freed budget) waits up to ``lock_wait`` for a tick under way to commit, then starts
-    at once: skipping and asking again cost a slot a second, each time a round's settles met a running tick
-    (docs/controller.md#reacting-at-once). Within the wait only the rollout's row; the rest of the tick waits
-    for locks as it always did."""
-    rows = Rollout.objects.select_related("release").filter(pk=rollout_id)
-    if lock_wait <= 0 or connection.vendor != "postgresql":
-        return rows.select_for_update(skip_locked=True, of=("self",)).first()
-    try:
-        with transaction.atomic(), connection.cursor() as cursor:  # a savepoint: a wait that times out ends only it
-            cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{round(lock_wait * 1000)}ms"])
-            rollout = rows.select_for_update(of=("self",)).first()
-            cursor.execute("SET LOCAL lock_timeout TO DEFAULT")
-            return rollout
-    except OperationalError as exc:
-        if getattr(exc.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE:
-            return None
-        raise
 
 
 def rollouts_tick_all() -> int:

@@ -13,7 +13,7 @@ from fleet.models import Command, NodeSession, Workflow
 from fleet.services.budget import pool_budget
 from fleet.services.workflows import workflow_start
 from rollout.models import NodeUpgrade, Rollout, TickRequest
-from rollout.services.controller import _rollout_locked, rollout_tick
+from rollout.services.controller import rollout_tick
 from rollout.services.create import rollout_create
 from rollout.services.plan import rollout_spec
 from rollout.services.settle import node_upgrade_settle_reported
@@ -24,9 +24,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @contextmanager
-def locked_elsewhere(model, pk, *, for_seconds: float = 30) -> Iterator[None]:
-    """The row locked by another connection's transaction (another worker's) while the block runs, or
-    ``for_seconds`` if that ends first."""
+def locked_elsewhere(model, pk) -> Iterator[None]:
+    """The row locked by another connection's transaction (another worker's) while the block runs."""
     held, release = threading.Event(), threading.Event()
 
     def hold():
@@ -34,7 +33,7 @@ def locked_elsewhere(model, pk, *, for_seconds: float = 30) -> Iterator[None]:
             with transaction.atomic():
                 model.objects.select_for_update().get(pk=pk)
                 held.set()
-                release.wait(timeout=for_seconds)
+                release.wait(timeout=30)
         finally:
             connections.close_all()
 
@@ -97,34 +96,6 @@ def test_a_tick_skips_a_rollout_another_worker_holds(tenant, releases):
         # It asks again (debounced) instead of leaving freed budget to the next period.
         assert TickRequest.objects.get(rollout=rollout).queued
     assert rollout_tick(rollout_id=rollout.id).started == 10
-
-
-def test_an_asked_tick_waits_for_the_tick_under_way_then_runs(tenant, releases):
-    """The tick a settle asks for (the task passes ``lock_wait``) starts as soon as the holder commits, rather than
-    skipping and asking again a second later."""
-    fleet(tenant, {"a": (10, "1")})
-    rollout = rollout_create(tenant=tenant, spec=rollout_spec(version="1.0.0", waves=[100], soak_seconds=0))
-    asked = time.monotonic()
-    with locked_elsewhere(Rollout, rollout.id, for_seconds=0.5):
-        result = rollout_tick(rollout_id=rollout.id, lock_wait=10)
-    waited = time.monotonic() - asked
-    assert result is not None
-    assert result.started == 10
-    assert 0.4 < waited < 10
-    assert not TickRequest.objects.get(rollout=rollout).queued  # nothing asked again
-
-
-def test_an_asked_tick_held_past_its_wait_asks_again(tenant, releases):
-    fleet(tenant, {"a": (10, "1")})
-    rollout = rollout_create(tenant=tenant, spec=rollout_spec(version="1.0.0", waves=[100], soak_seconds=0))
-    with locked_elsewhere(Rollout, rollout.id):
-        assert rollout_tick(rollout_id=rollout.id, lock_wait=0.2) is None
-        assert TickRequest.objects.get(rollout=rollout).queued
-    with transaction.atomic(), connection.cursor() as cursor:
-        assert _rollout_locked(rollout.id, lock_wait=0.2) is not None
-        cursor.execute("SHOW lock_timeout")
-        assert cursor.fetchone() == ("0",)  # the rest of the tick waits for its locks as it always did
-    assert rollout_tick(rollout_id=rollout.id, lock_wait=0.2).started == 10
 
 
 def test_two_creates_over_the_same_nodes_at_once_one_wins_the_other_gets_409(tenant, releases):
