@@ -4,6 +4,8 @@ downloads not counted. Two real web processes count together: tests/fleet/test_r
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from django.test import override_settings
 from prometheus_client import REGISTRY
@@ -162,3 +164,40 @@ def test_no_shared_store_on_postgresql_is_a_warning():
     from fleet.checks import check_request_limits
 
     assert [message.id for message in check_request_limits()] == ["fleet.W001"]
+
+
+class RecordingStore:
+    """A store that adds in memory and records each flush's buckets."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, int] = {}
+        self.flushes: list[list[str]] = []
+
+    def add(self, increments, reads):
+        self.flushes.append([bucket for bucket, _, _ in increments])
+        for bucket, count, _ in increments:
+            self.totals[bucket] = self.totals.get(bucket, 0) + count
+        return [self.totals[bucket] for bucket, _, _ in increments], [self.totals.get(b, 0) for b in reads]
+
+
+def test_counts_far_from_the_limit_are_flushed_together_and_near_it_at_once():
+    """Below half its limit a credential's counts reach the store within LAZY_FLUSH_SECONDS, many requests in
+    one flush; from half its limit on, each within FLUSH_SECONDS (every process must learn of it soon)."""
+    store = RecordingStore()
+    limiter = SlidingWindowLimiter(store)
+    rate = Rate(20, 60)
+
+    def paced(count: int) -> int:
+        """``count`` requests 30 ms apart; the flushes that carried them, once all are in the store."""
+        flushes, stored = len(store.flushes), sum(store.totals.values())
+        for _ in range(count):
+            assert limiter.hit("k", "a", rate) is None
+            time.sleep(0.03)
+        wait_until(lambda: sum(store.totals.values()) == stored + count, timeout=5, what="the counts stored")
+        return len(store.flushes) - flushes
+
+    try:
+        assert paced(9) <= 3  # under half the limit: a quarter of a second's requests per flush
+        assert paced(10) >= 5  # from half on: about one flush each (one per request, when the machine keeps up)
+    finally:
+        limiter.stop()
