@@ -367,10 +367,11 @@ class AgentSessionFront:
     ) -> SessionReport | None:
         """Hold until the revision is not ``seen`` or ``wait`` passes; None when the agent hung up.
 
-        A wake reads again (a heartbeat: touch and answer). At ``wait``, when the subscription was live from
-        before the arrival's read and brought nothing for this node, nothing changed: the answer is the report
-        read at arrival, without a statement. Otherwise (the subscription was lost meanwhile, or no NOTIFY) the
-        answer is read again: a lost wake costs the wait, never a stale answer.
+        A wake reads again (``_reread``: with the requests woken meanwhile, or the arrival's statement). At
+        ``wait``, when the subscription was live from before the arrival's read and brought nothing for this node,
+        nothing changed: the answer is the report read at arrival, without a statement. Otherwise (the
+        subscription was lost meanwhile, or no NOTIFY) the answer is read again: a lost wake costs the wait,
+        never a stale answer.
         """
         loop = asyncio.get_running_loop()
         arrived = since
