@@ -9,8 +9,8 @@ request: a round trip costs the web process 60-75 µs of CPU (measured with redi
 ``limits`` library alike), about 6 % of what a whole plain heartbeat costs the machine, while the
 heartbeat path may lose at most 5 %. Here a request costs a dictionary update under a lock; a
 background thread of each process adds that process's new counts to Redis (one pipeline, at most every
-:data:`FLUSH_SECONDS` for a credential past half its limit, :data:`LAZY_FLUSH_SECONDS` below) and learns the
-totals of every process from the replies. So a credential is held to
+:data:`FLUSH_SECONDS`; :data:`LAZY_FLUSH_SECONDS` for a lone request of a credential under half its limit) and
+learns the totals of every process from the replies. So a credential is held to
 its limit across all processes, give or take what each process lets through between two of its flushes.
 
 When Redis cannot be reached the requests are not failed: the flushes fail (each failure counted in
@@ -34,14 +34,13 @@ from prometheus_client import Counter
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-#: A process adds a credential's new counts to the store at most this long after counting them once the credential
-#: has used half its limit in its window...
+#: A process adds a credential's new counts to the store at most this long after counting them...
 FLUSH_SECONDS = 0.02
-#: ... and at most this long after, below that. Far from its limit a credential's counts only have to reach the
-#: store before they matter: one pipeline carries a quarter of a second of them instead of a request or two
-#: (a watching fleet's one request per agent a minute cost one Redis round trip each at 20 ms).
+#: ... unless the credential's only unsent count here is one request and it has used under half its limit: then
+#: at most this long after. A watching fleet's one request per agent a minute cost one Redis round trip each at
+#: 20 ms; a second request of the same credential before the flush, as in any burst, flushes within FLUSH_SECONDS.
 LAZY_FLUSH_SECONDS = 0.25
-#: Flushes are never closer than FLUSH_SECONDS: one pipeline per flush, whatever the number of credentials.
+# Flushes are never closer than FLUSH_SECONDS: one pipeline per flush, whatever the number of credentials.
 
 STORE_ERRORS = Counter(
     "api_rate_limit_store_errors",
@@ -173,7 +172,7 @@ class SlidingWindowLimiter:
         if self.store is not None:
             if self._thread is None:
                 self._start()
-            if 2 * used >= rate.requests:  # near its limit: every process must learn of it soon (FLUSH_SECONDS)
+            if current.pending > 1 or 2 * used >= rate.requests:  # a burst, or near its limit: others must know
                 self._wake.set()
         return None
 

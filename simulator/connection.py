@@ -104,7 +104,11 @@ class AgentConnection:
         within ``timeout`` seconds. The connection is kept only when the body was read to its end."""
         timeout = self.timeout if timeout is None else timeout
         status, head, keep = await self._send(self._encode(method, url, None, headers or {}), method, url, timeout)
-        body = _StreamedBody(self, status, head, keep, timeout, (method, url))
+        try:
+            body = _StreamedBody(self, status, head, keep, timeout, (method, url))
+        except ValueError as exc:  # a Content-Length that is no length: the connection cannot be reused
+            self.close()
+            raise _as_httpx(exc, method, url, timeout) from None
         try:
             yield httpx.Response(status, headers=head, stream=body, request=httpx.Request(method, url))
         finally:
@@ -216,7 +220,7 @@ def _as_httpx(exc: BaseException, method: str, url: str, timeout: float) -> Base
     """What an exchange's failure is raised as: httpx's exception for a timeout or a broken connection."""
     if isinstance(exc, TimeoutError):
         return httpx.ReadTimeout(f"no answer to {method} {url} in {timeout:g} s")
-    if isinstance(exc, OSError | asyncio.IncompleteReadError | ValueError):
+    if isinstance(exc, OSError | asyncio.IncompleteReadError | asyncio.LimitOverrunError | ValueError):
         return httpx.ReadError(f"{method} {url}: {type(exc).__name__}: {exc}")
     return exc
 
@@ -228,7 +232,11 @@ def _framing(status: int, head: httpx.Headers) -> tuple[str, int]:
     if "chunked" in head.get("transfer-encoding", "").lower():
         return "chunked", 0
     length = head.get("content-length")
-    return ("length", int(length)) if length is not None else ("close", 0)
+    if length is None:
+        return "close", 0
+    if not length.isdigit():
+        raise ValueError(f"Content-Length {length!r} is not a length")
+    return "length", int(length)
 
 
 async def _read_body(reader: asyncio.StreamReader, status: int, head: httpx.Headers, keep: bool) -> tuple[bytes, bool]:
@@ -292,7 +300,7 @@ class _StreamedBody(httpx.AsyncByteStream):
                     self.complete = True
                     return
                 yield chunk
-        except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError) as exc:
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
             method, url = self.exchange
             if isinstance(exc, asyncio.IncompleteReadError):
                 detail = f"{method} {url}: the connection closed before the body's end"

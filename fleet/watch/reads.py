@@ -52,6 +52,12 @@ class WakeReads:
                     for futures in waiting.values():
                         _settle(futures, error=exc)
                     continue
+                except BaseException:  # cancelled (the loop is closing): no request may wait for a read forever
+                    for futures in [*waiting.values(), *self._asked.values()]:
+                        for future in futures:
+                            future.cancel()
+                    self._asked.clear()
+                    raise
                 for token, futures in waiting.items():
                     _settle(futures, result=reads.get(token))
         finally:

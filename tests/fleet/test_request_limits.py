@@ -180,24 +180,26 @@ class RecordingStore:
         return [self.totals[bucket] for bucket, _, _ in increments], [self.totals.get(b, 0) for b in reads]
 
 
-def test_counts_far_from_the_limit_are_flushed_together_and_near_it_at_once():
-    """Below half its limit a credential's counts reach the store within LAZY_FLUSH_SECONDS, many requests in
-    one flush; from half its limit on, each within FLUSH_SECONDS (every process must learn of it soon)."""
+def test_lone_requests_far_from_the_limit_share_a_flush_and_bursts_do_not_wait():
+    """A credential's lone request under half its limit reaches the store within LAZY_FLUSH_SECONDS, sharing a
+    pipeline with others; a second request of the same credential before the flush (a burst), or any request
+    from half its limit on, is flushed within FLUSH_SECONDS."""
     store = RecordingStore()
     limiter = SlidingWindowLimiter(store)
     rate = Rate(20, 60)
 
-    def paced(count: int) -> int:
-        """``count`` requests 30 ms apart; the flushes that carried them, once all are in the store."""
+    def paced(keys: list[str]) -> int:
+        """One request per key, 30 ms apart; the flushes that carried them, once all are in the store."""
         flushes, stored = len(store.flushes), sum(store.totals.values())
-        for _ in range(count):
-            assert limiter.hit("k", "a", rate) is None
+        for key in keys:
+            assert limiter.hit("k", key, rate) is None
             time.sleep(0.03)
-        wait_until(lambda: sum(store.totals.values()) == stored + count, timeout=5, what="the counts stored")
+        wait_until(lambda: sum(store.totals.values()) == stored + len(keys), timeout=5, what="the counts stored")
         return len(store.flushes) - flushes
 
     try:
-        assert paced(9) <= 3  # under half the limit: a quarter of a second's requests per flush
-        assert paced(10) >= 5  # from half on: about one flush each (one per request, when the machine keeps up)
+        assert paced([f"agent-{n}" for n in range(9)]) <= 3  # lone requests: a quarter of a second per flush
+        assert paced(["burst"] * 8) >= 4  # the same credential again before its flush: at once, every other one
+        assert paced(["burst"] * 8) >= 6  # from half its limit (10 of 20) on: each at once
     finally:
         limiter.stop()

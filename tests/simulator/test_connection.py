@@ -232,6 +232,27 @@ async def test_a_download_cut_short_is_an_httpx_error_and_the_next_call_connects
 
 
 @run
+async def test_a_download_whose_length_is_no_length_is_an_httpx_error_and_the_connection_is_not_reused():
+    async def bad(head: bytes, body: bytes) -> bytes:
+        if head.startswith(b"GET"):
+            return answer("200 OK", b"", "Content-Length: -5") + b"junk"
+        return answer("200 OK", b"{}")
+
+    async with Server(bad) as server:
+        agent = connection(server.url)
+
+        async def download() -> None:
+            async with agent.stream("GET", "/bin"):
+                pass
+
+        with pytest.raises(httpx.ReadError, match="not a length"):
+            await download()
+        assert (await agent.request("POST", "/api/session", json={})).json() == {}  # not the junk
+        agent.close()
+    assert server.connections == 2
+
+
+@run
 async def test_a_watching_agents_download_resumes_on_its_connection_and_follows_a_redirect_elsewhere():
     """``OnConnection`` under ``AgentDownloads``: a cut download resumes with Range and If-Range on the agent's own
     connection; a redirect (``redirect`` mode: storage) is followed on a client of its own."""

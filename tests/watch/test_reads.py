@@ -77,3 +77,21 @@ def test_a_failed_read_fails_each_of_its_requests_and_one_that_went_away_is_skip
         assert await wake_reads.read("a") == "read a"  # the next wake reads again
 
     asyncio.run(main())
+
+
+def test_a_read_cancelled_with_the_loop_leaves_no_request_waiting():
+    async def main() -> None:
+        reader = Reader()
+        wake_reads = WakeReads(reader)
+        first = asyncio.ensure_future(wake_reads.read("a"))
+        await asyncio.sleep(0)
+        queued = asyncio.ensure_future(wake_reads.read("b"))
+        await asyncio.sleep(0)
+        assert wake_reads._reading is not None
+        wake_reads._reading.cancel()  # the server stopping
+        results = await asyncio.gather(first, queued, return_exceptions=True)
+        assert all(isinstance(result, asyncio.CancelledError) for result in results)
+        reader.release.set()
+        assert await wake_reads.read("c") == "read c"  # a later wake reads again
+
+    asyncio.run(main())
