@@ -44,11 +44,16 @@ class Server:
     pid: int
     log: Path
 
+    def metric(self, sample: str) -> int:
+        """The value of one sample of the server's /metrics (``name`` or ``name{labels}``); 0 when absent."""
+        for line in httpx.get(f"{self.url}/metrics", timeout=10).text.splitlines():
+            if line.startswith(f"{sample} "):
+                return int(float(line.split()[-1]))
+        return 0
+
     def held(self) -> int:
         """Requests held now (the server's gauge)."""
-        text = httpx.get(f"{self.url}/metrics", timeout=10).text
-        lines = [line for line in text.splitlines() if line.startswith("fleet_watch_held ")]
-        return int(float(lines[0].split()[1])) if lines else 0
+        return self.metric("fleet_watch_held")
 
     def wait_held(self, count: int, timeout: float = 30) -> None:
         wait_until(lambda: self.held() == count, timeout=timeout, poll=0.1, what=f"{count} held requests")

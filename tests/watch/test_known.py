@@ -36,12 +36,7 @@ def heartbeat_seconds(settings):
 
 def arrivals(server: Server) -> dict[str, int]:
     """The server's count of held arrivals by how they were read ('database', 'memory')."""
-    counts = {"database": 0, "memory": 0}
-    for line in httpx.get(f"{server.url}/metrics", timeout=10).text.splitlines():
-        for read in counts:
-            if line.startswith(f'fleet_watch_arrivals_total{{read="{read}"}}'):
-                counts[read] = int(float(line.split()[1]))
-    return counts
+    return {read: server.metric(f'fleet_watch_arrivals_total{{read="{read}"}}') for read in ("database", "memory")}
 
 
 def hold(agent: Agent, seen: str) -> tuple[httpx.Response, float]:
@@ -182,10 +177,7 @@ def test_a_lost_subscription_forgets_what_was_read(server, agents):
 
 def wake_reads(server: Server) -> int:
     """Statements the server ran to read woken held requests again (fleet/watch/reads.py)."""
-    for line in httpx.get(f"{server.url}/metrics", timeout=10).text.splitlines():
-        if line.startswith("fleet_watch_wake_reads_total "):
-            return int(float(line.split()[1]))
-    return 0
+    return server.metric("fleet_watch_wake_reads_total")
 
 
 def test_requests_woken_by_one_commit_are_read_together(server, agents):
