@@ -116,14 +116,19 @@ def pool_budget(*, pool_id: UUID, lock: bool = False) -> PoolBudget:
     return _pool_budget(pool_id, budget, _counts([pool_id]))
 
 
-def pool_budgets(*, pool_ids: Iterable[UUID], split: bool = False) -> dict[UUID, PoolBudget]:
-    """Budgets of many pools, without locks, in two queries (admin, metrics). Unknown ids are left out.
+def pool_budgets(*, pool_ids: Iterable[UUID], split: bool = False, lock: bool = False) -> dict[UUID, PoolBudget]:
+    """Budgets of many pools in two queries (admin, metrics, the controller's start step). Unknown ids are left out.
 
     ``split``: also count who disrupts (``by_workflows``, ``by_sources``), for the admin's sentences.
+    ``lock=True``: as ``pool_budget(lock=True)`` for each pool, the rows locked in id order by one
+    statement (the order every writer takes pool locks in), before anything is counted.
     """
     ids = list(dict.fromkeys(pool_ids))
     if not ids:
         return {}
-    budgets = dict(Pool.objects.filter(pk__in=ids).values_list("id", "disruption_budget"))
+    pools = Pool.objects.filter(pk__in=ids)
+    if lock:
+        pools = pools.select_for_update().order_by("id")
+    budgets = dict(pools.values_list("id", "disruption_budget"))
     counts = _counts(list(budgets), split=split)
     return {pool_id: _pool_budget(pool_id, budget, counts) for pool_id, budget in budgets.items()}

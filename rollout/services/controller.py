@@ -25,7 +25,7 @@ from decimal import Decimal
 from uuid import UUID
 
 import structlog
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count, Max
 from django.utils import timezone
 
@@ -44,7 +44,7 @@ from rollout.services.settle import (
 )
 from rollout.services.start import StartPlan, rollout_start_nodes, rollouts_converge
 from rollout.services.start_plan import soak_running
-from rollout.services.ticks import rollout_request_tick
+from rollout.services.ticks import holder_awaited, rollout_request_tick
 from rollout.services.transitions import (
     complete_rollout,
     pause_rollout,
@@ -126,13 +126,16 @@ def rollout_judge_failures(*, rollout: Rollout, now: datetime, counts: dict[str,
     return True
 
 
-def rollout_advance(*, rollout: Rollout, now: datetime) -> bool:
-    """When the current wave has settled: record it, then after the soak start the next wave, or complete."""
-    counts = wave_counts(rollout=rollout, wave=rollout.current_wave)
+def rollout_advance(*, rollout: Rollout, now: datetime, counts: dict[str, int] | None = None) -> bool:
+    """When the current wave has settled: record it, then after the soak start the next wave, or complete.
+
+    ``counts``: the current wave's, when the caller judged on them (read now when not given).
+    """
+    counts = counts or wave_counts(rollout=rollout, wave=rollout.current_wave)
     if counts[State.PENDING] or counts[State.IN_FLIGHT]:
         return False
-    # Judge again on the very counts that say the wave is over: a failure committed
-    # after the judge step (a timeout task) must not let the rollout move on.
+    # Judged on the very counts that say the wave is over: a failure committed after
+    # they were read (a timeout task) left a node in flight in them, so nothing moves on.
     if rollout_judge_failures(rollout=rollout, now=now, counts=counts):
         return False
     waves = {wave.index: wave for wave in RolloutWave.objects.filter(rollout=rollout)}
@@ -169,10 +172,36 @@ def release_expired(rollout: Rollout, *, now: datetime) -> bool:
     return expires_at is not None and expires_at <= now
 
 
+#: Ticks one asked tick runs at most, each after waiting for another worker's (``rollout_tick``).
+TICK_ATTEMPTS = 3
+
+
+def rollout_tick(*, rollout_id: UUID | str, wait: bool = True) -> TickResult | None:
+    """Reconcile one rollout. Returns None when another worker holds it (or it is gone).
+
+    The holder may have read the rollout before the settle that asked for this tick. With ``wait`` (an asked
+    tick), one worker per rollout waits for the holder's tick to end and then ticks (``holder_awaited``), so a
+    freed slot is used at once; the others, and the periodic tick (no ``wait``: it has every rollout to
+    tick), leave it to that waiter or ask again a second later (docs/controller.md#reacting-at-once).
+    """
+    for _ in range(TICK_ATTEMPTS):
+        # Cleared before anything is read: a tick asked for from now on comes after this one.
+        TickRequest.objects.filter(rollout_id=rollout_id, queued=True).update(queued=False)
+        result = _rollout_tick_unless_held(rollout_id=rollout_id)
+        if result is not None:
+            return result
+        if not wait or connection.vendor != "postgresql":
+            break
+        if not holder_awaited(rollout_id=rollout_id):
+            return None
+    # Held, and not waited for (or held again each time the waiter ticked): ask again shortly rather than
+    # wait for the period.
+    rollout_request_tick(rollout_id=rollout_id, countdown=1)
+    return None
+
+
 @TICK_SECONDS.time()
-def rollout_tick(*, rollout_id: UUID | str) -> TickResult | None:
-    """Reconcile one rollout. Returns None when another worker holds it (or it is gone)."""
-    TickRequest.objects.filter(rollout_id=rollout_id, queued=True).update(queued=False)
+def _rollout_tick_unless_held(*, rollout_id: UUID | str) -> TickResult | None:
     with transaction.atomic():
         rollout = (
             Rollout.objects.select_for_update(skip_locked=True, of=("self",))
@@ -181,9 +210,6 @@ def rollout_tick(*, rollout_id: UUID | str) -> TickResult | None:
             .first()
         )
         if rollout is None:
-            # Another worker holds it and may have counted the budget before the settle that
-            # asked for this tick: ask again shortly rather than wait for the period.
-            rollout_request_tick(rollout_id=rollout_id, countdown=1)
             return None
         now = timezone.now()
         result = TickResult()
@@ -203,10 +229,11 @@ def rollout_tick(*, rollout_id: UUID | str) -> TickResult | None:
         readiness_tick_publish(rollout=rollout, now=now)
         if rollout.state != Rollout.State.ACTIVE:
             return result
-        if rollout_judge_failures(rollout=rollout, now=now):
+        counts = wave_counts(rollout=rollout, wave=rollout.current_wave)
+        if rollout_judge_failures(rollout=rollout, now=now, counts=counts):
             result.paused = True
             return result
-        result.advanced = rollout_advance(rollout=rollout, now=now)
+        result.advanced = rollout_advance(rollout=rollout, now=now, counts=counts)
         if rollout.state == Rollout.State.ACTIVE:
             result.plan = rollout_start_nodes(rollout=rollout, now=now)
             result.started, result.skipped = result.plan.started, result.plan.skipped
@@ -245,7 +272,7 @@ def rollouts_tick_all() -> int:
                 rollout_request_tick(rollout_id=rest)
             break
         try:
-            if rollout_tick(rollout_id=rollout_id) is not None:
+            if rollout_tick(rollout_id=rollout_id, wait=False) is not None:
                 ticked += 1
         except Exception:  # isolate: one broken rollout must not stop the others' ticks
             log.exception("rollout.tick_failed", rollout=str(rollout_id))

@@ -26,6 +26,7 @@ from fleet.interface import (
     offline_verdicts_trusted,
     online_node_q,
     pool_budget,
+    pool_budgets,
     pool_windows_at,
     pool_windows_open,
 )
@@ -80,8 +81,10 @@ def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> StartPlan:
     # Right after the server could not hear its fleet (its database or web tier was down), a
     # node that looks offline may well be running: wait for it instead of skipping it.
     offline_is_down = offline_verdicts_trusted(now=now)
-    for pool_id in pool_ids:  # sorted: every worker takes pool locks in the same order
-        budget = pool_budget(pool_id=pool_id, lock=True)
+    # The pools' rows locked in id order (every writer's order) by one statement, then counted by one.
+    budgets = pool_budgets(pool_ids=pool_ids, lock=True)
+    for pool_id in pool_ids:
+        budget = budgets[pool_id]
         turns = pool_turns(
             pending.filter(pool_id=pool_id), room=budget.available, now=now, offline_is_down=offline_is_down
         )

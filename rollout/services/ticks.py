@@ -5,10 +5,11 @@ from __future__ import annotations
 from uuid import UUID
 
 import structlog
-from django.db import connection
+from django.db import OperationalError, connection, transaction
 
 from core.statements import prepared_cursor
 from rollout.dispatch import TICK_TASK, publish_on_commit
+from rollout.locks import advisory_lock_tried, tick_waiter_key
 from rollout.models import Rollout, TickRequest
 from rollout.services.statements import ASK_TICK_SQL
 
@@ -41,3 +42,35 @@ def _raise_orm(*, rollout_id: UUID | str) -> bool:
             rollout_id=rollout_id, queued=False, rollout__state__in=Rollout.ACTIVE_STATES
         ).update(queued=True)
     )
+
+
+#: How long an asked tick waits for the tick that holds its rollout before asking again a second later.
+HOLDER_WAIT_SECONDS = 5
+LOCK_NOT_AVAILABLE = "55P03"
+
+
+def holder_awaited(*, rollout_id: UUID | str) -> bool:
+    """Whether this worker, whose tick found the rollout held by another's, waited for that tick to end and so
+    should tick now (docs/controller.md#reacting-at-once). PostgreSQL only.
+
+    One worker per rollout waits (the rollout's waiter lock, ``rollout.locks.tick_waiter_key``), and it lets
+    the lock go before it ticks; the others return False at once: the waiter's tick reads after them, so it
+    sees what their askers settled. False too when the holder's tick outlasts ``HOLDER_WAIT_SECONDS`` (a tick
+    is asked for a second later, as without a waiter) or the rollout is gone.
+    """
+    with advisory_lock_tried(tick_waiter_key(rollout_id)) as waiter:
+        if not waiter:
+            return False
+        try:
+            with transaction.atomic():
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{HOLDER_WAIT_SECONDS}s"])
+                # Blocks until the holder commits; released at once: the tick takes the lock itself.
+                exists = Rollout.objects.select_for_update().filter(pk=rollout_id).values_list("pk").first()
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise
+            log.info("rollout.tick_holder_outlasted_wait", rollout=str(rollout_id), seconds=HOLDER_WAIT_SECONDS)
+            rollout_request_tick(rollout_id=rollout_id, countdown=1)
+            return False
+    return exists is not None

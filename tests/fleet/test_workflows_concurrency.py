@@ -3,11 +3,11 @@
 from decimal import Decimal
 
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection, transaction
 
 from core.errors import Conflict
 from fleet.models import Workflow
-from fleet.services.budget import pool_budget
+from fleet.services.budget import pool_budget, pool_budgets
 from fleet.services.workflows import workflow_start
 from tests.concurrency import run_together
 from tests.fleet.conftest import make_nodes, make_pool
@@ -59,3 +59,29 @@ def test_concurrent_starts_on_one_node_give_one_workflow(tenant):
     assert sum(isinstance(r, Workflow) for r in results) == 1
     assert results.count("workflow_active") == THREADS - 1
     assert Workflow.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_budgets_read_with_lock_hold_every_pool_until_the_transaction_ends(tenant):
+    """The controller's start step counts many pools at once (``pool_budgets(lock=True)``): until it commits, a
+    workflow start on any of them waits, as it would for ``pool_budget(lock=True)``."""
+    first, second = make_pool(tenant, "gpu-a", "1"), make_pool(tenant, "gpu-b", "1")
+    (node,) = make_nodes(second, 1)
+    with transaction.atomic():
+        budgets = pool_budgets(pool_ids=[second.id, first.id], lock=True)
+        assert (budgets[first.id].allowed, budgets[second.id].allowed) == (0, 1)
+        results = _race(lambda _: _start_within(node, seconds=0.5), [[None]])
+        assert results == ["lock_timeout"]
+    assert isinstance(_start_within(node, seconds=5), Workflow)
+
+
+def _start_within(node, *, seconds: float):
+    """A workflow start on another connection that gives up waiting for a lock after ``seconds``."""
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{int(seconds * 1000)}ms"])
+        try:
+            with transaction.atomic():
+                return workflow_start(tenant=node.tenant, node_id=node.id, kind="remediation")
+        except OperationalError:
+            return "lock_timeout"

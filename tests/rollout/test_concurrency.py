@@ -87,17 +87,6 @@ def test_concurrent_ticks_and_workflows_never_exceed_the_budget_or_start_a_node_
     assert len(per_node) == len(set(per_node)) == started
 
 
-def test_a_tick_skips_a_rollout_another_worker_holds(tenant, releases):
-    fleet(tenant, {"a": (10, "1")})
-    rollout = rollout_create(tenant=tenant, spec=rollout_spec(version="1.0.0", waves=[100], soak_seconds=0))
-    with locked_elsewhere(Rollout, rollout.id):
-        assert rollout_tick(rollout_id=rollout.id) is None
-        assert not NodeUpgrade.objects.filter(rollout=rollout, state="in_flight").exists()
-        # It asks again (debounced) instead of leaving freed budget to the next period.
-        assert TickRequest.objects.get(rollout=rollout).queued
-    assert rollout_tick(rollout_id=rollout.id).started == 10
-
-
 def test_two_creates_over_the_same_nodes_at_once_one_wins_the_other_gets_409(tenant, releases):
     fleet(tenant, {"a": (300, "0.1"), "b": (300, "0.1")})
     outcomes: list[str] = []

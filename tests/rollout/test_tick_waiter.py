@@ -1,0 +1,156 @@
+"""An asked tick that finds its rollout held by another worker's tick (docs/controller.md#reacting-at-once).
+
+One worker per rollout waits for the holder's tick to end and then ticks, so a slot freed while the holder ran
+is used at once; the others return at once and leave it to that waiter; the periodic tick never waits.
+"""
+
+import threading
+import time
+
+import pytest
+from django.db import connection, connections
+
+from fleet.models import NodeSession
+from rollout import dispatch
+from rollout.dispatch import TICK_TASK
+from rollout.models import NodeUpgrade, Rollout, TickRequest
+from rollout.services import ticks
+from rollout.services.controller import rollout_tick
+from rollout.services.create import rollout_create
+from rollout.services.plan import rollout_spec
+from rollout.services.settle import node_upgrade_settle_reported
+from tests.factories import fleet
+from tests.rollout.test_concurrency import locked_elsewhere
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def postgresql_only():
+    if connection.vendor != "postgresql":
+        pytest.fail("this test needs PostgreSQL (make test runs it there)")
+
+
+@pytest.fixture
+def published(monkeypatch) -> list[tuple[str, list, float | None]]:
+    """The tasks published (name, args, countdown); nothing reaches a broker."""
+    sent: list[tuple[str, list, float | None]] = []
+
+    def record(name, *, args, eta=None, countdown=None):
+        sent.append((name, args, countdown))
+        return True
+
+    monkeypatch.setattr(dispatch, "publish", record)
+    return sent
+
+
+@pytest.fixture
+def one_slot(tenant, releases):
+    """A rollout over two nodes with one slot, the first node in flight: (rollout, the first node, the second)."""
+    fleet(tenant, {"a": (2, "0.5")})["a"]
+    rollout = rollout_create(tenant=tenant, spec=rollout_spec(version="1.0.0", waves=[100], soak_seconds=0))
+    assert rollout_tick(rollout_id=rollout.id).started == 1
+    first = NodeUpgrade.objects.get(rollout=rollout, state="in_flight")
+    second = NodeUpgrade.objects.get(rollout=rollout, state="pending")
+    return rollout, first, second
+
+
+def lock_waits() -> int:
+    """Backends of this database waiting for a lock (a tick waiting for the holder)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0]
+
+
+def wait_until(condition, *, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def in_thread(function):
+    """Run ``function`` on a thread with its own connection; returns (thread, results)."""
+    results: list = []
+
+    def run():
+        try:
+            results.append(function())
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, results
+
+
+def test_an_asked_tick_waits_for_the_holder_then_uses_the_slot_freed_meanwhile(one_slot, published):
+    rollout, first, second = one_slot
+    with locked_elsewhere(Rollout, rollout.id):  # another worker's tick, which read before the settle
+        NodeSession.objects.filter(node_id=first.node_id).update(daemon_version="1.0.0")  # its agent rejoined
+        assert node_upgrade_settle_reported(node_id=first.node_id, daemon_version="1.0.0") is True
+        waiter, results = in_thread(lambda: rollout_tick(rollout_id=rollout.id))
+        wait_until(lambda: lock_waits() == 1)
+        assert waiter.is_alive()
+        assert results == []
+    waiter.join(timeout=10)
+    (result,) = results
+    assert result.started == 1
+    second.refresh_from_db()
+    assert second.state == "in_flight"
+    # The join's ask, and nothing for a second later.
+    assert [countdown for name, _, countdown in published if name == TICK_TASK] == [0.0]
+
+
+def test_only_one_worker_waits_for_the_holder_the_others_return_at_once(one_slot, published):
+    rollout, first, second = one_slot
+    with locked_elsewhere(Rollout, rollout.id):
+        waiter, results = in_thread(lambda: rollout_tick(rollout_id=rollout.id))
+        wait_until(lambda: lock_waits() == 1)
+        # The join settles while both wait; the second asked tick leaves the slot to the waiter, which reads later.
+        NodeSession.objects.filter(node_id=first.node_id).update(daemon_version="1.0.0")
+        assert node_upgrade_settle_reported(node_id=first.node_id, daemon_version="1.0.0") is True
+        started = time.monotonic()
+        assert rollout_tick(rollout_id=rollout.id) is None
+        assert time.monotonic() - started < 1
+        assert lock_waits() == 1
+    waiter.join(timeout=10)
+    assert results[0].started == 1
+    second.refresh_from_db()
+    assert second.state == "in_flight"
+    # The join's ask, and nothing for a second later.
+    assert [countdown for name, _, countdown in published if name == TICK_TASK] == [0.0]
+
+
+def test_a_holder_that_outlasts_the_wait_leaves_a_tick_asked_a_second_later(one_slot, published, monkeypatch):
+    rollout, _, second = one_slot
+    monkeypatch.setattr(ticks, "HOLDER_WAIT_SECONDS", 1)
+    TickRequest.objects.filter(rollout=rollout).update(queued=False)
+    with locked_elsewhere(Rollout, rollout.id):
+        started = time.monotonic()
+        assert rollout_tick(rollout_id=rollout.id) is None
+        assert 1 <= time.monotonic() - started < 5
+        assert TickRequest.objects.get(rollout=rollout).queued
+    assert published == [(TICK_TASK, [str(rollout.id)], 1)]
+    second.refresh_from_db()
+    assert second.state == "pending"
+
+
+def test_the_periodic_tick_never_waits_it_asks_again_a_second_later(one_slot, published):
+    rollout, _, _ = one_slot
+    TickRequest.objects.filter(rollout=rollout).update(queued=False)
+    with locked_elsewhere(Rollout, rollout.id):
+        started = time.monotonic()
+        assert rollout_tick(rollout_id=rollout.id, wait=False) is None
+        assert time.monotonic() - started < 1
+        assert TickRequest.objects.get(rollout=rollout).queued
+    assert published == [(TICK_TASK, [str(rollout.id)], 1)]
+
+
+def test_a_gone_rollout_is_not_waited_for(one_slot, published):
+    rollout, _, _ = one_slot
+    Rollout.objects.filter(pk=rollout.pk).delete()
+    assert rollout_tick(rollout_id=rollout.id) is None
+    assert published == []
