@@ -33,6 +33,7 @@ import uuid
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from benchmarks.database import DEFAULT_DATABASE_URL, database_urls, recreate_database
 from benchmarks.heartbeat_probes import CpuSampler, ProcessSampler, percentile
@@ -74,6 +75,8 @@ def run(
     simulator_processes: int = 1,
     watch: bool = False,
     idle_seconds: float = 0,
+    addresses: int = 1,
+    rollout: bool = True,
 ) -> dict:
     """One rollout over ``agents`` simulated agents, whole system; the rows to print (name -> value).
 
@@ -82,6 +85,9 @@ def run(
     The agents run in ``simulator_processes`` child processes (``simulator.ShardedFleet``); with ``watch`` they
     hold their session requests (``--watch``). ``measure`` also prices polling: before the rollout, a closed loop of
     plain heartbeats gives the web tier's CPU per heartbeat, hence what polling every 10 s would cost.
+    ``addresses``: loopback addresses the web tier listens on, the simulator's processes spread over them (one
+    source address reaches one server address over at most ~64,000 ephemeral ports). Without ``rollout``: the
+    idle fleet is measured (``idle_seconds``), and nothing is rolled out.
     """
     database_url, admin_url = database_urls(os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL, bench_db)
     recreate_database(admin_url, bench_db)
@@ -94,6 +100,7 @@ def run(
     from rollout.release.keys import generate_private_key, spki_pin
 
     key = generate_private_key()
+    listen = [f"127.0.0.{index + 1}" for index in range(addresses)]
     env = {
         "DATABASE_URL": database_url,
         "DATABASE_CONN_MAX_AGE": "60",
@@ -109,6 +116,7 @@ def run(
         # agents at a long interval: 10, as docs/operations.md#request-limits advises (an upgrade's 4 requests).
         "AGENT_TOKEN_RATE": f"{(10 if watch else 5) * math.ceil(max(10, math.ceil(heartbeat)) / heartbeat)}/heartbeat",
         "LOG_LEVEL": "WARNING",
+        "DJANGO_ALLOWED_HOSTS": ",".join(["localhost", *listen]),
     }
     os.environ.update(env)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
@@ -160,7 +168,9 @@ def run(
 
     logs = run_dir / "logs"
     logs.mkdir(exist_ok=True)
-    web = web_server(env, port=port, workers=web_workers, threads=web_threads, log_path=logs / "web.log")
+    web = web_server(
+        env, port=port, workers=web_workers, threads=web_threads, log_path=logs / "web.log", addresses=listen
+    )
     worker = celery_worker(
         env, queue=env["CELERY_TASK_DEFAULT_QUEUE"], concurrency=worker_concurrency, log_path=logs / "worker.log"
     )
@@ -189,7 +199,7 @@ def run(
         wait_until(answers, timeout=60, what="gunicorn")
         configs = build_agent_configs(tokens, daemon_version="1.0.0")
         fleet = ShardedFleet(
-            f"http://127.0.0.1:{port}",
+            [f"http://{address}:{port}" for address in listen],
             configs,
             processes=simulator_processes,
             release_pins=[env["ROLLOUT_RELEASE_PINS"]],  # agents verify every release they run
@@ -209,8 +219,15 @@ def run(
             per_heartbeat = web_cpu_per_heartbeat(web.pid, port, tokens) if measure and watch else 0.0
             idle_cpu = CpuSampler(lambda: ProcessSampler.tree(web.pid))
             idle_cpu.sample()
+            if sampler and not rollout:
+                sampler.start()
             time.sleep(idle_seconds)  # a measured window: every agent online, nothing changing
             idle_cpu.sample()
+            if not rollout:
+                return _idle_result(
+                    agents=agents, idle_seconds=idle_seconds, idle_cpu=idle_cpu, per_heartbeat=per_heartbeat,
+                    fleet=fleet, sampler=sampler, heartbeat=heartbeat,
+                )  # fmt: skip
             if sampler:
                 sampler.start()
             beats_before, latencies_before, round_trips_before, errors_before = (
@@ -311,6 +328,45 @@ def run(
             }
         )
         result["_failed"] = bool(server_errors or stats.errors or states.keys() - {"succeeded"})
+    return result
+
+
+def _idle_result(
+    *,
+    agents: int,
+    idle_seconds: float,
+    idle_cpu: CpuSampler,
+    per_heartbeat: float,
+    fleet: Any,
+    sampler: ProcessSampler | None,
+    heartbeat: float,
+) -> dict:
+    """The rows of an idle fleet's measurement (``run`` without a rollout)."""
+    idle = idle_cpu.seconds() / (agents * idle_seconds / 60 / 1000)
+    polling = per_heartbeat * 6 * 1000
+    stats = fleet.stats
+    server_errors = sum(n for kind, n in stats.errors_by_kind.items() if is_5xx(kind))
+    kinds = ", ".join(f"{kind} {n}" for kind, n in stats.errors_by_kind.most_common(5)) or "-"
+    result = {
+        "agents": f"{agents:,} (online {fleet.online_count():,})",
+        "heartbeat": f"{heartbeat:g} s",
+        f"web CPU s per 1,000 agent-minutes, idle ({idle_seconds:g} s)": (
+            f"{idle:.2f} (polling every 10 s: {polling:.2f}, {1000 * per_heartbeat:.2f} ms a heartbeat; "
+            f"ratio {idle / polling:.2f})"
+            if polling
+            else f"{idle:.2f}"
+        ),
+        "web cores, idle": f"{idle_cpu.seconds() / idle_seconds:.2f}",
+        "5xx answers": str(server_errors),
+        "agent errors": f"{stats.errors} ({kinds})",
+    }
+    if sampler:
+        sampler.stop()
+        result["peak RSS, gunicorn (all)"] = f"{sampler.peak_kib['web'] / 1024:.0f} MiB"
+        result["CPU while idle (cores)"] = ", ".join(
+            f"{name} {cpu.seconds() / idle_seconds:.2f}" for name, cpu in sampler.cpu.items()
+        )
+    result["_failed"] = bool(server_errors or stats.errors)
     return result
 
 

@@ -21,6 +21,11 @@ binary from gunicorn; delivery at scale is ``benchmarks/delivery.py``).
 
 About 11 minutes (23 rounds of restart + heartbeat wait); the last of ``make bench``'s default
 run, or alone: ``make bench ARGS=fleet10k``. ``--quick``: 2,000 agents, 6 s heartbeats.
+
+Larger idle fleets: ``--idle-only`` measures the fleet online for ``--idle`` seconds and rolls nothing out;
+``--addresses 2`` spreads the agents over two loopback addresses of the web tier (one source address
+reaches one server address and port over at most ~64,000 ephemeral ports), ``--join-rate`` paces the
+first joins (docs/benchmarks.md: 50,000 agents).
 """
 
 from __future__ import annotations
@@ -43,6 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--soak", type=float, default=10.0)
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds for the rollout to complete")
     parser.add_argument("--web-workers", type=int, default=3)
+    parser.add_argument("--web-threads", type=int, default=8)
+    parser.add_argument(
+        "--addresses", type=int, default=1,
+        help="loopback addresses the web tier listens on (over ~60,000 agents: one address takes ~64,000)",
+    )  # fmt: skip
+    parser.add_argument("--join-rate", type=float, default=100.0, help="first joins a second, at most")
+    parser.add_argument("--idle-only", action="store_true", help="measure the idle fleet (--idle s); no rollout")
     parser.add_argument(
         "--simulator-processes", type=int, default=2, help="processes the agents are split over (one event loop each)"
     )
@@ -73,15 +85,21 @@ def main(argv: list[str] | None = None) -> int:
         soak=args.soak,
         bench_db=BENCH_DB,
         web_workers=args.web_workers,
+        web_threads=args.web_threads,
+        addresses=args.addresses,
+        rollout=not args.idle_only,
         simulator_processes=args.simulator_processes,
         measure=True,
         progress=True,
         # Joins take the full path (DRF, session row, settle check): at most about 100 a second.
-        start_spread=max(args.heartbeat, args.agents / 100),
+        start_spread=max(args.heartbeat, args.agents / args.join_rate),
         watch=args.watch,
         idle_seconds=args.idle,
     )
     mode = "watching" if args.watch else "polling"
+    if args.idle_only:
+        print_result(f"an idle fleet of {args.agents:,} simulated agents, {mode} (whole system)", result)
+        return 1 if result["_failed"] else 0
     print_result(f"rollout over {args.agents:,} simulated agents, {mode} (whole system, PostgreSQL + Redis)", result)
     if args.watch:
         print(

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -91,13 +91,16 @@ def web_server(
     workers: int | None = None,
     threads: int | None = None,
     log_path: Path | None = None,
+    addresses: Sequence[str] = ("127.0.0.1",),
 ) -> subprocess.Popen:
     """The web tier on loopback as the compose file's ``web`` service runs it (``gunicorn_command``: gunicorn.conf.py's
     uvicorn workers serving ``project.asgi``), without nginx in front. ``workers`` and ``threads``
-    set ``WEB_WORKERS`` and ``WEB_THREADS``; None keeps the environment's, else the defaults (3 x 4)."""
+    set ``WEB_WORKERS`` and ``WEB_THREADS``; None keeps the environment's, else the defaults (3 x 4).
+    ``addresses``: the loopback addresses it listens on (``port`` on each)."""
     sizes = {"WEB_WORKERS": workers, "WEB_THREADS": threads}
+    first, *others = addresses
     return _spawn(
-        gunicorn_command(bind=f"127.0.0.1:{port}"),
+        [*gunicorn_command(bind=f"{first}:{port}"), *(f"--bind={address}:{port}" for address in others)],
         {**env, **{name: str(value) for name, value in sizes.items() if value is not None}},
         log_path,
     )

@@ -124,7 +124,7 @@ class ShardedFleet(FleetStatus):
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         agents: Sequence[AgentConfig],
         *,
         processes: int = 2,
@@ -133,7 +133,9 @@ class ShardedFleet(FleetStatus):
     ):
         if processes < 1:
             raise ValueError("processes must be at least 1")
-        self.base_url = base_url
+        # Several addresses of one server: child i connects to the i-th (round robin). One source address reaches
+        # one server address and port over at most ~64,000 connections (the ephemeral ports).
+        self.base_urls = [base_url] if isinstance(base_url, str) else list(base_url)
         self.slices = [list(agents[i::processes]) for i in range(min(processes, len(agents)) or 1)]
         self.agent_count = len(agents)
         self.report_every = report_every
@@ -160,7 +162,7 @@ class ShardedFleet(FleetStatus):
                 options["seed"] = options.get("seed", 0) * 1000 + index
                 process = context.Process(
                     target=_child_main,
-                    args=(child_end, self.base_url, configs, options),
+                    args=(child_end, self.base_urls[index % len(self.base_urls)], configs, options),
                     name=f"simulated-agents-{index}",
                     daemon=True,
                 )

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import signal
 
+import httpx
 import pytest
 from django.core.management import call_command
+from django.db import connection
 
-from demo.processes import wait_until
+from demo.processes import free_port, stop, wait_until, web_server
 from fleet.models import NodeSession
 from fleet.services.nodes import nodes_set_daemon
 from simulator import AgentConfig, EnrolledNode, ShardedFleet, write_tokens
@@ -127,3 +129,45 @@ def test_the_command_runs_its_agents_in_several_processes(live_server, pool, tmp
     assert "online 6/6" in out
     assert out.splitlines()[-1].endswith(", 0 errors")
     assert NodeSession.objects.filter(node__pool=pool, left_at__isnull=True).count() == 6
+
+
+def test_each_process_talks_to_its_own_address_of_the_server(live_server, pool):
+    """Given several base URLs (one server on several addresses), process i uses the i-th: here the second is a
+    port nothing listens on, so only the first process's agent comes online."""
+    nodes = make_nodes(pool, 2)
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    fleet = ShardedFleet([live_server.url, nowhere], [AgentConfig(token=t) for _, t in nodes], processes=2,
+                         heartbeat_seconds=0.3, report_every=0.1)  # fmt: skip
+    with fleet.start(timeout=60):
+        assert fleet.wait_for(lambda f: f.online_count() == 1 and f.stats.errors > 0, timeout=30), fleet.status_line()
+    online = NodeSession.objects.filter(left_at__isnull=True).values_list("node_id", flat=True)
+    assert list(online) == [nodes[0][0].pk]  # slices take every other agent: the first is the first process's
+
+
+@pytest.mark.integration
+def test_the_web_tier_listens_on_each_address_it_is_given(tmp_path, db):
+    """The benchmarks' web tier on two loopback addresses (past the ~64,000 connections one address reaches)."""
+    settings = connection.settings_dict
+    env = {
+        "DATABASE_URL": f"postgres://{settings['USER'] or 'postgres'}@{settings['HOST'] or '127.0.0.1'}:"
+        f"{settings['PORT'] or 5432}/{settings['NAME']}",
+        "LOG_LEVEL": "WARNING",
+        "ROLLOUT_RUN_DIR": str(tmp_path),
+        "DJANGO_ALLOWED_HOSTS": "127.0.0.1,127.0.0.2",
+    }
+    port = free_port()
+    web = web_server(env, port=port, workers=1, threads=1, log_path=tmp_path / "web.log",
+                     addresses=("127.0.0.1", "127.0.0.2"))  # fmt: skip
+    try:
+        for address in ("127.0.0.1", "127.0.0.2"):
+            url = f"http://{address}:{port}/api/compute/pools/"
+            wait_until(lambda url=url: _status(url) == 401, timeout=60, what=f"gunicorn on {address}")
+    finally:
+        stop(web, timeout=5)
+
+
+def _status(url: str) -> int | None:
+    try:
+        return httpx.get(url, timeout=2).status_code
+    except httpx.HTTPError:
+        return None
