@@ -51,5 +51,9 @@ def advisory_lock_tried(key: int) -> Iterator[bool]:
             try:
                 with connection.cursor() as cursor:
                     cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
-            except DatabaseError:  # the connection is lost, and the lock with it
-                log.warning("rollout.advisory_unlock_failed", key=key)
+                    released = cursor.fetchone()
+            except DatabaseError:  # a lost connection takes the lock with it; else Django closes a broken one
+                log.warning("rollout.advisory_unlock_failed", key=key, exc_info=True)
+            else:
+                if not (released and released[0]):  # another server connection (a transaction-mode pooler)
+                    log.warning("rollout.advisory_lock_not_held", key=key)

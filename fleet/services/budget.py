@@ -6,10 +6,12 @@
     available = max(0, allowed - disrupted)
 
 Every writer that disrupts nodes of a pool (``workflow_start`` here, the rollout
-controller's starts) calls ``pool_budget(pool_id=..., lock=True)`` inside
-``transaction.atomic()`` before it writes: the ``SELECT ... FOR UPDATE`` on the
+controller's starts) calls ``pool_budget(pool_id=..., lock=True)`` (or, for several
+pools at once, ``pool_budgets(pool_ids=..., lock=True)``) inside
+``transaction.atomic()`` before it writes: the ``SELECT ... FOR NO KEY UPDATE`` on the
 Pool row serialises count-then-write per pool, so two writers never both see the
-last free slot. The count itself is one SQL statement whatever the pool's size.
+last free slot (``NO KEY``: rows inserted meanwhile that reference the pool, which take
+``KEY SHARE`` on it, need not wait). The count itself is one SQL statement whatever the pool's size.
 """
 
 from __future__ import annotations
@@ -103,13 +105,13 @@ def _pool_budget(pool_id: UUID, budget: Decimal, counts: _Counts) -> PoolBudget:
 def pool_budget(*, pool_id: UUID, lock: bool = False) -> PoolBudget:
     """The pool's budget now: two queries.
 
-    ``lock=True`` first takes ``SELECT ... FOR UPDATE`` on the Pool row; the
+    ``lock=True`` first takes ``SELECT ... FOR NO KEY UPDATE`` on the Pool row; the
     caller must be inside ``transaction.atomic()`` and keep the transaction
     open until it has written its disruption.
     """
     pools = Pool.objects.filter(pk=pool_id)
     if lock:
-        pools = pools.select_for_update()
+        pools = pools.select_for_update(no_key=True)
     budget = pools.values_list("disruption_budget", flat=True).first()
     if budget is None:
         raise NotFound(f"No pool {pool_id}.", code="unknown_pool")
@@ -128,7 +130,7 @@ def pool_budgets(*, pool_ids: Iterable[UUID], split: bool = False, lock: bool = 
         return {}
     pools = Pool.objects.filter(pk__in=ids)
     if lock:
-        pools = pools.select_for_update().order_by("id")
+        pools = pools.select_for_update(no_key=True).order_by("id")
     budgets = dict(pools.values_list("id", "disruption_budget"))
     counts = _counts(list(budgets), split=split)
     return {pool_id: _pool_budget(pool_id, budget, counts) for pool_id, budget in budgets.items()}

@@ -172,7 +172,7 @@ def release_expired(rollout: Rollout, *, now: datetime) -> bool:
     return expires_at is not None and expires_at <= now
 
 
-#: Ticks one asked tick runs at most, each after waiting for another worker's (``rollout_tick``).
+#: Ticks one asked tick tries at most, each but the first after waiting for another worker's (``rollout_tick``).
 TICK_ATTEMPTS = 3
 
 
@@ -184,13 +184,13 @@ def rollout_tick(*, rollout_id: UUID | str, wait: bool = True) -> TickResult | N
     freed slot is used at once; the others, and the periodic tick (no ``wait``: it has every rollout to
     tick), leave it to that waiter or ask again a second later (docs/controller.md#reacting-at-once).
     """
-    for _ in range(TICK_ATTEMPTS):
+    for attempt in range(1, TICK_ATTEMPTS + 1):
         # Cleared before anything is read: a tick asked for from now on comes after this one.
         TickRequest.objects.filter(rollout_id=rollout_id, queued=True).update(queued=False)
         result = _rollout_tick_unless_held(rollout_id=rollout_id)
         if result is not None:
             return result
-        if not wait or connection.vendor != "postgresql":
+        if not wait or connection.vendor != "postgresql" or attempt == TICK_ATTEMPTS:
             break
         if not holder_awaited(rollout_id=rollout_id):
             return None

@@ -84,7 +84,9 @@ def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> StartPlan:
     # The pools' rows locked in id order (every writer's order) by one statement, then counted by one.
     budgets = pool_budgets(pool_ids=pool_ids, lock=True)
     for pool_id in pool_ids:
-        budget = budgets[pool_id]
+        budget = budgets.get(pool_id)
+        if budget is None:
+            continue  # deleted meanwhile
         turns = pool_turns(
             pending.filter(pool_id=pool_id), room=budget.available, now=now, offline_is_down=offline_is_down
         )

@@ -70,7 +70,15 @@ def holder_awaited(*, rollout_id: UUID | str) -> bool:
         except OperationalError as exc:
             if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
                 raise
-            log.info("rollout.tick_holder_outlasted_wait", rollout=str(rollout_id), seconds=HOLDER_WAIT_SECONDS)
-            rollout_request_tick(rollout_id=rollout_id, countdown=1)
-            return False
+            exists = None
+            outlasted = True
+        else:
+            outlasted = False
+    if outlasted:
+        # Asked once the waiter lock is let go: a tick that failed to take it meanwhile cleared the request
+        # first, so this ask raises it and sends the tick (asked while still waiter, it could find the request
+        # raised by an ask whose tick then returned at once, relying on this waiter).
+        log.info("rollout.tick_holder_outlasted_wait", rollout=str(rollout_id), seconds=HOLDER_WAIT_SECONDS)
+        rollout_request_tick(rollout_id=rollout_id, countdown=1)
+        return False
     return exists is not None

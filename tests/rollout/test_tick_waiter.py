@@ -14,7 +14,7 @@ from fleet.models import NodeSession
 from rollout import dispatch
 from rollout.dispatch import TICK_TASK
 from rollout.models import NodeUpgrade, Rollout, TickRequest
-from rollout.services import ticks
+from rollout.services import controller, ticks
 from rollout.services.controller import rollout_tick
 from rollout.services.create import rollout_create
 from rollout.services.plan import rollout_spec
@@ -42,6 +42,12 @@ def published(monkeypatch) -> list[tuple[str, list, float | None]]:
 
     monkeypatch.setattr(dispatch, "publish", record)
     return sent
+
+
+@pytest.fixture(autouse=True)
+def long_wait(monkeypatch):
+    """A waiter that never gives up within a test, however loaded the machine (tests of giving up shorten it)."""
+    monkeypatch.setattr(ticks, "HOLDER_WAIT_SECONDS", 60)
 
 
 @pytest.fixture
@@ -149,8 +155,35 @@ def test_the_periodic_tick_never_waits_it_asks_again_a_second_later(one_slot, pu
     assert published == [(TICK_TASK, [str(rollout.id)], 1)]
 
 
-def test_a_gone_rollout_is_not_waited_for(one_slot, published):
+def test_the_waiter_lets_its_lock_go_before_it_asks_again_and_when_it_is_done(one_slot, published, monkeypatch):
+    """Asked while still the waiter, the tick a second later could be lost (docs/controller.md#reacting-at-once)."""
     rollout, _, _ = one_slot
-    Rollout.objects.filter(pk=rollout.pk).delete()
+    monkeypatch.setattr(ticks, "HOLDER_WAIT_SECONDS", 1)
+    held_when_asked: list[int] = []
+    ask = ticks.rollout_request_tick
+    monkeypatch.setattr(
+        ticks, "rollout_request_tick", lambda **kwargs: (held_when_asked.append(advisory_locks()), ask(**kwargs))
+    )
+    with locked_elsewhere(Rollout, rollout.id):
+        assert ticks.holder_awaited(rollout_id=rollout.id) is False
+        assert held_when_asked == [0]
+    assert ticks.holder_awaited(rollout_id=rollout.id) is True  # nothing holds it: no wait
+    assert advisory_locks() == 0  # this connection stays open: the lock is let go, not dropped with it
+
+
+def test_a_rollout_held_again_after_each_turn_is_asked_for_a_second_later(one_slot, published, monkeypatch):
+    rollout, _, _ = one_slot
+    waits: list[str] = []
+    monkeypatch.setattr(controller, "_rollout_tick_unless_held", lambda rollout_id: None)
+    monkeypatch.setattr(controller, "holder_awaited", lambda rollout_id: waits.append(rollout_id) or True)
+    TickRequest.objects.filter(rollout=rollout).update(queued=False)
     assert rollout_tick(rollout_id=rollout.id) is None
-    assert published == []
+    assert len(waits) == controller.TICK_ATTEMPTS - 1  # no wait after the last attempt: it would tick nothing
+    assert published == [(TICK_TASK, [str(rollout.id)], 1)]
+
+
+def advisory_locks() -> int:
+    """Advisory locks this connection holds."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()")
+        return cursor.fetchone()[0]
