@@ -14,10 +14,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from django.conf import settings as django_settings
-from django.db import connection
 
 from core.middleware import MAX_BODY_BYTES
 from demo.processes import free_port, stop, wait_until, web_server
+from tests.databases import database_url
 from tests.fleet.conftest import make_node, make_pool
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -30,10 +30,9 @@ HEARTBEAT = {"daemonVersion": "1.4.0", "protocolVersion": 3}
 def server(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[tuple[str, subprocess.Popen]]:
     """gunicorn (gthread, one worker: a killed worker would show) on the test database."""
     with django_db_blocker.unblock():
-        db = connection.settings_dict
-    host, port = db["HOST"] or "127.0.0.1", db["PORT"] or 5432
+        url = database_url()
     env = {
-        "DATABASE_URL": f"postgres://{db['USER'] or 'postgres'}@{host}:{port}/{db['NAME']}",
+        "DATABASE_URL": url,
         "CELERY_BROKER_URL": django_settings.CELERY_BROKER_URL,
         "ROLLOUT_RUN_DIR": str(tmp_path_factory.mktemp("run")),
         "LOG_LEVEL": "WARNING",

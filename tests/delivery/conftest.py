@@ -24,6 +24,7 @@ from demo.processes import free_port
 from demo.web import WebTier, start
 from rollout.services.binaries import release_binary_store
 from rollout.services.releases import release_register
+from tests.databases import database_url
 from tests.factories import manifest, pin, rollout_settings, signed
 
 DOWNLOADS_PATH = "/api/compute/downloads"
@@ -35,12 +36,6 @@ def world_readable_dir(prefix: str) -> Path:
     path = Path(tempfile.mkdtemp(prefix=prefix))
     path.chmod(0o755)
     return path
-
-
-def database_url() -> str:
-    db = connection.settings_dict
-    host, port = db["HOST"] or "127.0.0.1", db["PORT"] or 5432
-    return f"postgres://{db['USER'] or 'postgres'}@{host}:{port}/{db['NAME']}"
 
 
 def upstream_seconds(line: str) -> tuple[str, float | None]:

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from django.db import connection
 
 from demo.processes import free_port, stop, wait_until, web_server
 from fleet.models import Permission
@@ -16,6 +15,7 @@ from fleet.services.nodes import node_create
 from fleet.services.pools import pool_create
 from fleet.tokens import token_hash
 from tests.brokers import PrivateRedis
+from tests.databases import database_url
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -26,10 +26,8 @@ LIMIT = 10
 def two_web_processes(tmp_path) -> Iterator[tuple[PrivateRedis, list[httpx.Client]]]:
     store = PrivateRedis(tmp_path)
     store.start()
-    db = connection.settings_dict
-    host, port = db["HOST"] or "127.0.0.1", db["PORT"] or 5432
     env = {
-        "DATABASE_URL": f"postgres://{db['USER'] or 'postgres'}@{host}:{port}/{db['NAME']}",
+        "DATABASE_URL": database_url(),
         "CACHE_URL": store.url,
         "API_KEY_RATE": f"{LIMIT}/hour",
         "AGENT_TOKEN_RATE": f"{LIMIT}/hour",

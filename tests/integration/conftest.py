@@ -25,6 +25,7 @@ from fleet.services.iam import api_key_create
 from project import celery_app
 from rollout.schedules import periodic_tick_ensure
 from rollout.services.binaries import release_binary_store
+from tests.databases import database_url
 from tests.factories import binary_bytes, manifest, pin, rollout_settings, signed
 
 
@@ -99,11 +100,8 @@ def stack(live_server, settings, tenant, tmp_path, broker) -> Iterator[Stack]:
     previous_queue = celery_app.conf.task_default_queue
     celery_app.conf.task_default_queue = queue
     periodic_tick_ensure(every=1, reset=True)
-    db = connection.settings_dict
-    host, port = db["HOST"] or "127.0.0.1", db["PORT"] or 5432
-    database_url = f"postgres://{db['USER'] or 'postgres'}@{host}:{port}/{db['NAME']}"
     env = {
-        "DATABASE_URL": database_url,
+        "DATABASE_URL": database_url(),
         "CELERY_BROKER_URL": broker,
         "CELERY_TASK_DEFAULT_QUEUE": queue,
         "ROLLOUT_RELEASE_PINS": pin(0),

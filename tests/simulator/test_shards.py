@@ -8,12 +8,12 @@ import signal
 import httpx
 import pytest
 from django.core.management import call_command
-from django.db import connection
 
 from demo.processes import free_port, stop, wait_until, web_server
 from fleet.models import NodeSession
 from fleet.services.nodes import nodes_set_daemon
 from simulator import AgentConfig, EnrolledNode, ShardedFleet, write_tokens
+from tests.databases import database_url
 from tests.factories import pin
 from tests.simulator.conftest import make_nodes
 
@@ -147,10 +147,8 @@ def test_each_process_talks_to_its_own_address_of_the_server(live_server, pool):
 @pytest.mark.integration
 def test_the_web_tier_listens_on_each_address_it_is_given(tmp_path, db):
     """The benchmarks' web tier on two loopback addresses (past the ~64,000 connections one address reaches)."""
-    settings = connection.settings_dict
     env = {
-        "DATABASE_URL": f"postgres://{settings['USER'] or 'postgres'}@{settings['HOST'] or '127.0.0.1'}:"
-        f"{settings['PORT'] or 5432}/{settings['NAME']}",
+        "DATABASE_URL": database_url(),
         "LOG_LEVEL": "WARNING",
         "ROLLOUT_RUN_DIR": str(tmp_path),
         "DJANGO_ALLOWED_HOSTS": "127.0.0.1,127.0.0.2",

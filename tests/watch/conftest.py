@@ -23,6 +23,7 @@ from fleet.services.pools import pool_create
 from rollout.services.create import rollout_create
 from rollout.services.plan import rollout_spec
 from rollout.services.releases import release_register
+from tests.databases import database_url
 from tests.factories import manifest, rollout_settings, signed
 
 SESSION = "/api/compute/agent/session"
@@ -31,11 +32,6 @@ RECONNECT_SECONDS = 3  # how long a web process stays unsubscribed after losing 
 PING_SECONDS = 2  # a LISTEN connection that stops answering is found out within twice this
 THREADS = 4
 _held_requests = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="held-request")
-
-
-def database_url() -> str:
-    db = connection.settings_dict
-    return f"postgresql://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
 @dataclass
@@ -71,7 +67,7 @@ def serve(tmp_path_factory, *, heartbeat_seconds: int) -> Iterator[Server]:
     port = free_port()
     logs = tmp_path_factory.mktemp("watch")
     env = {
-        "DATABASE_URL": database_url().replace("postgresql://", "postgres://"),
+        "DATABASE_URL": database_url(),
         "DATABASE_CONN_MAX_AGE": "60",
         "CELERY_BROKER_URL": django_settings.CELERY_BROKER_URL,
         "CELERY_TASK_DEFAULT_QUEUE": f"watch-{uuid.uuid4().hex[:8]}",
