@@ -10,6 +10,7 @@ import time
 import pytest
 from django.db import connection, connections
 
+from demo.processes import wait_until
 from fleet.models import NodeSession
 from rollout import dispatch
 from rollout.dispatch import TICK_TASK
@@ -70,13 +71,6 @@ def lock_waits() -> int:
         return cursor.fetchone()[0]
 
 
-def wait_until(condition, *, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 def in_thread(function):
     """Run ``function`` on a thread with its own connection; returns (thread, results)."""
     results: list = []
@@ -98,7 +92,7 @@ def test_an_asked_tick_waits_for_the_holder_then_uses_the_slot_freed_meanwhile(o
         NodeSession.objects.filter(node_id=first.node_id).update(daemon_version="1.0.0")  # its agent rejoined
         assert node_upgrade_settle_reported(node_id=first.node_id, daemon_version="1.0.0") is True
         waiter, results = in_thread(lambda: rollout_tick(rollout_id=rollout.id))
-        wait_until(lambda: lock_waits() == 1)
+        wait_until(lambda: lock_waits() == 1, timeout=10, poll=0.01, what="the waiter to wait")
         assert waiter.is_alive()
         assert results == []
     waiter.join(timeout=10)
@@ -114,7 +108,7 @@ def test_only_one_worker_waits_for_the_holder_the_others_return_at_once(one_slot
     rollout, first, second = one_slot
     with locked_elsewhere(Rollout, rollout.id):
         waiter, results = in_thread(lambda: rollout_tick(rollout_id=rollout.id))
-        wait_until(lambda: lock_waits() == 1)
+        wait_until(lambda: lock_waits() == 1, timeout=10, poll=0.01, what="the waiter to wait")
         # The join settles while both wait; the second asked tick leaves the slot to the waiter, which reads later.
         NodeSession.objects.filter(node_id=first.node_id).update(daemon_version="1.0.0")
         assert node_upgrade_settle_reported(node_id=first.node_id, daemon_version="1.0.0") is True
