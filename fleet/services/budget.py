@@ -109,13 +109,11 @@ def pool_budget(*, pool_id: UUID, lock: bool = False) -> PoolBudget:
     caller must be inside ``transaction.atomic()`` and keep the transaction
     open until it has written its disruption.
     """
-    pools = Pool.objects.filter(pk=pool_id)
-    if lock:
-        pools = pools.select_for_update(no_key=True)
-    budget = pools.values_list("disruption_budget", flat=True).first()
-    if budget is None:
+    budgets = pool_budgets(pool_ids=[pool_id], lock=lock)
+    if not budgets:
         raise NotFound(f"No pool {pool_id}.", code="unknown_pool")
-    return _pool_budget(pool_id, budget, _counts([pool_id]))
+    (budget,) = budgets.values()
+    return budget
 
 
 def pool_budgets(*, pool_ids: Iterable[UUID], split: bool = False, lock: bool = False) -> dict[UUID, PoolBudget]:
@@ -132,5 +130,7 @@ def pool_budgets(*, pool_ids: Iterable[UUID], split: bool = False, lock: bool = 
     if lock:
         pools = pools.select_for_update(no_key=True).order_by("id")
     budgets = dict(pools.values_list("id", "disruption_budget"))
+    if not budgets:
+        return {}
     counts = _counts(list(budgets), split=split)
     return {pool_id: _pool_budget(pool_id, budget, counts) for pool_id, budget in budgets.items()}
