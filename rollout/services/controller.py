@@ -112,7 +112,8 @@ def failure_ratio_exceeded(*, rollout: Rollout, counts: dict[str, int]) -> bool:
 
 def rollout_judge_failures(*, rollout: Rollout, now: datetime, counts: dict[str, int] | None = None) -> bool:
     """Pause the rollout (``failure_ratio``) when its current wave's failure ratio is exceeded."""
-    counts = counts or wave_counts(rollout=rollout, wave=rollout.current_wave)
+    if counts is None:
+        counts = wave_counts(rollout=rollout, wave=rollout.current_wave)
     if not failure_ratio_exceeded(rollout=rollout, counts=counts):
         return False
     paused = Paused(
@@ -131,7 +132,8 @@ def rollout_advance(*, rollout: Rollout, now: datetime, counts: dict[str, int] |
 
     ``counts``: the current wave's, when the caller judged on them (read now when not given).
     """
-    counts = counts or wave_counts(rollout=rollout, wave=rollout.current_wave)
+    if counts is None:
+        counts = wave_counts(rollout=rollout, wave=rollout.current_wave)
     if counts[State.PENDING] or counts[State.IN_FLIGHT]:
         return False
     # Judged on the very counts that say the wave is over: a failure committed after
