@@ -33,12 +33,15 @@ import uuid
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.database import DEFAULT_DATABASE_URL, database_urls, recreate_database
 from benchmarks.heartbeat_probes import CpuSampler, ProcessSampler, percentile
 from demo.processes import free_port
 from rollout.services.plan import rollout_spec
+
+if TYPE_CHECKING:
+    from simulator import FleetStats
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 BENCH_DB = "rollout_bench_efficiency"
@@ -290,8 +293,7 @@ def run(
     if measure:
         # An agent sees its new spec.daemon at its next heartbeat: about half an interval per round.
         reference = minimum + sum(rounds) * heartbeat / 2
-        server_errors = sum(n for kind, n in stats.errors_by_kind.items() if is_5xx(kind))
-        kinds = ", ".join(f"{kind} {n}" for kind, n in stats.errors_by_kind.most_common(5)) or "-"
+        server_errors, kinds = _errors(stats)
         assert sampler is not None
         agent_minutes = agents * window / 60 / 1000
         web_cpu = sampler.cpu["web"].seconds() / agent_minutes
@@ -345,8 +347,7 @@ def _idle_result(
     idle = idle_cpu.seconds() / (agents * idle_seconds / 60 / 1000)
     polling = per_heartbeat * 6 * 1000
     stats = fleet.stats
-    server_errors = sum(n for kind, n in stats.errors_by_kind.items() if is_5xx(kind))
-    kinds = ", ".join(f"{kind} {n}" for kind, n in stats.errors_by_kind.most_common(5)) or "-"
+    server_errors, kinds = _errors(stats)
     result = {
         "agents": f"{agents:,} (online {fleet.online_count():,})",
         "heartbeat": f"{heartbeat:g} s",
@@ -368,6 +369,12 @@ def _idle_result(
         )
     result["_failed"] = bool(server_errors or stats.errors)
     return result
+
+
+def _errors(stats: FleetStats) -> tuple[int, str]:
+    """The 5xx answers the agents got, and their five commonest kinds of error (``kind n, ...``)."""
+    server_errors = sum(n for kind, n in stats.errors_by_kind.items() if is_5xx(kind))
+    return server_errors, ", ".join(f"{kind} {n}" for kind, n in stats.errors_by_kind.most_common(5)) or "-"
 
 
 def web_cpu_per_heartbeat(web_pid: int, port: int, tokens: list[tuple[str, str]], seconds: float = 10.0) -> float:
