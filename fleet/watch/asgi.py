@@ -4,16 +4,43 @@ body, noticing a client that hung up, the headers Django would have added, and t
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from a2wsgi.wsgi import WSGIMiddleware, WSGIResponder
 from django.conf import settings
+from django.core.exceptions import DisallowedHost
+from django.http import HttpRequest
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+
+
+def host_allowed(scope: Scope) -> bool:
+    """Whether Django would take this request's Host (``ALLOWED_HOSTS``, read as ``HttpRequest.get_host`` reads it):
+    a request it would refuse is left to Django, which answers 400."""
+    meta: dict[str, str] = {}
+    for name, value in scope["headers"]:
+        if name in (b"host", b"x-forwarded-host"):
+            meta["HTTP_" + name.decode().upper().replace("-", "_")] = value.decode("latin-1")
+    if scope.get("server"):
+        meta["SERVER_NAME"], meta["SERVER_PORT"] = str(scope["server"][0]), str(scope["server"][1])
+    settings_key = (tuple(settings.ALLOWED_HOSTS), settings.USE_X_FORWARDED_HOST, settings.DEBUG)
+    return _host_allowed(tuple(sorted(meta.items())), settings_key)
+
+
+@functools.lru_cache(maxsize=256)  # a fleet sends a few Host values; the settings are in the key for tests
+def _host_allowed(meta: tuple[tuple[str, str], ...], settings_key: tuple[object, ...]) -> bool:
+    request = HttpRequest()
+    request.META = dict(meta)
+    try:
+        request.get_host()
+    except DisallowedHost:
+        return False
+    return True
 
 
 def security_headers() -> list[tuple[bytes, bytes]]:

@@ -49,6 +49,7 @@ from fleet.watch.asgi import (
     Scope,
     Send,
     disconnected,
+    host_allowed,
     read_body,
     replay,
     security_headers,
@@ -96,11 +97,14 @@ class AgentSessionFront:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
-        elif scope["type"] == "http" and scope["path"] == SESSION_PATH and scope["method"] == "POST":
-            await self._session(scope, receive, send)
-        elif scope["type"] == "http" and scope["path"] == SESSION_PATH and scope["method"] == "DELETE":
-            await self._leave(scope, receive, send)
-        else:
+        elif scope["type"] == "http" and scope["path"] == SESSION_PATH and host_allowed(scope):
+            if scope["method"] == "POST":
+                await self._session(scope, receive, send)
+            elif scope["method"] == "DELETE":
+                await self._leave(scope, receive, send)
+            else:
+                await self.django(scope, receive, send)
+        else:  # a Host that ALLOWED_HOSTS refuses included: Django answers it 400
             await self.django(scope, receive, send)
 
     # -- lifespan: the keeper; answering held requests when the server stops ------------------

@@ -86,3 +86,19 @@ def test_what_the_front_does_not_take_on_a_leave_is_django_s_answer(server, agen
     )
     assert with_body.status_code == 204  # Django's view reads no body
     assert NodeSession.objects.get(node=agent.node).left_at is not None
+
+
+def test_a_host_that_allowed_hosts_refuses_is_django_s_400_and_changes_nothing(server, agents):
+    """As Django's CommonMiddleware would (request.get_host()): the front takes only a Host Django takes."""
+    (agent,) = agents(1)
+    session = NodeSession.objects.get(node=agent.node)
+    forged = {"Authorization": f"Bearer {agent.token}", "Host": "evil.example"}
+    joined = httpx.post(agent.url + SESSION, json=agent.body(daemonVersion="1.0.0"), headers=forged, timeout=30)
+    left = httpx.delete(agent.url + SESSION, headers=forged, timeout=30)
+    assert (joined.status_code, left.status_code) == (400, 400)
+    assert Client().post(SESSION, agent.body(), content_type="application/json", headers=forged).status_code == 400
+    after = NodeSession.objects.get(node=agent.node)
+    assert (after.pk, after.daemon_version, after.left_at, after.last_seen_at) == (
+        session.pk, "0.9.0", None, session.last_seen_at,
+    )  # fmt: skip
+    assert agent.session().status_code == 200  # its own Host: answered by the front as ever
