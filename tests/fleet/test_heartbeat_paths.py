@@ -13,7 +13,7 @@ runs. Their outcomes must be identical: the report (or None), the session row an
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
@@ -22,20 +22,16 @@ from django.db import connection, transaction
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from fleet.models import Command, FleetPulse, Node, NodeSession
+from fleet.models import Command, FleetPulse, NodeSession
 from fleet.services import liveness
 from fleet.services.liveness import GAP_HEARTBEATS, PULSE_EVERY
 from fleet.services.nodes import heartbeat_seconds
 from fleet.services.sessions import SessionReport, _heartbeat_orm, agent_heartbeat
 from fleet.services.watch import _held_read_orm, _touch_orm, held_sessions_read, held_sessions_touch, touched_within
 from tests.fleet.conftest import make_node
+from tests.fleet.node_states import NOW, PROTOCOL, TICK, VERSION, write_node_state
 
 pytestmark = pytest.mark.django_db
-
-NOW = datetime(2031, 3, 5, 12, 0, tzinfo=UTC)
-VERSION, OTHER_VERSION = "1.4.0", "1.3.0"
-PROTOCOL = 3
-TICK = timedelta(microseconds=1)  # the database's resolution: "just under" a boundary
 
 
 @dataclass(frozen=True)
@@ -84,30 +80,12 @@ def states() -> st.SearchStrategy[NodeState]:
 
 
 def write(state: NodeState, node_id: UUID) -> None:
-    Node.objects.filter(pk=node_id).update(spec=state.spec)
-    if state.session != "none":
-        NodeSession.objects.create(
-            node_id=node_id,
-            daemon_version=VERSION if state.same_version else OTHER_VERSION,
-            protocol_version=PROTOCOL if state.same_protocol else PROTOCOL - 1,
-            joined_at=NOW - timedelta(hours=2),
-            last_seen_at=NOW + state.last_seen,
-            left_at=NOW - timedelta(minutes=1) if state.session == "left" else None,
-        )
-    Command.objects.bulk_create(
-        Command(
-            id=UUID(int=n + 1),
-            node_id=node_id,
-            kind=Command.Kind.DAEMON_UPGRADE,
-            payload={"version": f"2.{n}.0"},
-            state=command_state,
-            created_at=NOW - timedelta(hours=1) + timedelta(seconds=seconds),
-        )
-        for n, (command_state, seconds) in enumerate(state.commands)
-    )
-    if state.pulse is not None:
-        heard = NOW + state.pulse
-        FleetPulse.objects.create(pk=1, last_heard_at=heard, listening_since=heard + state.listening)
+    write_node_state(
+        node_id, spec=state.spec, session=state.session, same_version=state.same_version,
+        same_protocol=state.same_protocol, last_seen=state.last_seen,
+        commands=[(command_state, f"2.{n}.0", seconds) for n, (command_state, seconds) in enumerate(state.commands)],
+        pulse=state.pulse, listening=state.listening,
+    )  # fmt: skip
 
 
 def outcome(path, *, token_hash: str, node_id: UUID) -> tuple[SessionReport | None, Any, Any]:

@@ -12,7 +12,7 @@ be identical: the report (or None), the session row, the commands, the pulse and
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
@@ -21,7 +21,7 @@ from django.db import connection, transaction
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from fleet.models import Command, FleetPulse, Node, NodeSession
+from fleet.models import Command, FleetPulse, NodeSession
 from fleet.plugins import node_session_reported
 from fleet.services import liveness
 from fleet.services.liveness import GAP_HEARTBEATS
@@ -33,13 +33,9 @@ from fleet.services.sessions import (
     agent_session_report_for_token,
 )
 from tests.fleet.conftest import make_node
+from tests.fleet.node_states import NOW, PROTOCOL, TICK, VERSION, write_node_state
 
 pytestmark = pytest.mark.django_db(transaction=False)
-
-NOW = datetime(2031, 3, 5, 12, 0, tzinfo=UTC)
-VERSION, OTHER_VERSION = "1.4.0", "1.3.0"
-PROTOCOL = 3
-TICK = timedelta(microseconds=1)
 
 
 @dataclass(frozen=True)
@@ -75,30 +71,15 @@ def states() -> st.SearchStrategy[JoinState]:
 
 
 def write(state: JoinState, node_id: UUID) -> None:
-    Node.objects.filter(pk=node_id).update(spec=state.spec)
-    if state.session != "none":
-        NodeSession.objects.create(
-            node_id=node_id,
-            daemon_version=VERSION if state.same_version else OTHER_VERSION,
-            protocol_version=PROTOCOL if state.same_protocol else PROTOCOL - 1,
-            joined_at=NOW - timedelta(hours=2),
-            last_seen_at=NOW + state.last_seen,
-            left_at=NOW - timedelta(minutes=1) if state.session == "left" else None,
-        )
-    Command.objects.bulk_create(
-        Command(
-            id=UUID(int=n + 1),
-            node_id=node_id,
-            kind=Command.Kind.DAEMON_UPGRADE,
-            payload={"version": VERSION if to_reported else f"2.{n}.0"},
-            state=command_state,
-            created_at=NOW - timedelta(hours=1) + timedelta(seconds=seconds),
-        )
+    commands = [
+        (command_state, VERSION if to_reported else f"2.{n}.0", seconds)
         for n, (command_state, to_reported, seconds) in enumerate(state.commands)
-    )
-    if state.pulse is not None:
-        heard = NOW + state.pulse
-        FleetPulse.objects.create(pk=1, last_heard_at=heard, listening_since=heard - timedelta(hours=2))
+    ]
+    write_node_state(
+        node_id, spec=state.spec, session=state.session, same_version=state.same_version,
+        same_protocol=state.same_protocol, last_seen=state.last_seen, commands=commands, pulse=state.pulse,
+        listening=-timedelta(hours=2),
+    )  # fmt: skip
 
 
 def outcome(path, *, token_hash: str, node_id: UUID, capture) -> tuple[Any, ...]:
