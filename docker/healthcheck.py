@@ -1,6 +1,6 @@
 """The web container's health check: Django answers a page that needs no database (the admin's login).
 
-Run by docker-compose.yml (and the Dockerfile's HEALTHCHECK) inside the container:
+Run by docker-compose.yml (the web service's healthcheck) inside the container:
 exit 0 when http://127.0.0.1:8000/admin/login/ answers 200. The request's Host is
 the first of DJANGO_ALLOWED_HOSTS, so a deployment that allows only its public
 name still passes (Django refuses other hosts with 400).

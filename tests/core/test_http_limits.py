@@ -28,7 +28,7 @@ HEARTBEAT = {"daemonVersion": "1.4.0", "protocolVersion": 3}
 
 @pytest.fixture(scope="module")
 def server(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[tuple[str, subprocess.Popen]]:
-    """gunicorn (gthread, one worker: a killed worker would show) on the test database."""
+    """The production web tier (gunicorn's uvicorn workers, one process: a killed one would show), test database."""
     with django_db_blocker.unblock():
         url = database_url()
     env = {
