@@ -20,20 +20,35 @@ Send = Callable[[Message], Awaitable[None]]
 
 
 def host_allowed(scope: Scope) -> bool:
-    """Whether Django would take this request's Host (``ALLOWED_HOSTS``, read as ``HttpRequest.get_host`` reads it):
-    a request it would refuse is left to Django, which answers 400."""
+    """Whether Django would take this request's Host (``ALLOWED_HOSTS``, read as ``HttpRequest.get_host`` reads it
+    from the environ a2wsgi builds: repeated headers joined by commas, ``localhost:80`` without a server): a request
+    it would refuse is left to Django, which answers 400."""
+    names = {b"host": "HTTP_HOST"}
+    if settings.USE_X_FORWARDED_HOST:
+        names[b"x-forwarded-host"] = "HTTP_X_FORWARDED_HOST"
+    if settings.USE_X_FORWARDED_PORT:
+        names[b"x-forwarded-port"] = "HTTP_X_FORWARDED_PORT"
     meta: dict[str, str] = {}
     for name, value in scope["headers"]:
-        if name in (b"host", b"x-forwarded-host"):
-            meta["HTTP_" + name.decode().upper().replace("-", "_")] = value.decode("latin-1")
-    if scope.get("server"):
-        meta["SERVER_NAME"], meta["SERVER_PORT"] = str(scope["server"][0]), str(scope["server"][1])
-    settings_key = (tuple(settings.ALLOWED_HOSTS), settings.USE_X_FORWARDED_HOST, settings.DEBUG)
-    return _host_allowed(tuple(sorted(meta.items())), settings_key)
+        if (key := names.get(name)) is not None:
+            text = value.decode("latin-1")
+            meta[key] = f"{meta[key]},{text}" if key in meta else text
+    server_name, server_port = scope.get("server") or ("localhost", 80)
+    meta["SERVER_NAME"], meta["SERVER_PORT"] = str(server_name), str(server_port or 0)
+    request_key = tuple(sorted(meta.items()))
+    settings_key = (
+        tuple(settings.ALLOWED_HOSTS), settings.USE_X_FORWARDED_HOST, settings.USE_X_FORWARDED_PORT, settings.DEBUG,
+    )  # fmt: skip
+    if sum(len(value) for value in meta.values()) > MAX_CACHED_HOST:  # no host name is that long: not kept
+        return _host_valid(request_key, settings_key)
+    return _host_valid_cached(request_key, settings_key)
 
 
-@functools.lru_cache(maxsize=256)  # a fleet sends a few Host values; the settings are in the key for tests
-def _host_allowed(meta: tuple[tuple[str, str], ...], settings_key: tuple[object, ...]) -> bool:
+#: Longest Host (with the server's name and port) whose verdict a process keeps: a DNS name has at most 253.
+MAX_CACHED_HOST = 300
+
+
+def _host_valid(meta: tuple[tuple[str, str], ...], settings_key: tuple[object, ...]) -> bool:
     request = HttpRequest()
     request.META = dict(meta)
     try:
@@ -41,6 +56,10 @@ def _host_allowed(meta: tuple[tuple[str, str], ...], settings_key: tuple[object,
     except DisallowedHost:
         return False
     return True
+
+
+# A fleet sends a few Host values; the settings are in the key so that a test's override is obeyed.
+_host_valid_cached = functools.lru_cache(maxsize=256)(_host_valid)
 
 
 def security_headers() -> list[tuple[bytes, bytes]]:
