@@ -33,15 +33,13 @@ import uuid
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from benchmarks.database import DEFAULT_DATABASE_URL, database_urls, recreate_database
 from benchmarks.heartbeat_probes import CpuSampler, ProcessSampler, percentile
+from benchmarks.polling_price import web_cpu_per_heartbeat
 from demo.processes import free_port
 from rollout.services.plan import rollout_spec
-
-if TYPE_CHECKING:
-    from simulator import FleetStats
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 BENCH_DB = "rollout_bench_efficiency"
@@ -371,47 +369,10 @@ def _idle_result(
     return result
 
 
-def _errors(stats: FleetStats) -> tuple[int, str]:
+def _errors(stats: Any) -> tuple[int, str]:
     """The 5xx answers the agents got, and their five commonest kinds of error (``kind n, ...``)."""
     server_errors = sum(n for kind, n in stats.errors_by_kind.items() if is_5xx(kind))
     return server_errors, ", ".join(f"{kind} {n}" for kind, n in stats.errors_by_kind.most_common(5)) or "-"
-
-
-def web_cpu_per_heartbeat(web_pid: int, port: int, tokens: list[tuple[str, str]], seconds: float = 10.0) -> float:
-    """Web-tier CPU seconds per plain heartbeat when the agents poll every 10 s: ``len(tokens) / 10`` requests a
-    second, paced over 16 connections for ``seconds`` (their sessions are open on 1.0.0: every request is a
-    plain heartbeat). A server that cannot keep up serves as many as it can (then it is a closed loop)."""
-    import asyncio
-
-    from benchmarks.heartbeat_floor import REAL_PATH, request_bytes
-
-    connections, rate = 16, len(tokens) / 10
-    requests = [request_bytes(REAL_PATH, token, port) for _, token in tokens]
-    answered = [0]
-
-    async def paced(first: int) -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        loop, index = asyncio.get_running_loop(), first
-        due = start = loop.time()
-        while loop.time() - start < seconds:
-            writer.write(requests[index % len(requests)])
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next(int(line[15:]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-l"))
-            await reader.readexactly(length)
-            answered[0] += 1
-            index += connections
-            due += connections / rate
-            await asyncio.sleep(max(0.0, due - loop.time()))
-        writer.close()
-
-    async def load() -> None:
-        await asyncio.gather(*(paced(first) for first in range(connections)))
-
-    cpu = CpuSampler(lambda: ProcessSampler.tree(web_pid))
-    cpu.sample()
-    asyncio.run(load())
-    cpu.sample()
-    return cpu.seconds() / max(1, answered[0])
 
 
 def main(argv: list[str] | None = None) -> int:
