@@ -27,12 +27,10 @@ HEARTBEAT = {"daemonVersion": "1.4.0", "protocolVersion": 3}
 
 
 @pytest.fixture(scope="module")
-def server(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[tuple[str, subprocess.Popen]]:
+def server(django_db_setup, tmp_path_factory) -> Iterator[tuple[str, subprocess.Popen]]:
     """The production web tier (gunicorn's uvicorn workers, one process: a killed one would show), test database."""
-    with django_db_blocker.unblock():
-        url = database_url()
     env = {
-        "DATABASE_URL": url,
+        "DATABASE_URL": database_url(),
         "CELERY_BROKER_URL": django_settings.CELERY_BROKER_URL,
         "ROLLOUT_RUN_DIR": str(tmp_path_factory.mktemp("run")),
         "LOG_LEVEL": "WARNING",
