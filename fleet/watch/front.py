@@ -86,6 +86,7 @@ class AgentSessionFront:
         # The sessions' statements have threads of their own: a slow admin page never delays a heartbeat.
         self.threads = SessionThreads(threads)
         self.hub = hub
+        hub.before_resync = self._touch_held
         self.wake_reads = WakeReads(lambda tokens: self._run(held_sessions_read, token_hashes=tokens))
         self.headers = security_headers()
         self._keeper: asyncio.Task[None] | None = None
@@ -136,15 +137,19 @@ class AgentSessionFront:
         while True:
             await asyncio.sleep(held_touch_every())
             self.hub.known.forget_older_than(loop.time() - KNOWN_SECONDS)
-            node_ids = self.hub.held_node_ids()
-            if node_ids:
-                now = timezone.now()
-                try:
-                    await self._run(held_sessions_touch, node_ids=node_ids, now=now)
-                except Exception as exc:  # the database is down: the next round tries again
-                    log.warning("fleet.watch.touch_failed", error=f"{type(exc).__name__}: {exc}"[:300])
-                else:
-                    self.hub.known.touched(node_ids, seen_floor=now.timestamp() - touched_within())
+            try:
+                await self._touch_held()
+            except Exception as exc:  # the database is down: the next round tries again
+                log.warning("fleet.watch.touch_failed", error=f"{type(exc).__name__}: {exc}"[:300])
+
+    async def _touch_held(self) -> None:
+        """One UPDATE counts a heartbeat of each node held here (the keeper's round; the hub's resync, before the
+        held requests read again, so that none of them needs a heartbeat's write of its own)."""
+        node_ids = self.hub.held_node_ids()
+        if node_ids:
+            now = timezone.now()
+            await self._run(held_sessions_touch, node_ids=node_ids, now=now)
+            self.hub.known.touched(node_ids, seen_floor=now.timestamp() - touched_within())
 
     # -- the session request ------------------------------------------------------------------
 

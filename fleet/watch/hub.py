@@ -4,8 +4,12 @@ PostgreSQL triggers NOTIFY the ids of the nodes whose spec or pending commands c
 (fleet/migrations/0005_watch_notify.py). ``WatchHub`` keeps ONE connection per process that LISTENs on that
 channel and wakes the requests held for those nodes; a request registers a future per wait, never a
 subscription of its own. When the connection is lost (the server restarted, the backend was terminated) the
-hub LISTENs again after ``reconnect_seconds``; meanwhile held requests answer at their ``wait``: a lost wake
-costs at most the wait, never correctness, since every answer is read from the database. A connection can
+hub LISTENs again after ``reconnect_seconds``. A change committed meanwhile was notified to nobody: so once it
+listens again the hub resyncs, waking every request it holds, and each reads its node's revision again (the
+reads gathered into one statement, fleet/watch/reads.py; the process's held nodes touched first, in one
+UPDATE, so that no read needs a heartbeat's write of its own) and answers if it changed. A lost subscription
+costs a held request the time to LISTEN again, never its ``wait``, and never correctness, since every answer
+is read from the database. A connection can
 also be lost without an error (a peer gone behind a NAT or a failover, a backend that hangs): whenever it has
 listened for ``ping_seconds`` the hub asks it ``SELECT 1``, and one that does not answer within as long is
 dropped and replaced (libpq's TCP keepalives, set in fleet/watch/__init__.py, catch a dead peer too).
@@ -25,7 +29,7 @@ import contextlib
 import math
 import signal
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 from uuid import UUID
 
@@ -69,6 +73,9 @@ class WatchHub:
         self._listening_since = math.inf  # the loop's time the live subscription began (inf: none)
         self.closing = False
         self.known = KnownSessions()
+        # Run before the held requests are woken to read again once the hub listens again (the front's touch).
+        self.before_resync: Callable[[], Awaitable[object]] | None = None
+        self._resyncing: asyncio.Task[None] | None = None
 
     # -- running -------------------------------------------------------------------------
 
@@ -86,6 +93,8 @@ class WatchHub:
 
     async def stop(self) -> None:
         self.release_all()
+        if self._resyncing is not None:
+            self._resyncing.cancel()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -126,8 +135,24 @@ class WatchHub:
         if listening:
             self._ever_subscribed = True
             self._subscribed.set()
+            if self.conninfo is not None and self._waiters:
+                self._resyncing = asyncio.get_running_loop().create_task(self._resync(), name="watch-resync")
         else:
             self._subscribed.clear()
+
+    async def _resync(self) -> None:
+        """Listening again: every held request reads its revision again now (they were read before the
+        subscription was lost, or while there was none: a change committed meanwhile was notified to nobody)."""
+        if self.before_resync is not None:
+            try:
+                await self.before_resync()
+            except Exception as exc:  # the reads run all the same; each writes its heartbeat if it must
+                log.warning("fleet.watch.resync_touch_failed", error=f"{type(exc).__name__}: {exc}"[:300])
+        held = len(self._waiters)
+        for node_id in list(self._waiters):
+            self._wake(node_id)
+        log.info("fleet.watch.resynced", held=held)
+        self._resyncing = None
 
     def _deliver(self, payload: str) -> None:
         now = asyncio.get_running_loop().time()

@@ -1,5 +1,6 @@
 """The per-process hub in isolation: notifications wake exactly their nodes' held requests, remembered for a
-moment; without NOTIFY (SQLite) every held request is woken each second; shutting down releases them all."""
+moment; without NOTIFY (SQLite) every held request is woken each second; listening again after a loss wakes them
+all; shutting down releases them all."""
 
 from __future__ import annotations
 
@@ -102,5 +103,47 @@ def test_what_was_read_is_kept_only_while_listening_and_forgotten_at_a_notificat
         hub.remember("c", _known(second, loop.time()))
         hub._set_listening(False)
         assert len(hub.known) == 0
+
+    run(main())
+
+
+def test_listening_again_touches_the_held_nodes_then_wakes_every_held_request():
+    """A change committed while the hub did not listen was notified to nobody: once it listens again, every held
+    request is woken to read its revision again, after the held nodes were touched (one UPDATE)."""
+
+    async def main():
+        hub = WatchHub(conninfo={"dbname": "unused"}, channel="fleet_watch", reconnect_seconds=1)
+        first, second = uuid.uuid4(), uuid.uuid4()
+        waits = [hub.next_wake(first), hub.next_wake(first), hub.next_wake(second)]
+        touched_while_held: list[bool] = []
+
+        async def touch():
+            touched_while_held.append(not any(wait.done() for wait in waits))
+
+        hub.before_resync = touch
+        hub._set_listening(False)  # the subscription is lost: nothing wakes them
+        await asyncio.sleep(0.01)
+        assert not any(wait.done() for wait in waits)
+        hub._set_listening(True)
+        await asyncio.sleep(0.01)
+        assert touched_while_held == [True]
+        assert all(wait.done() for wait in waits)
+        assert hub._waiters == {}
+
+    run(main())
+
+
+def test_listening_again_wakes_them_even_when_the_touch_fails():
+    async def main():
+        hub = WatchHub(conninfo={"dbname": "unused"}, channel="fleet_watch", reconnect_seconds=1)
+        wait = hub.next_wake(uuid.uuid4())
+
+        async def touch():
+            raise OSError("the database is down again")
+
+        hub.before_resync = touch
+        hub._set_listening(True)
+        await asyncio.sleep(0.01)
+        assert wait.done()
 
     run(main())
