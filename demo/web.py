@@ -12,9 +12,11 @@ nginx two descriptors and gunicorn one (docs/operations.md#the-web-tier).
 
     python -m demo.web [--port 8000] [--no-migrate]
 
-It migrates the database first (as compose's ``migrate`` service), then runs in the foreground
-until SIGTERM or SIGINT (Ctrl-C), or until nginx or gunicorn exits; then it stops both (their whole
-process groups) and exits. The children also get SIGTERM if this process dies without stopping
+It migrates the database first (as compose's ``migrate`` service) and refuses to start when nginx's workers
+could not read ``ROLLOUT_MEDIA_ROOT`` (every download would fail), saying what to change. nginx starts once
+gunicorn listens. Then it runs in the foreground until SIGTERM or SIGINT (Ctrl-C), and only then stops both
+(their whole process groups) and exits: a gunicorn or an nginx that exits meanwhile is started again, with
+backoff, and logged (demo/supervise.py). The children also get SIGTERM if this process dies without stopping
 them (Linux's parent-death signal).
 
 Each application server behind nginx is an ``Upstream``: its command, and the ``${NAME}`` of
@@ -27,20 +29,24 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import functools
 import os
+import pwd
 import re
 import resource
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from demo.processes import gunicorn_command, stop
+from demo.supervise import Supervisor
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 NGINX_CONF = BASE_DIR / "docker" / "nginx.conf"
@@ -78,6 +84,41 @@ def raise_open_files_limit() -> int:
     if hard != resource.RLIM_INFINITY and soft != hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def nginx_worker_user() -> pwd.struct_passwd | None:
+    """Who nginx's workers run as when they are not this process's user: ``nobody`` under a root master
+    (docker/nginx.conf sets no ``user``); None otherwise (they run as this user, who created the media root)."""
+    return pwd.getpwnam("nobody") if os.geteuid() == 0 else None
+
+
+def unsearchable(path: Path, *, uid: int, gids: set[int]) -> Path | None:
+    """The first folder on the way to ``path`` (``path`` included) that user ``uid`` (in groups ``gids``) may not
+    enter, if any: nginx opens a binary by its path, so it needs to search every folder above it."""
+    if uid == 0:
+        return None
+    for folder in [*reversed(path.parents), path]:
+        mode = folder.stat()
+        bit = stat.S_IXUSR if mode.st_uid == uid else stat.S_IXGRP if mode.st_gid in gids else stat.S_IXOTH
+        if not mode.st_mode & bit:
+            return folder
+    return None
+
+
+def refuse_an_unreachable_media_root(media_root: Path) -> None:
+    """SystemExit with what to change when nginx's workers could not reach ``media_root`` (every download would
+    be refused by nginx)."""
+    user = nginx_worker_user()
+    if user is None:
+        return
+    blocked = unsearchable(media_root, uid=user.pw_uid, gids=set(os.getgrouplist(user.pw_name, user.pw_gid)))
+    if blocked is not None:
+        mode = stat.S_IMODE(blocked.stat().st_mode)
+        raise SystemExit(
+            f"web: nginx's workers run as {user.pw_name} and cannot enter {blocked} (mode {mode:04o}), so they "
+            f"could not serve one binary from ROLLOUT_MEDIA_ROOT ({media_root}). Run `chmod o+x {blocked}`, "
+            f"or set ROLLOUT_MEDIA_ROOT to a folder {user.pw_name} can reach."
+        )
 
 
 def nginx_binary() -> str:
@@ -122,6 +163,8 @@ class WebTier:
     run_dir: Path
     processes: dict[str, subprocess.Popen]
     log_dir: Path | None = None  # each process's output, when not the launcher's own
+    # How each process is started (again, by the supervisor of ``main``).
+    spawns: dict[str, Callable[[], subprocess.Popen]] = field(default_factory=dict)
 
     def exited(self) -> str | None:
         """The name of a process that has exited, if any."""
@@ -147,6 +190,7 @@ def start(
 
     ``access_log``: where nginx writes its access log (docker/nginx.conf's ``timed`` format)."""
     _refuse_a_taken_port(host, port)
+    refuse_an_unreachable_media_root(media_root)
     shutil.rmtree(run_dir, ignore_errors=True)
     (run_dir / "nginx").mkdir(parents=True)
     raise_open_files_limit()
@@ -163,11 +207,17 @@ def start(
     config.write_text(render_nginx_conf(values))
     processes: dict[str, subprocess.Popen] = {}
     tier = WebTier(url=f"http://{host}:{port}", run_dir=run_dir, processes=processes, log_dir=log_dir)
+    nginx = [nginx_binary(), "-p", str(run_dir / "nginx"), "-c", str(config)]
+    commands = {**{server.name: server.command for server in servers}, "nginx": nginx}
+    for name, command in commands.items():
+        log = log_dir / f"{name}.log" if log_dir else None
+        tier.spawns[name] = functools.partial(_spawn, command, env, log)
     try:
         for server in servers:
-            processes[server.name] = _spawn(server.command, env, log_dir / f"{server.name}.log" if log_dir else None)
-        nginx = [nginx_binary(), "-p", str(run_dir / "nginx"), "-c", str(config)]
-        processes["nginx"] = _spawn(nginx, env, log_dir / "nginx.log" if log_dir else None)
+            processes[server.name] = tier.spawns[server.name]()
+        # nginx once every upstream listens: no "connect() failed" while gunicorn starts.
+        _wait_until(lambda: all(_listens(server.address) for server in servers), timeout=timeout, tier=tier)
+        processes["nginx"] = tier.spawns["nginx"]()
         _wait_until(lambda: _answers(tier), timeout=timeout, tier=tier)
     except BaseException:
         tier.stop()
@@ -184,6 +234,19 @@ def _refuse_a_taken_port(host: str, port: int) -> None:
             probe.bind((host, port))
         except OSError as exc:
             raise SystemExit(f"web: {host}:{port} is in use ({exc.strerror}); choose another WEB_PORT") from exc
+
+
+def _listens(address: str) -> bool:
+    """Whether an upstream's address (``unix:PATH`` or ``HOST:PORT``) accepts connections."""
+    host, _, port = address.rpartition(":")
+    unix = address.startswith("unix:")
+    with socket.socket(socket.AF_UNIX if unix else socket.AF_INET) as probe:
+        probe.settimeout(1)
+        try:
+            probe.connect(address.removeprefix("unix:") if unix else (host, int(port)))
+        except OSError:
+            return False
+    return True
 
 
 def _answers(tier: WebTier) -> bool:
@@ -235,15 +298,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         offload = os.environ["ROLLOUT_DOWNLOADS_OFFLOAD"]
         print(f"web: {tier.url} (nginx -> gunicorn; downloads offload={offload}; binaries in {media_root})")
-        print("web: Ctrl-C or SIGTERM stops it", flush=True)
-        while not stopping and tier.exited() is None:
+        print("web: Ctrl-C or SIGTERM stops it (a gunicorn or nginx that exits meanwhile is restarted)", flush=True)
+        supervisor = Supervisor(tier.processes, tier.spawns)
+        while not stopping:
+            supervisor.check()
             time.sleep(0.2)
-        gone = tier.exited()
     finally:
         tier.stop()
-    if gone and not stopping:
-        print(f"web: {gone} exited; stopped the rest", file=sys.stderr)
-        return 1
     print("web: stopped", flush=True)
     return 0
 

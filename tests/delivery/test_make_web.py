@@ -1,5 +1,6 @@
-"""`make web`: one command starts nginx in front of gunicorn, serves the API, the admin and the downloads,
-and SIGTERM stops it all: no process it started is left behind."""
+"""`make web`: one command starts nginx in front of gunicorn (once gunicorn listens), serves the API, the admin
+and the downloads (their errors as the API's JSON), restarts a gunicorn or an nginx killed with SIGKILL, and
+only SIGTERM stops it all: no process it started is left behind. It refuses a media root nginx cannot read."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import resource
 import shutil
 import signal
 import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -54,7 +57,32 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_make_web_serves_everything_and_stops_cleanly_on_sigterm(settings):
+def parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def master(launcher: int, name: str) -> int:
+    """The pid of the launcher's child ``name`` (gunicorn's or nginx's master)."""
+    return next(pid for pid in descendants(launcher) if parent(pid) == launcher and name in command_line(pid))
+
+
+def killed_and_answering_again(url: str, pid: int) -> float:
+    """SIGKILL ``pid``; seconds until the tier answers the admin's login page again."""
+    killed_at = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not alive(pid), timeout=5, what="the killed process to be gone")
+
+    def answers() -> bool:
+        try:
+            return httpx.get(f"{url}/admin/login/", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(answers, timeout=30, poll=0.1, what="the tier to answer again")
+    return time.monotonic() - killed_at
+
+
+def test_make_web_serves_everything_heals_killed_parts_and_stops_only_on_sigterm(settings):
     run_dir = world_readable_dir("rollout-make-web-")
     settings.ROLLOUT = rollout_settings()
     settings.MEDIA_ROOT = run_dir / "media"  # where make web's Django (ROLLOUT_RUN_DIR/media) keeps binaries
@@ -67,6 +95,7 @@ def test_make_web_serves_everything_and_stops_cleanly_on_sigterm(settings):
         "ROLLOUT_RELEASE_PINS": pin(0),
         "WEB_PORT": str(port),
         "LOG_LEVEL": "WARNING",
+        "WEB_WORKERS": "2",  # a restarted gunicorn answers once one worker loaded Django: fewer compete for 2 cores
     }
     env.pop("ROLLOUT_DOWNLOADS_OFFLOAD", None)  # make web's own default: accel
     make = subprocess.Popen(
@@ -100,6 +129,21 @@ def test_make_web_serves_everything_and_stops_cleanly_on_sigterm(settings):
         assert download.status_code == 206
         assert download.content == binary.data[-1000:]
         assert download.headers["server"] == "nginx"  # nginx moved the bytes (X-Accel-Redirect)
+        # A file nginx's workers may not read: the API's JSON error, not nginx's HTML page.
+        (stored,) = [path for path in (run_dir / "media").rglob("*") if path.is_file()]
+        stored.chmod(0)
+        unreadable = httpx.get(url + binary.path, timeout=10)
+        stored.chmod(0o644)
+        assert unreadable.status_code == 500, unreadable.text
+        assert unreadable.headers["content-type"] == "application/json"
+        assert unreadable.json()["code"] == "server_error"
+        # A crashed part is started again by make web itself (docs/operations.md#the-web-tier).
+        launcher = next(pid for pid in started if "demo.web" in command_line(pid))
+        healed = {name: killed_and_answering_again(url, master(launcher, name)) for name in ("gunicorn", "nginx")}
+        print(f"answering again after kill -9: {healed}")
+        assert all(seconds < 10 for seconds in healed.values()), healed
+        assert make.poll() is None
+        started |= descendants(make.pid)
         make.send_signal(signal.SIGTERM)
         out, _ = make.communicate(timeout=30)
     finally:
@@ -109,9 +153,39 @@ def test_make_web_serves_everything_and_stops_cleanly_on_sigterm(settings):
         shutil.rmtree(run_dir, ignore_errors=True)
     text = out.decode(errors="replace")
     assert "web: stopped" in text, text[-2000:]
+    assert "web: gunicorn restarted" in text, text[-2000:]
+    assert "web: nginx restarted" in text, text[-2000:]
+    assert "[crit]" not in text.split("web: gunicorn exited")[0], text[-2000:]  # nginx started once gunicorn listened
     deadline = time.monotonic() + 10
     while any(alive(pid) for pid in started) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert [pid for pid in started if alive(pid)] == []
     with pytest.raises(httpx.ConnectError):
         httpx.get(url, timeout=2)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="nginx's workers run as this user, who can read what it created")
+def test_make_web_refuses_a_media_root_nginx_cannot_read(tmp_path):
+    private = Path(tempfile.mkdtemp(prefix="rollout-private-"))  # mode 0700, as `mktemp -d` makes it
+    try:
+        env = {
+            **os.environ,
+            "DATABASE_URL": database_url(),
+            "ROLLOUT_RUN_DIR": str(tmp_path / "run"),
+            "ROLLOUT_MEDIA_ROOT": str(private / "media"),
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "demo.web", "--no-migrate", "--port", str(free_port())],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+    assert done.returncode != 0
+    assert f"nginx's workers run as nobody and cannot enter {private} (mode 0700)" in done.stderr, done.stderr
+    assert f"chmod o+x {private}" in done.stderr
+    assert "Traceback" not in done.stderr
