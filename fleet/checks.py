@@ -8,7 +8,8 @@
 | fleet.E004 | FLEET_WATCH_RECONNECT_SECONDS is not an integer >= 1 (docs/fleet.md#watch) |
 | fleet.E005 | WEB_THREADS is not an integer >= 1 |
 | fleet.E006 | FLEET_WATCH_PING_SECONDS is not an integer >= 1 |
-| fleet.W001 | no CACHE_URL on PostgreSQL: each web process counts requests alone |
+| fleet.E007 | DATABASE_URL is not PostgreSQL (SQLite or any other engine): the project runs on PostgreSQL alone |
+| fleet.W001 | no CACHE_URL: each web process counts requests alone (``check --deploy`` only) |
 """
 
 from __future__ import annotations
@@ -48,16 +49,22 @@ def check_request_limits(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
                 id="fleet.E003",
             )
         )
-    if not url and settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-        messages.append(
-            Warning(
-                "No CACHE_URL: each web process counts requests per credential alone (the limits are multiplied "
-                "by the number of web processes).",
-                hint="Set CACHE_URL to a Redis shared by every web process, e.g. redis://redis:6379/1.",
-                id="fleet.W001",
-            )
-        )
     return messages
+
+
+@register(TAG, deploy=True)
+def check_shared_counts(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """A deployment's concern (several web processes), not every command's: ``manage.py check --deploy``."""
+    if getattr(settings, "CACHE_URL", ""):
+        return []
+    return [
+        Warning(
+            "No CACHE_URL: each web process counts requests per credential alone (the limits are multiplied "
+            "by the number of web processes).",
+            hint="Set CACHE_URL to a Redis shared by every web process, e.g. redis://redis:6379/1.",
+            id="fleet.W001",
+        )
+    ]
 
 
 _POSITIVE = (
@@ -81,3 +88,26 @@ def check_positive_integers(app_configs: Any = None, **kwargs: Any) -> list[Chec
                 )
             )
     return errors
+
+
+POSTGRESQL = "django.db.backends.postgresql"
+
+
+@register(TAG, "database")
+def check_database_engine(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """PostgreSQL alone: its statements, locks, LISTEN/NOTIFY and triggers are the only path the code has.
+    project/settings.py keeps another engine of DATABASE_URL in DATABASE_REFUSED (and never connects to it)."""
+    engines = {alias: database.get("ENGINE") for alias, database in settings.DATABASES.items()}
+    if getattr(settings, "DATABASE_REFUSED", ""):
+        engines["default"] = settings.DATABASE_REFUSED
+    return [
+        Error(
+            f"The database {alias!r} uses {engine}: this project runs on PostgreSQL only (its statements, "
+            "row and advisory locks, triggers and LISTEN/NOTIFY have no other path).",
+            hint="Set DATABASE_URL to a PostgreSQL URL, e.g. postgres://postgres@127.0.0.1:5432/rollout; "
+            "`make demo` runs a PostgreSQL of its own, nothing to install.",
+            id="fleet.E007",
+        )
+        for alias, engine in engines.items()
+        if engine != POSTGRESQL
+    ]

@@ -75,24 +75,24 @@ TEMPLATES = [
     },
 ]
 
+# PostgreSQL only (fleet.E007 refuses any other engine): a local server by default; `make demo` runs its own.
 DATABASES = {
     "default": dj_database_url.parse(
-        env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"),
+        env_str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/rollout"),
         conn_max_age=int(env_str("DATABASE_CONN_MAX_AGE", "0") or 0),
     )
 }
+# Another engine (sqlite://, mysql://, ...) is refused by a system check (fleet.E007) before anything connects to
+# it: Django's dummy backend stands in for it, and any query raises ImproperlyConfigured.
+DATABASE_REFUSED = ""
+if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+    DATABASE_REFUSED, DATABASES["default"] = DATABASES["default"]["ENGINE"], {"ENGINE": "django.db.backends.dummy"}
 # A kept connection (DATABASE_CONN_MAX_AGE) is checked before a request reuses it: after a
 # database restart the first request reconnects instead of failing on a dead connection.
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # Parallel test runs (CI and developers) each name their own test database.
 if env_str("TEST_DATABASE_NAME"):
     DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME")}
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # The embedded default serves a web server and a worker at once.
-    DATABASES["default"].setdefault("OPTIONS", {})
-    DATABASES["default"]["OPTIONS"].update(
-        {"timeout": 30, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL;"}
-    )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -273,7 +273,7 @@ API_KEY_RATE = env_str("API_KEY_RATE", "1200/min")
 # 5 requests per FLEET_HEARTBEAT_SECONDS, averaged over a minute (30/min at 10 s).
 AGENT_TOKEN_RATE = env_str("AGENT_TOKEN_RATE", "5/heartbeat")
 # The shared cache, a Redis apart from the broker (which may be RabbitMQ): where every web process's
-# request counts meet. Unset: each process counts alone (the SQLite demo; fleet.W001 on PostgreSQL).
+# request counts meet. Unset: each process counts alone (the demo; `check --deploy` warns: fleet.W001).
 CACHE_URL = env_str("CACHE_URL", "")
 if CACHE_URL:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}}

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, transaction
 
 from rollout.release.keys import parse_pin
@@ -271,7 +272,8 @@ def check_recorded_root(app_configs: Any = None, databases: Any = None, **kwargs
     configuration changes nothing (docs/signing.md#rotating-the-release-keys). Say so when they differ.
 
     It reads the database (one query) when it can: a database that is down, not migrated yet or
-    not to be touched here (another alias asked for, a test without database access) has nothing
+    not to be touched here (another alias asked for, a test without database access, another engine
+    than PostgreSQL) has nothing
     recorded to disagree with, and a check never crashes the command that runs it.
     """
     from rollout.models import ReleaseRoot
@@ -283,7 +285,9 @@ def check_recorded_root(app_configs: Any = None, databases: Any = None, **kwargs
             rows = ReleaseRoot.objects.filter(version=1).values("pins", "threshold")
             recorded = rows.first()
             newest = ReleaseRoot.objects.order_by("-version").values_list("version", flat=True).first()
-    except (DatabaseError, RuntimeError):  # RuntimeError: database access is blocked (pytest-django)
+    except (DatabaseError, RuntimeError, ImproperlyConfigured):
+        # RuntimeError: database access is blocked (pytest-django); ImproperlyConfigured: no database to read,
+        # DATABASE_URL named another engine than PostgreSQL (fleet.E007 says so).
         return []
     if recorded is None:
         return []

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +25,7 @@ def make_pin(seed: str) -> str:
     return "sha256/" + base64.b64encode(hashlib.sha256(seed.encode()).digest()).decode()
 
 
+BASE_DIR = Path(__file__).resolve().parent.parent
 PIN_A, PIN_B, PIN_C = make_pin("a"), make_pin("b"), make_pin("c")
 
 
@@ -216,3 +222,42 @@ def test_full_check_command_reports_a_rollout_error() -> None:
         pytest.raises(SystemCheckError, match=re.escape("rollout.E004")),
     ):
         call_command("check")
+
+
+def _manage(*args: str, database_url: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DATABASE_URL": database_url}
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=BASE_DIR, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.parametrize("url", ["sqlite:///db.sqlite3", "sqlite:////nowhere/at/all.db", "mysql://u@127.0.0.1/x"])
+def test_a_database_other_than_postgresql_is_a_check_error_and_nothing_is_opened(url: str, tmp_path) -> None:
+    done = _manage("migrate", database_url=url.replace("db.sqlite3", str(tmp_path / "db.sqlite3")))
+    assert done.returncode == 1
+    assert "(fleet.E007)" in done.stderr, done.stderr
+    assert "runs on PostgreSQL only" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == []  # no SQLite file was made
+
+
+def test_a_missing_database_is_one_line_that_says_what_to_run() -> None:
+    done = _manage("migrate", database_url="postgres://postgres@127.0.0.1:5432/rollout_no_such_database")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        'manage.py: PostgreSQL at 127.0.0.1:5432 has no database "rollout_no_such_database": create it with '
+        "`createdb -h 127.0.0.1 -p 5432 -U postgres rollout_no_such_database`, then run `manage.py migrate` "
+        "(or set DATABASE_URL to another database)."
+    )
+    assert "Traceback" not in done.stderr
+
+
+def test_no_server_is_one_line_too(tmp_path) -> None:
+    with socket.socket() as sock:  # a port nothing listens on: bound, never listening
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        done = _manage("migrate", database_url=f"postgres://postgres@127.0.0.1:{port}/rollout")
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"manage.py: cannot connect to PostgreSQL at 127.0.0.1:{port} (DATABASE_URL): "), last
+    assert "Traceback" not in done.stderr

@@ -2,6 +2,7 @@
 
 import re
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -29,8 +30,11 @@ def test_the_walk_throughs_sign_register_simulate_and_operate(tmp_path):
         shell_block("## Point 100 simulated agents at the server").replace("--duration 20", "--duration 4"),
         shell_block("## Operate a rollout"),
     ]
-    script = "\n".join(blocks).replace("8000", port)
-    script = f"set -euo pipefail\ntrap 'kill $SERVER 2>/dev/null || true' EXIT\n{script}"
+    # A database of this run's own (parallel runs share the PostgreSQL server), dropped at the end.
+    database = f"rollout_walkthrough_{uuid.uuid4().hex[:8]}"
+    script = "\n".join(blocks).replace("8000", port).replace("rollout_walkthrough", database)
+    cleanup = f"kill ${{SERVER:-}} 2>/dev/null || true; dropdb -h 127.0.0.1 -U postgres --force --if-exists {database}"
+    script = f"set -euo pipefail\ntrap '{cleanup}' EXIT\n{script}"
     done = subprocess.run(
         ["bash", "-c", script], cwd=README.parent, capture_output=True, text=True, timeout=240, check=False
     )

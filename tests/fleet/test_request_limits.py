@@ -160,10 +160,17 @@ def test_bad_limits_are_system_check_errors():
 
 
 @override_settings(CACHE_URL="")
-def test_no_shared_store_on_postgresql_is_a_warning():
-    from fleet.checks import check_request_limits
+def test_no_shared_store_is_a_warning_of_check_deploy_only():
+    """Once, under ``check --deploy`` (several web processes are a deployment's concern), not on every command."""
+    from io import StringIO
 
-    assert [message.id for message in check_request_limits()] == ["fleet.W001"]
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command("check", stdout=out, stderr=out)
+    assert "fleet.W001" not in out.getvalue()
+    call_command("check", deploy=True, stdout=out, stderr=out)
+    assert out.getvalue().count("fleet.W001") == 1
 
 
 class RecordingStore:
