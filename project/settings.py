@@ -282,6 +282,10 @@ if CACHE_URL:
 # Webhooks: http:// and private/loopback receivers only with ROLLOUT_WEBHOOKS_ALLOW_HTTP=1 (tests,
 # demo). Link-local and metadata addresses are refused whatever it says.
 ROLLOUT_WEBHOOKS_ALLOW_HTTP = env_bool("ROLLOUT_WEBHOOKS_ALLOW_HTTP", False)
+# Gates (docs/controller.md#gates): the installation's Prometheus (rollouts cannot name another), and
+# the prefixes an HTTP gate's URL must begin with (none: HTTP gates are refused).
+ROLLOUT_PROMETHEUS_URL = env_str("ROLLOUT_PROMETHEUS_URL")
+ROLLOUT_GATE_URL_ALLOW = env_list("ROLLOUT_GATE_URL_ALLOW")
 ROLLOUT = {
     "release": {
         "pins": env_list("ROLLOUT_RELEASE_PINS"),

@@ -37,6 +37,7 @@ TIMEOUTS_DUE_TASK = "rollout/timeouts-due"
 NODE_UPGRADE_TIMEOUT_TASK = "rollout/node-upgrade-timeout"
 WEBHOOK_DELIVER_TASK = "rollout/webhook-deliver"
 WEBHOOKS_DUE_TASK = "rollout/webhooks-due"
+GATES_DUE_TASK = "rollout/gates-due"
 
 
 class _Timing(TypedDict, total=False):

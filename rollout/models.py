@@ -132,6 +132,9 @@ class Rollout(models.Model):
         RELEASE_BLOCKED = "release_blocked", "the release is blocked in this tenant"
         RELEASE_EXPIRED = "release_expired", "the release has expired"
 
+    #: ``pausedReason`` of a pause by a gate: this prefix and the gate's name.
+    GATE_FAILED_PREFIX = "gate_failed:"
+
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="rollouts")
     release = models.ForeignKey(Release, on_delete=models.PROTECT, related_name="rollouts")
@@ -152,7 +155,11 @@ class Rollout(models.Model):
     next_wave_at = models.DateTimeField(null=True, blank=True)
     # Failures of the current wave an operator accepted by resuming; only more re-pause.
     acknowledged_failures = models.PositiveIntegerField(default=0)
-    paused_reason = models.CharField(max_length=32, choices=PausedReason.choices, null=True, blank=True)
+    # A PausedReason, or "gate_failed:<gate name>" (docs/controller.md#gates).
+    paused_reason = models.CharField(max_length=80, choices=PausedReason.choices, null=True, blank=True)
+    # Gates (rollout/gate_models.py): how often each is asked, and how many failures in a row pause.
+    gate_interval_seconds = models.PositiveIntegerField(default=30)
+    gate_failure_limit = models.PositiveIntegerField(default=3)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -322,6 +329,7 @@ class RolloutEvent(models.Model):
         PROMOTED = "rollout.promoted", "rollout.promoted"
         COMPLETED = "rollout.completed", "rollout.completed"
         ABORTED = "rollout.aborted", "rollout.aborted"
+        GATE_FAILED = "rollout.gate_failed", "rollout.gate_failed"
         # A node's agent refused the release (docs/signing.md#what-an-agent-checks); not a webhook event.
         NODE_UPGRADE_REFUSED = "node_upgrade.refused", "node_upgrade.refused"
 
@@ -350,6 +358,7 @@ class Webhook(models.Model):
         "rollout.promoted",
         "rollout.completed",
         "rollout.aborted",
+        "rollout.gate_failed",
     )
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -403,3 +412,22 @@ class WebhookDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event} -> {self.webhook_id} ({self.status})"
+
+
+from rollout.gate_models import RolloutGate  # noqa: E402 - its own module; Django finds models through this one
+
+__all__ = [
+    "NodeUpgrade",
+    "Release",
+    "ReleaseBinary",
+    "ReleaseBlock",
+    "ReleaseRoot",
+    "Rollout",
+    "RolloutEvent",
+    "RolloutGate",
+    "RolloutWave",
+    "TickRequest",
+    "Webhook",
+    "WebhookDelivery",
+    "binary_storage_name",
+]

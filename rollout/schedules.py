@@ -7,9 +7,11 @@ from typing import Any
 from django.db import transaction
 
 from rollout import conf
-from rollout.dispatch import TICK_ALL_TASK, WEBHOOKS_DUE_TASK
+from rollout.dispatch import GATES_DUE_TASK, TICK_ALL_TASK, WEBHOOKS_DUE_TASK
 
 WEBHOOKS_SWEEP_SECONDS = 30
+#: The shortest gateIntervalSeconds: each gate is asked within this of being due.
+GATES_SWEEP_SECONDS = 5
 
 
 def periodic_tick_ensure(*, every: int | None = None, reset: bool = False) -> Any:
@@ -70,6 +72,30 @@ def periodic_webhooks_ensure() -> Any:
     return task
 
 
+def periodic_gates_ensure() -> Any:
+    """Create the ``rollout/gates-due`` PeriodicTask (every 5 s) if missing: it asks the gates that are due
+    (docs/controller.md#gates)."""
+    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+    with transaction.atomic():
+        task = PeriodicTask.objects.filter(name=GATES_DUE_TASK).first()
+        if task is None:
+            schedule = (
+                IntervalSchedule.objects.filter(every=GATES_SWEEP_SECONDS, period=IntervalSchedule.SECONDS)
+                .order_by("id")
+                .first()
+            ) or IntervalSchedule.objects.create(every=GATES_SWEEP_SECONDS, period=IntervalSchedule.SECONDS)
+            task = PeriodicTask.objects.create(
+                name=GATES_DUE_TASK,
+                task=GATES_DUE_TASK,
+                interval=schedule,
+                expire_seconds=GATES_SWEEP_SECONDS - 1,
+                description="Ask the rollouts' gates that are due, and store their results.",
+            )
+    return task
+
+
 def on_post_migrate(sender: Any, **kwargs: Any) -> None:
     periodic_tick_ensure()
     periodic_webhooks_ensure()
+    periodic_gates_ensure()

@@ -15,6 +15,7 @@ from django.db import OperationalError
 from django.utils import timezone
 
 from rollout.dispatch import (
+    GATES_DUE_TASK,
     NODE_UPGRADE_TIMEOUT_TASK,
     TICK_ALL_TASK,
     TICK_TASK,
@@ -23,7 +24,7 @@ from rollout.dispatch import (
     WEBHOOKS_DUE_TASK,
 )
 from rollout.models import NodeUpgrade
-from rollout.services import controller, settle, ticks, webhooks
+from rollout.services import controller, gate_checks, settle, ticks, webhooks
 from rollout.webhooks.transport import headers_for, post_event, sign
 
 log = structlog.get_logger("rollout")
@@ -103,3 +104,9 @@ def webhook_deliver(delivery_id: str) -> str | None:
 def webhooks_due() -> int:
     """The periodic sweep: a task for each delivery whose next attempt is due (long retries, lost messages)."""
     return len(webhooks.deliveries_due(now=timezone.now()))
+
+
+@shared_task(name=GATES_DUE_TASK, soft_time_limit=90, time_limit=120, **RETRY)
+def gates_due() -> int:
+    """The periodic evaluation of the gates that are due (docs/controller.md#gates), outside any tick."""
+    return gate_checks.gates_evaluate_due()

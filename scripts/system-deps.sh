@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # System packages the project needs beyond Python, from Debian's packages (never a download of a
-# prebuilt binary), installed once, when missing. `system-deps.sh [chromium] [nginx] [rabbitmq]` (default all):
+# prebuilt binary), installed once, when missing. `system-deps.sh [chromium] [nginx] [rabbitmq] [prometheus]` (default all):
 # - chromium: the browser test (tests/browser);
 # - rabbitmq: the second broker every fault test and some end-to-end tests run on (scripts/services.sh
 #   starts it when it is not running);
@@ -8,12 +8,15 @@
 #   the tests that run it. Only the binary is used: `make web` and the tests start their own nginx, an
 #   unprivileged-port foreground process with the repository's docker/nginx.conf. The package's own
 #   service is never started (a policy-rc.d that refuses starts is in place during the install).
+# - prometheus: the gates' tests (tests/gates) start their own, on 127.0.0.1 and a free port, scraping
+#   an exporter the test controls; the package's service is never started either.
 set -euo pipefail
 
-declare -A binary=([chromium]=/usr/bin/chromium [nginx]=/usr/sbin/nginx [rabbitmq]=/usr/sbin/rabbitmq-server)
-declare -A package_of=([chromium]=chromium [nginx]=nginx [rabbitmq]=rabbitmq-server)
+declare -A binary=([chromium]=/usr/bin/chromium [nginx]=/usr/sbin/nginx [rabbitmq]=/usr/sbin/rabbitmq-server
+                  [prometheus]=/usr/bin/prometheus)
+declare -A package_of=([chromium]=chromium [nginx]=nginx [rabbitmq]=rabbitmq-server [prometheus]=prometheus)
 missing=()
-for package in "${@:-chromium nginx rabbitmq}"; do
+for package in "${@:-chromium nginx rabbitmq prometheus}"; do
   for name in $package; do
     [ -n "${binary[$name]:-}" ] || { echo "system-deps: unknown package $name" >&2; exit 2; }
     [ -x "${binary[$name]}" ] || missing+=("$name")

@@ -48,6 +48,8 @@ register_codes(
         "invalid_waves": "`waves` are not 1 to 20 strictly increasing percentages in (0, 100] ending at 100.",
         "conflict": "Some snapshotted nodes are already in an active rollout (`nodeIds` lists them).",
         "no_downloads_url": "No downloads URL is configured: set `ROLLOUT_DOWNLOADS_URL`.",
+        "invalid_gate": "A gate is not valid: more than 8, a bad name, PromQL over 4 KiB, no Prometheus configured, "
+        "or an HTTP gate's URL outside ROLLOUT_GATE_URL_ALLOW or resolving to an address gates may not call.",
         "release_blocked": "The release is blocked in this tenant (`POST /releases/{version}/unblock/` lifts it).",
         # webhooks
         "invalid_url": "The webhook URL is not https:// (http:// needs ROLLOUT_WEBHOOKS_ALLOW_HTTP=1) or points "

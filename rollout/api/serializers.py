@@ -104,6 +104,26 @@ class RawIntegerField(serializers.JSONField):
     """Passed through as JSON; checked once by rollout.services.plan.options_validate (API and admin)."""
 
 
+GATE_SCHEMA = {
+    "type": "object",
+    "required": ["name"],
+    "properties": {
+        "name": {"type": "string", "pattern": "^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$"},
+        "prometheus": {
+            "type": "object",
+            "required": ["query", "max"],
+            "properties": {"query": {"type": "string", "maxLength": 4096}, "max": {"type": "number"}},
+        },
+        "http": {"type": "object", "required": ["url"], "properties": {"url": {"type": "string"}}},
+    },
+}
+
+
+@extend_schema_field({"type": "array", "maxItems": 8, "items": GATE_SCHEMA})
+class RawGatesField(serializers.JSONField):
+    """Passed through as JSON; checked once by rollout.services.gates.gates_validate (400 ``invalid_gate``)."""
+
+
 class RolloutCreateSerializer(StrictSerializer):
     version = StrictCharField(max_length=64, trim_whitespace=False)
     # Bounded: an unbounded list costs a query parameter per id and echoes back in errors.
@@ -122,6 +142,9 @@ class RolloutCreateSerializer(StrictSerializer):
     failureRatioMinSettled = RawIntegerField(
         required=False, help_text="Judge a wave's failure ratio once this many of its nodes settled (default 0)."
     )
+    gates = RawGatesField(required=False, help_text="Health signals no node starts without (docs/controller.md#gates).")
+    gateIntervalSeconds = RawIntegerField(required=False, help_text="Each gate is asked this often: 5 to 3600 (30).")
+    gateFailureLimit = RawIntegerField(required=False, help_text="Failures in a row of one gate that pause: 1 to 100 (3).")
 
     def spec(self) -> RolloutSpec:
         """The service's spec (the one validation of the options: rollout.services.plan.rollout_spec)."""
@@ -135,6 +158,9 @@ class RolloutCreateSerializer(StrictSerializer):
             upgrade_timeout_seconds=data.get("upgradeTimeoutSeconds"),
             min_ready_seconds=data.get("minReadySeconds"),
             failure_ratio_min_settled=data.get("failureRatioMinSettled"),
+            gates=data.get("gates"),
+            gate_interval_seconds=data.get("gateIntervalSeconds"),
+            gate_failure_limit=data.get("gateFailureLimit"),
         )
 
 
@@ -154,6 +180,9 @@ class NodeBlockerSerializer(serializers.Serializer):
     code = serializers.ChoiceField(choices=NODE_CODES)
     detail = serializers.CharField(help_text="A human sentence.")
     pausedReason = serializers.CharField(required=False, help_text="rollout_paused")
+    name = serializers.CharField(required=False, help_text="gate: the gate that holds")
+    state = serializers.CharField(required=False, help_text="gate: its latest state")
+    at = serializers.DateTimeField(required=False, allow_null=True, help_text="gate: when it was taken")
     wave = serializers.IntegerField(required=False, help_text="wave_not_started: the current wave")
     until = serializers.DateTimeField(required=False, help_text="soaking, proving_ready")
     nextWindowAt = serializers.DateTimeField(required=False, help_text="outside_window")
@@ -170,6 +199,9 @@ class RolloutBlockerSerializer(serializers.Serializer):
     code = serializers.ChoiceField(choices=ROLLOUT_CODES)
     detail = serializers.CharField(help_text="A human sentence.")
     pausedReason = serializers.CharField(required=False, help_text="paused")
+    name = serializers.CharField(required=False, help_text="gate: the gate that holds")
+    state = serializers.CharField(required=False, help_text="gate: its latest state")
+    at = serializers.DateTimeField(required=False, allow_null=True, help_text="gate: when it was taken")
     until = serializers.DateTimeField(required=False, help_text="soaking")
     nextWindowAt = serializers.DateTimeField(required=False, help_text="outside_window")
     poolIds = serializers.ListField(
@@ -212,7 +244,11 @@ class RolloutSerializer(ResponseModelSerializer):
     upgradeTimeoutSeconds = serializers.IntegerField(source="upgrade_timeout_seconds")
     minReadySeconds = serializers.IntegerField(source="min_ready_seconds")
     failureRatioMinSettled = serializers.IntegerField(source="failure_ratio_min_settled")
-    pausedReason = serializers.CharField(source="paused_reason", allow_null=True)
+    gateIntervalSeconds = serializers.IntegerField(source="gate_interval_seconds")
+    gateFailureLimit = serializers.IntegerField(source="gate_failure_limit")
+    pausedReason = serializers.CharField(
+        source="paused_reason", allow_null=True, help_text="A reason, or `gate_failed:<gate name>`."
+    )
     createdAt = serializers.DateTimeField(source="created_at")
     completedAt = serializers.DateTimeField(source="completed_at", allow_null=True)
     blocker = RolloutBlockerSerializer(allow_null=True, read_only=True)
@@ -231,6 +267,8 @@ class RolloutSerializer(ResponseModelSerializer):
             "upgradeTimeoutSeconds",
             "minReadySeconds",
             "failureRatioMinSettled",
+            "gateIntervalSeconds",
+            "gateFailureLimit",
             "pausedReason",
             "createdAt",
             "completedAt",
@@ -307,6 +345,17 @@ class NodeUpgradeSerializer(ResponseModelSerializer):
         if blockers is None:
             blockers = node_blockers([upgrade], now=timezone.now())
         return blocker_json(blockers.get(upgrade.pk))
+
+
+class RolloutGateSerializer(serializers.Serializer):
+    """A gate's latest result (docs/controller.md#gates)."""
+
+    name = serializers.CharField()
+    state = serializers.ChoiceField(choices=["pass", "fail", "inconclusive", "pending"])
+    value = serializers.FloatField(allow_null=True, help_text="Prometheus: the largest sample; HTTP: the status.")
+    at = serializers.DateTimeField(allow_null=True, help_text="When it was taken; null while pending.")
+    consecutiveFailures = serializers.IntegerField(min_value=0)
+    detail = serializers.CharField(allow_null=True, help_text="Why, in a few words (an inconclusive answer's cause).")
 
 
 class RolloutEventSerializer(ResponseModelSerializer):

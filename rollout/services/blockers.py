@@ -17,6 +17,7 @@ whatever its size:
 Node blockers, first that applies wins:
 
 pending  ``rollout_paused``    the rollout is paused
+         ``gate``              a gate's latest result is not a fresh pass (its wave is the current one)
          ``wave_not_started``  its wave is later than the startable wave, and no soak holds the rollout
          ``soaking``           the current wave settled and soaks (any later wave waits for the soak)
          ``outside_window``    its pool's maintenance windows are closed now
@@ -36,10 +37,11 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 from fleet.interface import pool_budgets
-from rollout.models import NodeUpgrade, Rollout
+from rollout.models import NodeUpgrade, Rollout, RolloutGate
 from rollout.services.start_plan import (
     SKIP_NO_BINARY,
     WAIT_BUDGET,
+    WAIT_GATE,
     WAIT_PAUSED,
     WAIT_SOAK,
     WAIT_WAVE,
@@ -58,6 +60,7 @@ State = NodeUpgrade.State
 #: Node blocker codes, in the order of precedence (docs/controller.md#why-not-yet).
 NODE_CODES = (
     "rollout_paused",
+    "gate",
     "wave_not_started",
     "soaking",
     "outside_window",
@@ -68,7 +71,7 @@ NODE_CODES = (
     "proving_ready",
 )
 #: Rollout blocker codes (docs/controller.md#why-not-yet, the rollout representation); rollout.metrics repeats them.
-ROLLOUT_CODES = ("paused", "soaking", "outside_window", "budget_full", "awaiting_nodes")
+ROLLOUT_CODES = ("paused", "gate", "soaking", "outside_window", "budget_full", "awaiting_nodes")
 
 
 #: An extra field of a blocker: a time, a reason, a count, an id, ids.
@@ -122,13 +125,19 @@ def node_blockers(
             decision=plan.decisions.get(row.id),
             pool=plan.pools.get(row.pool_id),
             candidate=plan.candidates.get(row.id),
+            gate=facts[row.rollout_id].gate if row.rollout_id in facts else None,
         )
         for row in rows
     }
 
 
 def node_blocker(
-    row: NodeUpgrade, *, decision: Decision | None, pool: PoolState | None, candidate: Candidate | None
+    row: NodeUpgrade,
+    *,
+    decision: Decision | None,
+    pool: PoolState | None,
+    candidate: Candidate | None,
+    gate: RolloutGate | None = None,
 ) -> Blocker | None:
     """The blocker of one row, from the next tick's decision for it (no query)."""
     rollout = row.rollout
@@ -144,6 +153,8 @@ def node_blocker(
             f"The rollout is paused ({_paused_why(rollout)}): no node starts until it is resumed.",
             {"pausedReason": rollout.paused_reason},
         )
+    if decision == WAIT_GATE and gate is not None:
+        return gate_blocker(gate)
     if decision == WAIT_SOAK:
         until = rollout.next_wave_at
         return Blocker(
@@ -206,6 +217,21 @@ def _in_flight_blocker(row: NodeUpgrade) -> Blocker:
     )
 
 
+def gate_blocker(gate: RolloutGate) -> Blocker:
+    """A gate holds: its latest result is not a pass taken within two intervals."""
+    if gate.state == RolloutGate.State.PENDING:
+        why = "has not answered yet"
+    elif gate.state == RolloutGate.State.PASS:
+        why = f"last passed at {_at(gate.at)}, too long ago"
+    else:
+        why = f"is {gate.state} since {_at(gate.at)}" + (f" ({gate.detail})" if gate.detail else "")
+    return Blocker(
+        "gate",
+        f"Gate {gate.name} {why}: no node starts until every gate passes.",
+        {"name": gate.name, "state": str(gate.state), "at": gate.at},
+    )
+
+
 # --- rollout blockers --------------------------------------------------------------------------
 
 
@@ -227,7 +253,7 @@ def _rollout_blockers(
 def rollout_blocker(rollout: Rollout, *, facts: RolloutFacts | None, pools: Mapping[UUID, PoolState]) -> Blocker | None:
     """What holds the rollout as a whole, or None while nodes are moving (or it is finished).
 
-    In this order: ``paused``; ``soaking``; None when some pool of the startable wave is open
+    In this order: ``paused``; ``gate`` (a gate's latest result is not a fresh pass); ``soaking``; None when some pool of the startable wave is open
     and has a free slot (the next tick starts or skips nodes there); ``outside_window`` when
     some of its pools are closed (``poolIds``: those, ``nextWindowAt``: the earliest opening);
     ``budget_full`` when some are full and none of the rollout's own nodes are in flight
@@ -240,6 +266,8 @@ def rollout_blocker(rollout: Rollout, *, facts: RolloutFacts | None, pools: Mapp
         )
     if rollout.state != Rollout.State.ACTIVE or facts is None:
         return None
+    if facts.gate is not None:
+        return gate_blocker(facts.gate)
     if facts.soaking:
         until = rollout.next_wave_at
         return Blocker(
@@ -316,6 +344,8 @@ def rollout_blocker_words(rollout: Rollout, *, now: datetime) -> str | None:
         )
     if blocker.code == "paused":
         return f"paused: {_paused_why(rollout)}"
+    if blocker.code == "gate":
+        return f"held by gate {blocker.extra.get('name')} ({blocker.extra.get('state')})"
     if blocker.code == "soaking":
         return f"soaking until {_at(_time(blocker.extra.get('until')))}"
     in_flight = blocker.extra.get("inFlight")

@@ -34,8 +34,9 @@ from fleet.interface import node_tables_vacuum
 from rollout import conf
 from rollout.dispatch import TICK_TASK, publish_on_commit
 from rollout.metrics import TICK_SECONDS
-from rollout.models import NodeUpgrade, ReleaseBlock, Rollout, RolloutWave, TickRequest
+from rollout.models import NodeUpgrade, ReleaseBlock, Rollout, RolloutGate, RolloutWave, TickRequest
 from rollout.services.events import Paused
+from rollout.services.gates import with_gate_verdicts
 from rollout.services.settle import (
     node_upgrades_settle_overdue,
     node_upgrades_settle_ready,
@@ -174,6 +175,13 @@ def release_expired(rollout: Rollout, *, now: datetime) -> bool:
     return expires_at is not None and expires_at <= now
 
 
+def rollout_pause_gate_failed(*, rollout: Rollout, name: str, now: datetime) -> None:
+    """active -> paused (``gate_failed:<name>``, docs/controller.md#gates), the gate's latest value in the event."""
+    value = RolloutGate.objects.filter(rollout=rollout, name=name).values_list("value", flat=True).first()
+    paused = Paused(reason=f"{Rollout.GATE_FAILED_PREFIX}{name}", gate=name, value=value)
+    pause_rollout(rollout=rollout, at=now, paused=paused)
+
+
 #: Ticks one asked tick tries at most, each but the first after waiting for another worker's (``rollout_tick``).
 TICK_ATTEMPTS = 3
 
@@ -205,15 +213,13 @@ def rollout_tick(*, rollout_id: UUID | str, wait: bool = True) -> TickResult | N
 @TICK_SECONDS.time()
 def _rollout_tick_unless_held(*, rollout_id: UUID | str) -> TickResult | None:
     with transaction.atomic():
-        rollout = (
-            Rollout.objects.select_for_update(skip_locked=True, of=("self",))
-            .select_related("release")
-            .filter(pk=rollout_id)
-            .first()
-        )
+        now = timezone.now()
+        # The gates' stored verdicts come with the lock, in the same query: a gate costs the tick nothing.
+        rollout = with_gate_verdicts(
+            Rollout.objects.select_for_update(skip_locked=True, of=("self",)).select_related("release"), now=now
+        ).filter(pk=rollout_id).first()
         if rollout is None:
             return None
-        now = timezone.now()
         result = TickResult()
         if rollout.state == Rollout.State.ACTIVE and release_blocked(rollout):
             # First: a release blocked in the tenant pauses its rollouts; nodes in flight settle.
@@ -222,6 +228,10 @@ def _rollout_tick_unless_held(*, rollout_id: UUID | str) -> TickResult | None:
         elif rollout.state == Rollout.State.ACTIVE and release_expired(rollout, now=now):
             # The periodic tick checks every active rollout each period: an expiry pauses it with no node settling.
             pause_rollout(rollout=rollout, at=now, paused=Paused(reason=Rollout.PausedReason.RELEASE_EXPIRED))
+            result.paused = True
+        elif rollout.state == Rollout.State.ACTIVE and getattr(rollout, "gate_failed", None):
+            # A gate failed gateFailureLimit times in a row (docs/controller.md#gates); nodes in flight settle.
+            rollout_pause_gate_failed(rollout=rollout, name=rollout.gate_failed, now=now)
             result.paused = True
         result.succeeded = node_upgrades_settle_succeeded(rollout=rollout, now=now)
         arrived, result.failed = node_upgrades_settle_overdue(now=now, rollout=rollout)
@@ -236,7 +246,8 @@ def _rollout_tick_unless_held(*, rollout_id: UUID | str) -> TickResult | None:
             result.paused = True
             return result
         result.advanced = rollout_advance(rollout=rollout, now=now, counts=counts)
-        if rollout.state == Rollout.State.ACTIVE:
+        # No node starts unless every gate's latest result is a fresh pass (blocker "gate").
+        if rollout.state == Rollout.State.ACTIVE and not getattr(rollout, "gates_holding", False):
             result.plan = rollout_start_nodes(rollout=rollout, now=now)
             result.started, result.skipped = result.plan.started, result.plan.skipped
             if result.skipped and not result.started:

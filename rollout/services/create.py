@@ -28,6 +28,7 @@ from fleet.interface import (
 from rollout import conf
 from rollout.models import NodeUpgrade, Release, ReleaseBlock, Rollout, RolloutWave, TickRequest
 from rollout.services.events import Created, event_record
+from rollout.services.gates import gates_create
 from rollout.services.plan import (
     PoolPlan,
     RolloutOptions,
@@ -244,6 +245,8 @@ def rollout_create(
             upgrade_timeout_seconds=options.upgrade_timeout_seconds,
             min_ready_seconds=options.min_ready_seconds,
             failure_ratio_min_settled=options.failure_ratio_min_settled,
+            gate_interval_seconds=spec.gates.interval_seconds,
+            gate_failure_limit=spec.gates.failure_limit,
             state=Rollout.State.ACTIVE,
             current_wave=0,
             created_by=created_by,
@@ -251,6 +254,7 @@ def rollout_create(
         )
         rollout.pools.set(snapshot.pools)
         TickRequest.objects.create(rollout=rollout)
+        gates_create(rollout=rollout, options=spec.gates, now=now)
         pool_of = dict(snapshot.nodes)
         order = shuffle(list(pool_of), seed=rollout.id)
         waves_planned = planned_waves(options.waves, len(order))
@@ -301,6 +305,9 @@ def rollout_create(
                 "upgradeTimeoutSeconds": options.upgrade_timeout_seconds,
                 "minReadySeconds": options.min_ready_seconds,
                 "failureRatioMinSettled": options.failure_ratio_min_settled,
+                "gates": [gate.definition() for gate in spec.gates.gates],
+                "gateIntervalSeconds": spec.gates.interval_seconds,
+                "gateFailureLimit": spec.gates.failure_limit,
                 "nodes": len(order),
             },
         )

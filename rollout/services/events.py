@@ -69,6 +69,21 @@ class Paused(EventPayload):
     failed: int | None = None
     succeeded: int | None = None
     max_failure_ratio: float | None = None
+    # A pause by a gate (reason "gate_failed:<name>"): the gate and its latest value.
+    gate: str | None = None
+    value: float | None = None
+
+
+@dataclass(frozen=True)
+class GateFailed(EventPayload):
+    """A gate's evaluation failed (docs/controller.md#gates); ``failureLimit`` in a row pause the rollout."""
+
+    kind = Kind.GATE_FAILED
+    gate: str
+    value: float | None
+    consecutive_failures: int
+    failure_limit: int
+    detail: str
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from operator import attrgetter
 from uuid import UUID
 
 from core.errors import InvalidInput
+from rollout.services.gates import GateOptions, gates_validate
 
 DEFAULT_WAVES = (1, 10, 50, 100)
 DEFAULT_MAX_FAILURE_RATIO = Decimal("0.1")
@@ -147,6 +148,7 @@ class RolloutSpec:
     version: str
     pool_ids: tuple[str, ...] | None  # None: all the tenant's pools
     options: RolloutOptions
+    gates: GateOptions = GateOptions()
 
 
 def rollout_spec(
@@ -159,6 +161,9 @@ def rollout_spec(
     upgrade_timeout_seconds: object = None,
     min_ready_seconds: object = None,
     failure_ratio_min_settled: object = None,
+    gates: object = None,
+    gate_interval_seconds: object = None,
+    gate_failure_limit: object = None,
 ) -> RolloutSpec:
     """Check what can be checked without the database; raises InvalidInput (400) naming the field."""
     options = options_validate(
@@ -177,7 +182,8 @@ def rollout_spec(
                 f"poolIds must be a list of 1 to {MAX_POOL_IDS} ids.", code="invalid_input", field="poolIds"
             )
         pool_ids = tuple(str(pool_id) for pool_id in pool_ids)
-    return RolloutSpec(version=version, pool_ids=pool_ids, options=options)
+    checked_gates = gates_validate(gates=gates, interval_seconds=gate_interval_seconds, failure_limit=gate_failure_limit)
+    return RolloutSpec(version=version, pool_ids=pool_ids, options=options, gates=checked_gates)
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,8 @@ def rollout_json(rollout: Rollout, *, waves: Sequence[WaveStats], blocker: Block
         "upgradeTimeoutSeconds": rollout.upgrade_timeout_seconds,
         "minReadySeconds": rollout.min_ready_seconds,
         "failureRatioMinSettled": rollout.failure_ratio_min_settled,
+        "gateIntervalSeconds": rollout.gate_interval_seconds,
+        "gateFailureLimit": rollout.gate_failure_limit,
         "pausedReason": str(rollout.paused_reason) if rollout.paused_reason is not None else None,
         "createdAt": api_datetime(rollout.created_at),
         "completedAt": api_datetime(rollout.completed_at),

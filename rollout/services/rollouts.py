@@ -23,6 +23,7 @@ from fleet.interface import (
 from rollout.models import Rollout
 from rollout.services.controller import release_blocked, release_expired, wave_failures
 from rollout.services.events import Paused
+from rollout.services.gates import gates_counts_clear
 from rollout.services.settle import node_upgrades_roll_back
 from rollout.services.ticks import rollout_request_tick
 from rollout.services.transitions import (
@@ -98,6 +99,7 @@ def rollout_resume(*, rollout_id: UUID | str, tenant: Tenant | None = None, acto
         resume_rollout(
             rollout=rollout, at=timezone.now(), acknowledged_failures=acknowledged, actor=_event_actor(actor)
         )
+        gates_counts_clear(rollout=rollout, now=timezone.now())
         rollout_request_tick(rollout_id=rollout.id)
         audit_rollout(rollout, actor, "rollout.resume", before=before, after=_state(rollout))
     return rollout

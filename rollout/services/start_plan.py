@@ -2,8 +2,9 @@
 
 One decision per pending row, taken by the functions here and nowhere else, in this order:
 
-1. the rollout (``rollout_wait``): paused; its wave is not the one that starts; the current
-   wave soaks (``soak_running``, also the controller's and promote's rule);
+1. the rollout (``rollout_wait``): paused; a gate holds the current (or starting) wave; its wave is
+   not the one that starts; the current wave soaks (``soak_running``, also the controller's and
+   promote's rule);
 2. its pool (``PoolState``): outside its maintenance windows;
 3. its turn (``turn_decision``): the tick takes a pool's pending rows in position order
    while the pool has free slots: an offline row is skipped (or, right after an outage,
@@ -31,8 +32,9 @@ from django.db.models import Case, Count, F, IntegerField, Q, Value, When, Windo
 from django.db.models.expressions import RowRange
 
 from fleet.interface import Pool, PoolBudget, PoolWindows, offline_verdicts_trusted, pool_budgets, pool_windows_at
-from rollout.models import NodeUpgrade, Rollout, RolloutWave
+from rollout.models import NodeUpgrade, Rollout, RolloutGate, RolloutWave
 from rollout.querysets import NodeUpgradeQuerySet
+from rollout.services.gates import gates_holding_for
 
 State = NodeUpgrade.State
 #: Rows read past the free slots per query, to find startable rows behind offline ones.
@@ -64,6 +66,7 @@ WAIT_WINDOW = Decision(Move.WAIT, "outside_window")
 WAIT_SOAK = Decision(Move.WAIT, "soaking")
 WAIT_WAVE = Decision(Move.WAIT, "wave_not_started")
 WAIT_PAUSED = Decision(Move.WAIT, "rollout_paused")
+WAIT_GATE = Decision(Move.WAIT, "gate")
 
 
 # --- the rollout -------------------------------------------------------------------------------
@@ -91,6 +94,8 @@ class RolloutFacts:
     # (wave, pool) -> count, of pending rows and of in-flight rows
     pending: dict[tuple[int, UUID], int] = field(default_factory=lambda: defaultdict(int))
     in_flight: dict[tuple[int, UUID], int] = field(default_factory=lambda: defaultdict(int))
+    #: Its first gate whose latest result is not a fresh pass (docs/controller.md#gates): no node starts.
+    gate: RolloutGate | None = None
 
     @property
     def wave_moving(self) -> bool:
@@ -134,7 +139,7 @@ class RolloutFacts:
 
 
 def rollout_facts(rollouts: Iterable[Rollout], *, now: datetime) -> dict[UUID, RolloutFacts]:
-    """Facts of many rollouts in two queries."""
+    """Facts of many rollouts in three queries."""
     facts = {rollout.id: RolloutFacts(rollout=rollout, now=now) for rollout in rollouts}
     if not facts:
         return facts
@@ -152,6 +157,8 @@ def rollout_facts(rollouts: Iterable[Rollout], *, now: datetime) -> dict[UUID, R
     for rollout_id, wave, pool_id, state, n in rows:
         target = facts[rollout_id].pending if state == State.PENDING else facts[rollout_id].in_flight
         target[wave, pool_id] += n
+    for rollout_id, gate in gates_holding_for(facts, now=now).items():
+        facts[rollout_id].gate = gate
     return facts
 
 
@@ -160,6 +167,8 @@ def rollout_wait(*, wave: int, facts: RolloutFacts) -> Decision | None:
     rollout = facts.rollout
     if rollout.state == Rollout.State.PAUSED:
         return WAIT_PAUSED
+    if facts.gate is not None and wave in (rollout.current_wave, facts.startable_wave):
+        return WAIT_GATE
     if facts.soaking:
         return WAIT_SOAK
     startable = facts.startable_wave

@@ -41,12 +41,16 @@ from rollout.webhooks.safety import (
 __all__ = [
     "MAX_ATTEMPTS",
     "MAX_RESPONSE_BYTES",
+    "Target",
+    "parse_url",
     "USER_AGENT",
     "DeliveryResult",
+    "Fetched",
     "UnsafeURL",
     "address_allowed",
     "addresses_checked",
     "check_url",
+    "exchange_pinned",
     "headers_for",
     "post_event",
     "post_pinned",
@@ -205,19 +209,32 @@ def _classify(exc: Exception) -> str:
     return _short("error", exc)
 
 
-def post_pinned(
+@dataclass
+class Fetched:
+    """What a bounded exchange got: the status and at most ``max_bytes`` of the body, or an error."""
+
+    status_code: int | None
+    body: bytes
+    truncated: bool
+    error: str | None
+
+
+def exchange_pinned(
+    method: str,
     target: Target,
     addresses: list[IPAddress],
-    body: bytes,
     headers: dict[str, str],
     *,
+    body: bytes = b"",
     timeout: float,
+    max_bytes: int,
     ssl_context: ssl.SSLContext | None = None,
-) -> DeliveryResult:
-    """POST ``body`` to ``target`` over a connection to one of ``addresses`` (already checked).
+) -> Fetched:
+    """One request to ``target`` over a connection to one of ``addresses`` (already checked); never raises.
 
-    Sends the target's own Host header and, for https, its SNI and verifies its certificate
-    against that name. Never raises.
+    Sends the target's own Host header and, for https, its SNI and verifies its certificate against
+    that name. ``timeout`` bounds the whole exchange; at most ``max_bytes`` of the answer are read
+    (``truncated`` says there was more). Used by the webhooks' POST and the gates' GET.
     """
     deadline = time.monotonic() + timeout
     request_headers = [(k, v) for k, v in headers.items() if k.lower() not in _FRAMING_HEADERS]
@@ -229,21 +246,53 @@ def post_pinned(
         max_connections=1,
         retries=0,
     )
+    received = bytearray()
+    truncated = False
     try:
         with pool:
             extensions = {"timeout": {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}}
-            with pool.stream("POST", url, headers=request_headers, content=body, extensions=extensions) as response:
+            content = body if method != "GET" else None
+            with pool.stream(method, url, headers=request_headers, content=content, extensions=extensions) as response:
                 status = response.status
-                try:  # read a little and discard: the status already says whether it was delivered
-                    received = 0
+                try:
                     for chunk in response.iter_stream():
-                        received += len(chunk)
-                        if received >= MAX_RESPONSE_BYTES:
+                        received += chunk
+                        if len(received) > max_bytes:
+                            truncated = True
                             break
-                except Exception:  # noqa: S110 - a body that fails after the status does not change the verdict
-                    pass
+                except Exception as exc:  # the status is known; the caller judges a body cut short
+                    return Fetched(status_code=status, body=bytes(received), truncated=True, error=_classify(exc))
     except Exception as exc:
-        return DeliveryResult(ok=False, status_code=None, error=_classify(exc))
+        return Fetched(status_code=None, body=b"", truncated=False, error=_classify(exc))
+    return Fetched(status_code=status, body=bytes(received[:max_bytes]), truncated=truncated, error=None)
+
+
+def post_pinned(
+    target: Target,
+    addresses: list[IPAddress],
+    body: bytes,
+    headers: dict[str, str],
+    *,
+    timeout: float,
+    ssl_context: ssl.SSLContext | None = None,
+) -> DeliveryResult:
+    """POST ``body`` to ``target`` over a connection to one of ``addresses`` (already checked); never raises.
+
+    A little of the answer is read and discarded: the status already says whether it was delivered.
+    """
+    fetched = exchange_pinned(
+        "POST",
+        target,
+        addresses,
+        headers,
+        body=body,
+        timeout=timeout,
+        max_bytes=MAX_RESPONSE_BYTES,
+        ssl_context=ssl_context,
+    )
+    status = fetched.status_code
+    if status is None:
+        return DeliveryResult(ok=False, status_code=None, error=fetched.error)
     if 200 <= status < 300:
         return DeliveryResult(ok=True, status_code=status, error=None)
     return DeliveryResult(ok=False, status_code=status, error=f"HTTP {status}")

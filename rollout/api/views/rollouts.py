@@ -29,12 +29,14 @@ from rollout.api.serializers import (
     NodeUpgradeSerializer,
     RolloutCreateSerializer,
     RolloutEventSerializer,
+    RolloutGateSerializer,
     RolloutPlanSerializer,
     RolloutSerializer,
 )
 from rollout.api.views.common import caller_actor, caller_principal, represent_upgrades
 from rollout.models import NodeUpgrade, Rollout
 from rollout.services.create import rollout_create, rollout_plan
+from rollout.services.gates import gate_json, gates_of
 from rollout.services.representation import rollouts_json
 from rollout.services.rollouts import rollout_abort, rollout_pause, rollout_promote, rollout_resume, rollouts_for
 
@@ -110,6 +112,7 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
                     "unknown_pool",
                     "no_nodes",
                     "release_blocked",
+                    "invalid_gate",
                 ],
                 conflict=["conflict"],
                 unavailable=["no_downloads_url"],
@@ -186,6 +189,16 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
         rollout = self.get_object()
         events = rollout.events.order_by("at", "id")
         return self.paginated_response(events, lambda page: RolloutEventSerializer(page, many=True).data)
+
+    @extend_schema(
+        filters=False,
+        parameters=[ROLLOUT_ID],
+        responses={200: RolloutGateSerializer(many=True), **error_responses("RolloutGates", not_found=["not_found"])},
+        description="Each gate's latest result, in the order given at create (at most 8: not paged).",
+    )
+    @action(detail=True, methods=["get"])
+    def gates(self, request: Request, pk: str | None = None) -> Response:
+        return Response([gate_json(gate) for gate in gates_of(self.get_object())])
 
     @extend_schema(request=None, parameters=[ROLLOUT_ID], responses=ROLLOUT_ACTION_RESPONSES)
     @action(detail=True, methods=["post"])

@@ -1,11 +1,11 @@
 from django.core.management.base import BaseCommand
 
-from rollout.schedules import periodic_tick_ensure, periodic_webhooks_ensure
+from rollout.schedules import periodic_gates_ensure, periodic_tick_ensure, periodic_webhooks_ensure
 
 
 class Command(BaseCommand):
     help = (
-        "Create the rollout/all and rollout/webhooks-due periodic tasks (runs after every migrate too); "
+        "Create the rollout/all, rollout/webhooks-due and rollout/gates-due periodic tasks (runs after every migrate too); "
         "--reset applies ROLLOUT['every']."
     )
 
@@ -17,3 +17,5 @@ class Command(BaseCommand):
         self.stdout.write(f"{task.name}: every {task.interval.every} {task.interval.period}")
         sweep = periodic_webhooks_ensure()
         self.stdout.write(f"{sweep.name}: every {sweep.interval.every} {sweep.interval.period}")
+        gates = periodic_gates_ensure()
+        self.stdout.write(f"{gates.name}: every {gates.interval.every} {gates.interval.period}")
