@@ -16,6 +16,9 @@ which keeps a malformed integer as its raw string so that it is reported here.
 | rollout.E006 | the downloads URL is not https:// (or http:// to a loopback host) |
 | rollout.E007 | ``every`` is not an integer >= 1 |
 | rollout.E008 | FLEET_MIN_PROTOCOL_VERSION is not an integer >= 1 |
+| rollout.E030 | ROLLOUT_PROMETHEUS_URL is not an http(s):// URL of a host (with no query or fragment) |
+| rollout.E031 | an ROLLOUT_GATE_URL_ALLOW prefix is not http(s)://host... (a prefix that ends in the host |
+|              | name, as ``https://status.example``, would admit ``https://status.example.evil.net``) |
 | rollout.W001 | no pins: registering answers 503 no_release_keys |
 | rollout.W002 | no downloads URL: creating a rollout answers 503 no_downloads_url |
 | rollout.W003 | a pin is listed twice (it counts once) |
@@ -308,3 +311,40 @@ def check_recorded_root(app_configs: Any = None, databases: Any = None, **kwargs
             id="rollout.W004",
         )
     ]
+
+
+@register(TAG)
+def check_gates(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """ROLLOUT_PROMETHEUS_URL and ROLLOUT_GATE_URL_ALLOW (docs/operations.md#gates)."""
+    from rollout.webhooks.safety import UnsafeURL, parse_url
+
+    messages: list[CheckMessage] = []
+    url = getattr(settings, "ROLLOUT_PROMETHEUS_URL", None)
+    if url:
+        problem = None
+        try:
+            parse_url(url, allow_http=True)
+        except UnsafeURL as exc:
+            problem = str(exc)
+        if problem is None and ("?" in url or "#" in url):
+            problem = "It must not have a query or a fragment."
+        if problem is not None:
+            messages.append(
+                Error(
+                    f"ROLLOUT_PROMETHEUS_URL {url!r} is not usable: {problem}",
+                    hint="Set it to Prometheus' base URL, e.g. http://127.0.0.1:9090 (queries go to /api/v1/query).",
+                    id="rollout.E030",
+                )
+            )
+    for prefix in getattr(settings, "ROLLOUT_GATE_URL_ALLOW", None) or ():
+        parts = urlsplit(prefix)
+        if parts.scheme not in ("http", "https") or not parts.netloc or not (parts.path or prefix.endswith(("/", ":"))):
+            messages.append(
+                Error(
+                    f"ROLLOUT_GATE_URL_ALLOW prefix {prefix!r} must be http(s)://host/ with at least the / after the "
+                    "host (or host:port/): a prefix ending in the host name admits longer host names.",
+                    hint="For example ROLLOUT_GATE_URL_ALLOW=https://status.example.com/,https://ci.example.com/health",
+                    id="rollout.E031",
+                )
+            )
+    return messages

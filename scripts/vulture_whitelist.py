@@ -69,6 +69,7 @@ _.recordedAt, _.maxFailureRatio, _.soakSeconds, _.upgradeTimeoutSeconds, _.minRe
 _.failureRatioMinSettled, _.pausedReason, _.nextWindowAt, _.inFlight, _.rolledBack, _.settledAt, _.currentWave
 _.createdAt, _.completedAt, _.inUse, _.estimatedSeconds, _.previousVersion, _.lastStatusCode, _.lastError
 _.deliveredAt
+_.gateIntervalSeconds, _.gateFailureLimit, _.consecutiveFailures
 
 # Celery: a task class's options.
 _.acks_late, _.autoretry_for, _.retry_backoff, _.retry_backoff_max, _.retry_jitter

@@ -144,7 +144,9 @@ class RolloutCreateSerializer(StrictSerializer):
     )
     gates = RawGatesField(required=False, help_text="Health signals no node starts without (docs/controller.md#gates).")
     gateIntervalSeconds = RawIntegerField(required=False, help_text="Each gate is asked this often: 5 to 3600 (30).")
-    gateFailureLimit = RawIntegerField(required=False, help_text="Failures in a row of one gate that pause: 1 to 100 (3).")
+    gateFailureLimit = RawIntegerField(
+        required=False, help_text="Failures in a row of one gate that pause: 1 to 100 (3)."
+    )
 
     def spec(self) -> RolloutSpec:
         """The service's spec (the one validation of the options: rollout.services.plan.rollout_spec)."""

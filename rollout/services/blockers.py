@@ -253,9 +253,10 @@ def _rollout_blockers(
 def rollout_blocker(rollout: Rollout, *, facts: RolloutFacts | None, pools: Mapping[UUID, PoolState]) -> Blocker | None:
     """What holds the rollout as a whole, or None while nodes are moving (or it is finished).
 
-    In this order: ``paused``; ``gate`` (a gate's latest result is not a fresh pass); ``soaking``; None when some pool of the startable wave is open
-    and has a free slot (the next tick starts or skips nodes there); ``outside_window`` when
-    some of its pools are closed (``poolIds``: those, ``nextWindowAt``: the earliest opening);
+    In this order: ``paused``; ``gate`` (a gate's latest result is not a fresh pass); ``soaking``;
+    None when some pool of the startable wave is open and has a free slot (the next tick starts
+    or skips nodes there); ``outside_window`` when some of its pools are closed (``poolIds``:
+    those, ``nextWindowAt``: the earliest opening);
     ``budget_full`` when some are full and none of the rollout's own nodes are in flight
     there (``poolIds``: those; a budget its own upgrades fill frees itself as they settle);
     ``awaiting_nodes`` when nodes are in flight and nothing else can start; else None.

@@ -215,9 +215,13 @@ def _rollout_tick_unless_held(*, rollout_id: UUID | str) -> TickResult | None:
     with transaction.atomic():
         now = timezone.now()
         # The gates' stored verdicts come with the lock, in the same query: a gate costs the tick nothing.
-        rollout = with_gate_verdicts(
-            Rollout.objects.select_for_update(skip_locked=True, of=("self",)).select_related("release"), now=now
-        ).filter(pk=rollout_id).first()
+        rollout = (
+            with_gate_verdicts(
+                Rollout.objects.select_for_update(skip_locked=True, of=("self",)).select_related("release"), now=now
+            )
+            .filter(pk=rollout_id)
+            .first()
+        )
         if rollout is None:
             return None
         result = TickResult()
@@ -229,9 +233,9 @@ def _rollout_tick_unless_held(*, rollout_id: UUID | str) -> TickResult | None:
             # The periodic tick checks every active rollout each period: an expiry pauses it with no node settling.
             pause_rollout(rollout=rollout, at=now, paused=Paused(reason=Rollout.PausedReason.RELEASE_EXPIRED))
             result.paused = True
-        elif rollout.state == Rollout.State.ACTIVE and getattr(rollout, "gate_failed", None):
+        elif rollout.state == Rollout.State.ACTIVE and (gate_failed := getattr(rollout, "gate_failed", None)):
             # A gate failed gateFailureLimit times in a row (docs/controller.md#gates); nodes in flight settle.
-            rollout_pause_gate_failed(rollout=rollout, name=rollout.gate_failed, now=now)
+            rollout_pause_gate_failed(rollout=rollout, name=gate_failed, now=now)
             result.paused = True
         result.succeeded = node_upgrades_settle_succeeded(rollout=rollout, now=now)
         arrived, result.failed = node_upgrades_settle_overdue(now=now, rollout=rollout)

@@ -107,9 +107,7 @@ def gate_record(*, gate_id: int, outcome: Outcome, now: datetime) -> RolloutGate
         elif outcome.state == State.PASS:
             gate.consecutive_failures = 0
         gate.due_at = now + interval
-        gate.save(
-            update_fields=["state", "value", "detail", "at", "fresh_until", "consecutive_failures", "due_at"]
-        )
+        gate.save(update_fields=["state", "value", "detail", "at", "fresh_until", "consecutive_failures", "due_at"])
     log.info("rollout.gate", rollout=str(gate.rollout_id), gate=gate.name, state=gate.state, value=gate.value)
     if outcome.state == State.FAIL:
         _failure_recorded(gate=gate, now=now)

@@ -21,7 +21,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 from uuid import UUID
 
 from django.conf import settings
@@ -129,7 +128,7 @@ def _gate(raw: object, index: int) -> GateSpec:
     body = raw[kinds[0]]
     if kinds[0] == "prometheus":
         if not isinstance(body, dict) or set(body) != {"query", "max"}:
-            raise _invalid(f"Gate {name}: prometheus is {{\"query\", \"max\"}}.", gate=name)
+            raise _invalid(f'Gate {name}: prometheus is {{"query", "max"}}.', gate=name)
         query, maximum = body["query"], body["max"]
         if not isinstance(query, str) or not query.strip() or len(query.encode("utf-8", "replace")) > MAX_QUERY_BYTES:
             raise _invalid(f"Gate {name}: the query is 1 to {MAX_QUERY_BYTES} bytes of PromQL.", gate=name)
@@ -139,11 +138,13 @@ def _gate(raw: object, index: int) -> GateSpec:
             raise _invalid("Prometheus gates need ROLLOUT_PROMETHEUS_URL, which is not set.", gate=name)
         return GateSpec(name=name, kind=RolloutGate.Kind.PROMETHEUS, query=query, maximum=float(maximum))
     if not isinstance(body, dict) or set(body) != {"url"}:
-        raise _invalid(f"Gate {name}: http is {{\"url\"}}.", gate=name)
+        raise _invalid(f'Gate {name}: http is {{"url"}}.', gate=name)
     return GateSpec(name=name, kind=RolloutGate.Kind.HTTP, url=gate_url_check(body["url"], name=name))
 
 
-def gates_validate(*, gates: object = None, interval_seconds: object = None, failure_limit: object = None) -> GateOptions:
+def gates_validate(
+    *, gates: object = None, interval_seconds: object = None, failure_limit: object = None
+) -> GateOptions:
     """``gates``, ``gateIntervalSeconds``, ``gateFailureLimit`` checked; raises InvalidInput (400)."""
     interval = _integer(interval_seconds, "gateIntervalSeconds", DEFAULT_INTERVAL_SECONDS, INTERVAL_RANGE)
     limit = _integer(failure_limit, "gateFailureLimit", DEFAULT_FAILURE_LIMIT, FAILURE_LIMIT_RANGE)
@@ -175,11 +176,6 @@ def gates_create(*, rollout: Rollout, options: GateOptions, now: datetime) -> No
         )
         for position, spec in enumerate(options.gates)
     )
-
-
-def gate_spec(gate: RolloutGate) -> GateSpec:
-    """A stored gate's definition."""
-    return GateSpec(name=gate.name, kind=gate.kind, query=gate.query, maximum=gate.maximum, url=gate.url)
 
 
 def gates_counts_clear(*, rollout: Rollout, now: datetime) -> None:

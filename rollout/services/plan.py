@@ -11,7 +11,7 @@ import itertools
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from operator import attrgetter
@@ -148,7 +148,7 @@ class RolloutSpec:
     version: str
     pool_ids: tuple[str, ...] | None  # None: all the tenant's pools
     options: RolloutOptions
-    gates: GateOptions = GateOptions()
+    gates: GateOptions = field(default_factory=GateOptions)
 
 
 def rollout_spec(
@@ -182,7 +182,9 @@ def rollout_spec(
                 f"poolIds must be a list of 1 to {MAX_POOL_IDS} ids.", code="invalid_input", field="poolIds"
             )
         pool_ids = tuple(str(pool_id) for pool_id in pool_ids)
-    checked_gates = gates_validate(gates=gates, interval_seconds=gate_interval_seconds, failure_limit=gate_failure_limit)
+    checked_gates = gates_validate(
+        gates=gates, interval_seconds=gate_interval_seconds, failure_limit=gate_failure_limit
+    )
     return RolloutSpec(version=version, pool_ids=pool_ids, options=options, gates=checked_gates)
 
 

@@ -238,9 +238,15 @@ def test_every_list_documents_limit_cursor_and_a_page_of_results(schema, path):
     assert page["properties"]["next"]["nullable"] is True
 
 
+#: Bare arrays the API promises as such, each bounded: a rollout's gates (at most 8).
+BARE_ARRAYS = {"/api/compute/rollouts/{id}/gates/"}
+
+
 def test_every_list_under_api_compute_is_paginated(schema):
     """A GET answering an array is a list: it must be one of LISTS (a new list must paginate)."""
     for path, item in schema["paths"].items():
+        if path in BARE_ARRAYS:
+            continue
         operation = item.get("get")
         if not path.startswith(API_PREFIX) or operation is None or "200" not in operation["responses"]:
             continue

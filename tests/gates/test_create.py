@@ -45,7 +45,14 @@ def test_gates_are_stored_pending_with_their_options(api, tenant, releases, prom
     assert listed.status_code == 200
     assert listed.json() == [
         {"name": "errors", "state": "pending", "value": None, "at": None, "consecutiveFailures": 0, "detail": None},
-        {"name": "health.api-1", "state": "pending", "value": None, "at": None, "consecutiveFailures": 0, "detail": None},
+        {
+            "name": "health.api-1",
+            "state": "pending",
+            "value": None,
+            "at": None,
+            "consecutiveFailures": 0,
+            "detail": None,
+        },
     ]
 
 

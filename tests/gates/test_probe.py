@@ -45,7 +45,10 @@ def test_prometheus_samples_are_judged_against_max(serve, values, maximum, state
         (vector("1", "+Inf"), "application/json", 200, "+Inf"),
         (
             json.dumps(
-                {"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {}, "values": [[1, "1"]]}]}}
+                {
+                    "status": "success",
+                    "data": {"resultType": "matrix", "result": [{"metric": {}, "values": [[1, "1"]]}]},
+                }
             ).encode(),
             "application/json",
             200,
@@ -53,7 +56,12 @@ def test_prometheus_samples_are_judged_against_max(serve, values, maximum, state
         ),
         (json.dumps({"status": "success", "data": {"resultType": "scalar", "result": [1, "1"]}}).encode(), "", 200, ""),
         (json.dumps({"status": "error", "errorType": "bad_data", "error": "parse error"}).encode(), "", 400, "400"),
-        (json.dumps({"status": "success", "data": {"resultType": "vector", "result": [{"value": 3}]}}).encode(), "", 200, ""),
+        (
+            json.dumps({"status": "success", "data": {"resultType": "vector", "result": [{"value": 3}]}}).encode(),
+            "",
+            200,
+            "",
+        ),
         (b"[1, 2]", "application/json", 200, ""),
         (b"", "application/json", 204, ""),
     ],
@@ -80,7 +88,8 @@ def test_twenty_mebibytes_of_json_are_not_read_past_one(serve):
     deadline = time.monotonic() + 10
     while not server.sent and time.monotonic() < deadline:
         time.sleep(0.01)  # waiting for the server's handler to see the closed connection
-    assert server.sent and server.sent[0] < MAX_ANSWER_BYTES + 8 * 1024 * 1024
+    assert server.sent
+    assert server.sent[0] < MAX_ANSWER_BYTES + 8 * 1024 * 1024
 
 
 def test_an_answer_thirty_seconds_slow_is_inconclusive_after_the_timeout(serve):
@@ -105,7 +114,9 @@ def test_a_refused_connection_is_inconclusive():
         sock.close()
 
 
-@pytest.mark.parametrize(("status", "state"), [(200, "pass"), (204, "pass"), (299, "pass"), (302, "fail"), (503, "fail")])
+@pytest.mark.parametrize(
+    ("status", "state"), [(200, "pass"), (204, "pass"), (299, "pass"), (302, "fail"), (503, "fail")]
+)
 def test_http_gate_passes_on_2xx_only(serve, status, state):
     server = serve(status=status, body=b"ok")
     outcome = http_probe(server.url + "/health?deep=1", allow_private=True)

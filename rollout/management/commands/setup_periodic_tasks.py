@@ -5,8 +5,8 @@ from rollout.schedules import periodic_gates_ensure, periodic_tick_ensure, perio
 
 class Command(BaseCommand):
     help = (
-        "Create the rollout/all, rollout/webhooks-due and rollout/gates-due periodic tasks (runs after every migrate too); "
-        "--reset applies ROLLOUT['every']."
+        "Create the rollout/all, rollout/webhooks-due and rollout/gates-due periodic tasks (runs after every "
+        "migrate too); --reset applies ROLLOUT['every']."
     )
 
     def add_arguments(self, parser):
