@@ -9,6 +9,7 @@
 | fleet.E005 | WEB_THREADS is not an integer >= 1 |
 | fleet.E006 | FLEET_WATCH_PING_SECONDS is not an integer >= 1 |
 | fleet.E007 | DATABASE_URL is not PostgreSQL (SQLite or any other engine): the project runs on PostgreSQL alone |
+| fleet.E008 | WEB_SESSIONS_IN_PROGRESS is not an integer >= 0 (docs/operations.md#admission-control) |
 | fleet.W001 | no CACHE_URL: each web process counts requests alone (``check --deploy`` only) |
 """
 
@@ -72,21 +73,26 @@ _POSITIVE = (
     ("FLEET_WATCH_PING_SECONDS", 30, "fleet.E006", "seconds a LISTEN connection may stay quiet before a ping"),
     ("WEB_THREADS", 4, "fleet.E005", "threads per web process"),
 )
+#: The same, where 0 is a meaning of its own.
+_NATURAL = (
+    ("WEB_SESSIONS_IN_PROGRESS", 256, "fleet.E008", "agent-session requests a web process takes at once (0: all)"),
+)
 
 
 @register(TAG)
 def check_positive_integers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     errors: list[CheckMessage] = []
-    for name, default, code, meaning in _POSITIVE:
-        value = getattr(settings, name, default)
-        if type(value) is not int or value < 1:
-            errors.append(
-                Error(
-                    f"{name} must be an integer >= 1, not {value!r}.",
-                    hint=f"Set {name} to the {meaning}, an integer >= 1 (default {default}).",
-                    id=code,
+    for least, names in ((1, _POSITIVE), (0, _NATURAL)):
+        for name, default, code, meaning in names:
+            value = getattr(settings, name, default)
+            if type(value) is not int or value < least:
+                errors.append(
+                    Error(
+                        f"{name} must be an integer >= {least}, not {value!r}.",
+                        hint=f"Set {name} to the {meaning}, an integer >= {least} (default {default}).",
+                        id=code,
+                    )
                 )
-            )
     return errors
 
 

@@ -267,6 +267,9 @@ FLEET_WATCH_PING_SECONDS = env_int_or_raw("FLEET_WATCH_PING_SECONDS", 30)
 # --- The web tier (project/asgi.py) -------------------------------------------------
 # Threads per web process for Django's synchronous views, and as many for the agent sessions' statements.
 WEB_THREADS = env_int_or_raw("WEB_THREADS", 4)
+# Agent-session requests one web process takes at a time (held ones not counted); one more is refused at once with
+# 503 overloaded and a Retry-After (docs/operations.md#admission-control). 0: no bound.
+WEB_SESSIONS_IN_PROGRESS = env_int_or_raw("WEB_SESSIONS_IN_PROGRESS", 256)
 
 # --- Request limits per credential (docs/operations.md#request-limits; fleet.E001-E003) -----------
 API_KEY_RATE = env_str("API_KEY_RATE", "1200/min")

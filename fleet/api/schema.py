@@ -46,11 +46,15 @@ register_codes(
         "workflow_active": "The node already has an active workflow of this kind.",
         "refusal_not_recorded": "The agent's `refused` report could not be recorded (503; nothing was written): "
         "send it again with the next session call.",
+        "overloaded": "The web process has as many agent-session requests under way as it takes (503, nothing "
+        "read or written): retry after `retryAfter` seconds (also the `Retry-After` header), plus a random "
+        "fraction of a second.",
     },
     {
         "unknown_pool": {"poolIds": serializers.ListField(child=serializers.CharField(), required=False)},
         "budget_exhausted": {"disrupted": serializers.IntegerField(), "allowed": serializers.IntegerField()},
         "invalid_window": {"field": serializers.CharField(required=False, help_text="The window field at fault.")},
+        "overloaded": {"retryAfter": serializers.IntegerField(help_text="Seconds to wait, as in `Retry-After`.")},
     },
 )
 

@@ -352,7 +352,7 @@ class AgentSessionView(AgentView):
                 auth="agent",
                 json_body=True,
                 bad_request=["invalid_input"],
-                unavailable=["refusal_not_recorded"],
+                unavailable=["refusal_not_recorded", "overloaded"],
             ),
         },
     )
@@ -366,7 +366,9 @@ class AgentSessionView(AgentView):
         )
         return Response(session_answer(_held(request, report, wait=data.get("wait"), seen=data.get("seen"))))
 
-    @extend_schema(request=None, responses={204: None, **error_responses("AgentLeave", auth="agent")})
+    @extend_schema(
+        request=None, responses={204: None, **error_responses("AgentLeave", auth="agent", unavailable=["overloaded"])}
+    )
     def delete(self, request: Request) -> Response:
         agent_session_leave(node=_agent_node(request))
         return Response(status=status.HTTP_204_NO_CONTENT)

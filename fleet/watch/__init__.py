@@ -10,6 +10,7 @@ from django.core.wsgi import get_wsgi_application
 from django.db import connections
 
 from fleet.services.watch import NOTIFY_CHANNEL
+from fleet.watch.admission import Admission
 from fleet.watch.front import AgentSessionFront
 from fleet.watch.hub import WatchHub
 
@@ -38,4 +39,7 @@ def application() -> AgentSessionFront:
         reconnect_seconds=int(settings.FLEET_WATCH_RECONNECT_SECONDS),
         ping_seconds=int(settings.FLEET_WATCH_PING_SECONDS),
     )
-    return AgentSessionFront(wsgi_application=wsgi_application, threads=int(settings.WEB_THREADS), hub=hub)
+    admission = Admission(bound=int(settings.WEB_SESSIONS_IN_PROGRESS))
+    return AgentSessionFront(
+        wsgi_application=wsgi_application, threads=int(settings.WEB_THREADS), hub=hub, admission=admission
+    )

@@ -22,13 +22,11 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import structlog
-from django.db import close_old_connections, connection
 from django.utils import timezone
 from prometheus_client import Counter
 
 from core.database import DATABASE_ERRORS, database_unavailable
 from core.middleware import MAX_BODY_BYTES
-from core.statements import commit_without_flush_wait
 from fleet.api.agent_session import ANSWER_AT_ONCE_SCOPE_KEY, SessionRequest, session_answer_bytes, session_request
 from fleet.api.limits import COUNTED_SCOPE_KEY, request_throttled
 from fleet.plugins import session_fields
@@ -43,6 +41,7 @@ from fleet.services.sessions import (
 )
 from fleet.services.watch import held_sessions_read, held_sessions_touch, held_touch_every, touched_within
 from fleet.tokens import bearer_token, token_hash
+from fleet.watch.admission import Admission, held
 from fleet.watch.asgi import (
     DjangoOnThreads,
     Receive,
@@ -58,7 +57,7 @@ from fleet.watch.asgi import (
 from fleet.watch.hub import WatchHub
 from fleet.watch.known import KNOWN_SECONDS, Known
 from fleet.watch.reads import WakeReads
-from fleet.watch.threads import SessionThreads
+from fleet.watch.threads import SessionThreads, on_thread
 
 log = structlog.get_logger(__name__)
 
@@ -81,7 +80,10 @@ ARRIVALS = Counter(
 class AgentSessionFront:
     """The ASGI application (``project/asgi.py``): see the module docstring."""
 
-    def __init__(self, *, wsgi_application: Callable[..., Any], threads: int, hub: WatchHub) -> None:
+    def __init__(
+        self, *, wsgi_application: Callable[..., Any], threads: int, hub: WatchHub, admission: Admission
+    ) -> None:
+        self.admission = admission  # at most so many session requests under way, held ones not counted
         self.django = DjangoOnThreads(terminated(wsgi_application), workers=threads)
         # The sessions' statements have threads of their own: a slow admin page never delays a heartbeat.
         self.threads = SessionThreads(threads)
@@ -100,9 +102,9 @@ class AgentSessionFront:
             await self._lifespan(receive, send)
         elif scope["type"] == "http" and scope["path"] == SESSION_PATH and host_allowed(scope):
             if scope["method"] == "POST":
-                await self._session(scope, receive, send)
+                await self.admission.serve(self._session, scope, receive, send)
             elif scope["method"] == "DELETE":
-                await self._leave(scope, receive, send)
+                await self.admission.serve(self._leave, scope, receive, send)
             else:
                 await self.django(scope, receive, send)
         else:  # a Host that ALLOWED_HOSTS refuses included: Django answers it 400
@@ -154,7 +156,7 @@ class AgentSessionFront:
     # -- the session request ------------------------------------------------------------------
 
     async def _run(self, function: Callable[..., T], /, **kwargs: Any) -> T:
-        return await self.threads.run(_on_thread, function=function, kwargs=kwargs)
+        return await self.threads.run(on_thread, function=function, kwargs=kwargs)
 
     async def _counted(self, scope: Scope, headers: dict[bytes, str], send: Send) -> bool:
         """Count the request once, on arrival, whoever answers it (docs/operations.md#request-limits); Django is
@@ -383,6 +385,7 @@ class AgentSessionFront:
         never a stale answer.
         """
         loop = asyncio.get_running_loop()
+        held()  # a held request is no load (fleet/watch/admission.py)
         arrived = since
         hung_up = asyncio.ensure_future(disconnected(receive))
         try:
@@ -428,25 +431,3 @@ class AgentSessionFront:
         ]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": content})
-
-
-def _on_thread(*, function: Callable[..., T], kwargs: dict[str, Any]) -> T:
-    """``function(**kwargs)`` on a session thread, whose Django connection persists across calls.
-
-    Its commits do not wait for the WAL flush (core/statements.py ``commit_without_flush_wait``). No request
-    signals run here. A connection the database dropped (it restarted since this thread last
-    used it) is closed as Django's request cycle would close it, and the call runs once more on a new
-    connection: the first heartbeat after a restart is answered, not refused with a 503. Running any
-    function run here twice is harmless: a heartbeat and a touch write the time, a leave is idempotent, and
-    a join whose first try committed is a heartbeat the second time. A database that is down fails the
-    second try too (503, ``database_unavailable``).
-    """
-    try:
-        commit_without_flush_wait()
-        return function(**kwargs)
-    except DATABASE_ERRORS:
-        close_old_connections()
-        if connection.connection is not None:  # still usable: the statement failed, not the connection
-            raise
-    commit_without_flush_wait()
-    return function(**kwargs)

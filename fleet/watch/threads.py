@@ -5,7 +5,8 @@ call), a work item, the executor's thread accounting and an asyncio future chain
 web tier's CPU at 10,000 watching agents, where every arrival, wake, join and leave takes the hop once
 (docs/benchmarks.md). Here a call is one tuple on a queue, and its result comes back with one
 ``call_soon_threadsafe``. Each thread keeps its Django database connection across calls; the threads are
-daemons that live as long as the process, as an executor's.
+daemons that live as long as the process, as an executor's. ``on_thread`` is what the front runs on them around
+each of its calls: its commit setting, and a connection the database dropped replaced once.
 """
 
 from __future__ import annotations
@@ -16,6 +17,11 @@ import queue
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+from django.db import close_old_connections, connection
+
+from core.database import DATABASE_ERRORS
+from core.statements import commit_without_flush_wait
 
 T = TypeVar("T")
 
@@ -64,3 +70,25 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
         future.set_exception(error)
     else:
         future.set_result(result)
+
+
+def on_thread(*, function: Callable[..., T], kwargs: dict[str, Any]) -> T:
+    """``function(**kwargs)`` on a session thread, whose Django connection persists across calls.
+
+    Its commits do not wait for the WAL flush (core/statements.py ``commit_without_flush_wait``). No request
+    signals run here. A connection the database dropped (it restarted since this thread last
+    used it) is closed as Django's request cycle would close it, and the call runs once more on a new
+    connection: the first heartbeat after a restart is answered, not refused with a 503. Running any
+    function run here twice is harmless: a heartbeat and a touch write the time, a leave is idempotent, and
+    a join whose first try committed is a heartbeat the second time. A database that is down fails the
+    second try too (503, ``database_unavailable``).
+    """
+    try:
+        commit_without_flush_wait()
+        return function(**kwargs)
+    except DATABASE_ERRORS:
+        close_old_connections()
+        if connection.connection is not None:  # still usable: the statement failed, not the connection
+            raise
+    commit_without_flush_wait()
+    return function(**kwargs)

@@ -188,9 +188,9 @@ DOCUMENTED_ERRORS: dict[tuple[str, str], dict[int, set[str]]] = {
         **AGENT,
         **BODY,
         400: {"invalid_input", "invalid_json"},
-        503: {"refusal_not_recorded"},
+        503: {"refusal_not_recorded", "overloaded"},
     },
-    ("delete", "/api/compute/agent/session"): AGENT,
+    ("delete", "/api/compute/agent/session"): {**AGENT, 503: {"overloaded"}},
     ("post", "/api/compute/agent/commands/{command_id}/ack"): {
         **AGENT,
         **BODY,

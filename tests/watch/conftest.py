@@ -60,8 +60,9 @@ def server(django_db_setup, tmp_path_factory) -> Iterator[Server]:
     yield from serve(tmp_path_factory, heartbeat_seconds=HEARTBEAT_SECONDS)
 
 
-def serve(tmp_path_factory, *, heartbeat_seconds: int) -> Iterator[Server]:
-    """The web tier on the test database, one process, its heartbeat interval ``heartbeat_seconds``."""
+def serve(tmp_path_factory, *, heartbeat_seconds: int, **settings: str) -> Iterator[Server]:
+    """The web tier on the test database, one process, its heartbeat interval ``heartbeat_seconds``; ``settings``
+    are more of its environment."""
     if connection.vendor != "postgresql":
         pytest.fail("the watch tests need PostgreSQL: run them with `make test`")
     port = free_port()
@@ -77,6 +78,7 @@ def serve(tmp_path_factory, *, heartbeat_seconds: int) -> Iterator[Server]:
         "METRICS_PUBLIC": "1",
         "LOG_LEVEL": "WARNING",
         "ROLLOUT_RUN_DIR": str(logs / "run"),
+        **settings,
     }
     process = web_server(env, port=port, workers=1, threads=THREADS, log_path=logs / "web.log")
     url = f"http://127.0.0.1:{port}"

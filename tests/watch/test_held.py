@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import signal
 import threading
 import time
@@ -318,18 +319,27 @@ def bulk_agents(tenant, count: int) -> list[str]:
 
 
 async def hold_all(port: int, tokens: list[str], body: bytes) -> int:
-    """One connection per agent, each sending one held request; how many were answered 200."""
+    """One connection per agent, each sending one held request; how many were answered 200. A request refused
+    because the web process has as many under way as it takes (503 ``overloaded``) is sent again after its
+    ``Retry-After`` and a random fraction of a second, as agents do (docs/fleet.md#retries)."""
+    rng = random.Random(0)
 
     async def one(token: str) -> bool:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         try:
-            writer.write(
-                f"POST {SESSION} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
-                + body
-            )
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 60)
-            return head.startswith(b"HTTP/1.1 200")
+            while True:
+                writer.write(
+                    f"POST {SESSION} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 60)
+                if not head.startswith(b"HTTP/1.1 503"):
+                    return head.startswith(b"HTTP/1.1 200")
+                lines = head.decode().split("\r\n")[1:]
+                fields = {name.lower(): value for name, _, value in (line.partition(": ") for line in lines)}
+                await reader.readexactly(int(fields["content-length"]))
+                await asyncio.sleep(int(fields["retry-after"]) + rng.random())
         finally:
             writer.close()
 

@@ -51,7 +51,7 @@ def test_the_session_threads_commit_without_waiting_for_the_flush_and_nothing_el
     """docs/operations.md#session-commits: the front's threads only; Django's other connections keep the default."""
     from django.db import connection
 
-    from fleet.watch.front import _on_thread
+    from fleet.watch.threads import on_thread
 
     def synchronous_commit() -> str:
         with connection.cursor() as cursor:
@@ -62,7 +62,7 @@ def test_the_session_threads_commit_without_waiting_for_the_flush_and_nothing_el
 
     async def on_a_session_thread() -> list[str]:
         try:
-            return [await threads.run(_on_thread, function=synchronous_commit, kwargs={}) for _ in range(2)]
+            return [await threads.run(on_thread, function=synchronous_commit, kwargs={}) for _ in range(2)]
         finally:
             await threads.run(lambda: connection.close())  # the thread's own connection: the test database can go
 
