@@ -35,6 +35,7 @@ from rollout.models import NodeUpgrade, Rollout
 from rollout.selectors import rollout_waves
 from rollout.services.blockers import rollout_blocker_words
 from rollout.services.create import rollout_create, rollout_plan
+from rollout.services.gates import gates_of
 from rollout.services.plan import RolloutPlan
 
 
@@ -230,6 +231,8 @@ class RolloutAdmin(TenantScopedAdmin):
             "rollout_actions": actions,
             # docs/controller.md#why-not-yet: what holds the rollout, in plain words (None while nodes are moving).
             "rollout_blocker": rollout_blocker_words(rollout, now=timezone.now()),
+            # docs/controller.md#gates: each gate's latest result.
+            "gates": gates_of(rollout),
         }
 
     # actions
