@@ -145,12 +145,9 @@ class AgentSessionFront:
                 log.warning("fleet.watch.touch_failed", error=f"{type(exc).__name__}: {exc}"[:300])
 
     async def _touch_held(self) -> None:
-        """One UPDATE counts a heartbeat of each node held here (the keeper's round; the hub's resync, before the
-        held requests read again, so that none of them needs a heartbeat's write of its own)."""
-        node_ids = self.hub.held_node_ids()
-        if node_ids:
-            now = timezone.now()
-            await self._run(held_sessions_touch, node_ids=node_ids, now=now)
+        """One UPDATE counts a heartbeat of each node held here (the keeper's round; the hub's resync first)."""
+        if node_ids := self.hub.held_node_ids():
+            await self._run(held_sessions_touch, node_ids=node_ids, now=(now := timezone.now()))
             self.hub.known.touched(node_ids, seen_floor=now.timestamp() - touched_within())
 
     # -- the session request ------------------------------------------------------------------
