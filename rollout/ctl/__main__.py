@@ -1,0 +1,5 @@
+"""``python -m rollout.ctl``: see rollout/ctl/cli.py."""
+
+from rollout.ctl.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,121 @@
+"""One function per command: it asks the API and prints the answer (rollout/ctl/show.py).
+
+Each takes the ``Api``, the ``Output`` and the parsed arguments and returns the exit status. Bodies carry
+only the options given, so the server's defaults stay the server's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any
+
+from rollout.ctl import follow
+from rollout.ctl.client import Api, ApiError
+from rollout.ctl.show import Output, nodes_table, plan_view, progress_line, rollout_view, rollouts_table
+
+UUID_SHAPE = re.compile(r"^[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$")
+
+
+def pool_ids(api: Api, given: list[str]) -> list[str]:
+    """Pool names and ids as the API's ``poolIds``: a name is looked up in the pools list; an id is kept
+    as it is (the server answers ``unknown_pool`` for an id that is not the tenant's)."""
+    by_name: dict[str, str] = {}
+    ids: set[str] = set()
+    for pool in api.pages("pools/", {"limit": "1000"}):
+        by_name[pool["name"]] = pool["id"]
+        ids.add(pool["id"])
+    chosen: list[str] = []
+    for item in given:
+        if item in ids or (item not in by_name and UUID_SHAPE.match(item)):
+            chosen.append(item)
+        elif item in by_name:
+            chosen.append(by_name[item])
+        else:
+            raise ApiError("unknown_pool", f"No pool is named {item!r} (nor has that id).", extra={"poolIds": [item]})
+    return chosen
+
+
+def _options(args: argparse.Namespace, names: dict[str, str]) -> dict[str, Any]:
+    """The API's fields for the options given on the command line: ``{argument: field}``."""
+    return {field: getattr(args, arg) for arg, field in names.items() if getattr(args, arg, None) is not None}
+
+
+def create(api: Api, out: Output, args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"version": args.version}
+    if args.pools:
+        body["poolIds"] = pool_ids(api, args.pools)
+    body |= _options(
+        args,
+        {
+            "selector": "selector",
+            "waves": "waves",
+            "soak": "soakSeconds",
+            "timeout": "upgradeTimeoutSeconds",
+            "max_failure_ratio": "maxFailureRatio",
+            "start_at": "startAt",
+            "end_by": "endBy",
+            "end_behavior": "endBehavior",
+        },
+    )
+    if args.dry_run:
+        plan = api.post("rollouts/", body, params={"dryRun": "true"})
+        out.result(plan, plan_view(plan))
+        return follow.EXIT_OK
+    rollout = api.post("rollouts/", body)
+    out.result(rollout, rollout_view(rollout))
+    return follow.EXIT_OK
+
+
+def list_rollouts(api: Api, out: Output, args: argparse.Namespace) -> int:
+    params = {"limit": str(args.page_size)}
+    if args.state:
+        params["state"] = args.state
+    rollouts = list(api.pages("rollouts/", params))
+    # All the pages in the list's own shape, as if one page had held them.
+    out.result({"results": rollouts, "next": None}, rollouts_table(rollouts))
+    return follow.EXIT_OK
+
+
+def status(api: Api, out: Output, args: argparse.Namespace) -> int:
+    if args.watch:
+        return follow.watch(api, out, args.id, interval=args.interval)
+    rollout = api.get(f"rollouts/{args.id}/")
+    out.result(rollout, rollout_view(rollout))
+    return follow.EXIT_OK
+
+
+def wait(api: Api, out: Output, args: argparse.Namespace) -> int:
+    return follow.wait(api, out, args.id, interval=args.interval, timeout=args.timeout)
+
+
+def act(api: Api, out: Output, args: argparse.Namespace) -> int:
+    """pause, resume, promote, start, approve, deny, abort: one POST each, the rollout as it stands after."""
+    body = _options(args, {"comment": "comment", "end_by": "endBy", "rollback": "rollback"})
+    rollout = api.post(f"rollouts/{args.id}/{args.action}/", body or None)
+    out.result(rollout, progress_line(rollout))
+    return follow.EXIT_OK
+
+
+def nodes(api: Api, out: Output, args: argparse.Namespace) -> int:
+    params = {"limit": str(args.page_size)}
+    if args.state:
+        params["state"] = args.state
+    if args.wave is not None:
+        params["wave"] = str(args.wave)
+    rows = list(api.pages(f"rollouts/{args.id}/nodes/", params))
+    out.result({"results": rows, "next": None}, nodes_table(rows))
+    return follow.EXIT_OK
+
+
+def labels(api: Api, out: Output, args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"selector": args.selector}
+    if args.pools:
+        body["poolIds"] = pool_ids(api, args.pools)
+    if args.set:
+        body["set"] = dict(pair for group in args.set for pair in group)
+    if args.remove:
+        body["remove"] = [key for group in args.remove for key in group]
+    answer = api.post("nodes/labels/", body)
+    out.result(answer, f"{answer.get('matched')} nodes matched")
+    return follow.EXIT_OK

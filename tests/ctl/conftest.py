@@ -1,0 +1,162 @@
+"""A real local HTTP server that answers as the API would, for the command line's requests and arguments.
+
+The end-to-end tests (tests/integration/test_ctl_end_to_end.py) run the command line against the live
+server; these check what it sends and how it reads answers, for every command, and run in a second.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import pytest
+
+from rollout.ctl.cli import main
+
+KEY = "rk_test_0123456789"
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    body: Any
+
+
+@dataclass
+class FakeApi:
+    """Routes ``(method, path)`` to answers ``(status, body)``; a list of answers is given in order, its last
+    one repeating. Every request is recorded."""
+
+    url: str = ""
+    routes: dict[tuple[str, str], Any] = field(default_factory=dict)
+    seen: list[Seen] = field(default_factory=list)
+
+    def on(self, method: str, path: str, *answers: tuple[int, Any]) -> None:
+        self.routes[(method, "/api/compute/" + path)] = list(answers)
+
+    def answer(self, method: str, path: str) -> tuple[int, Any]:
+        answers = self.routes.get((method, path))
+        if not answers:
+            return 404, {"code": "not_found", "detail": f"no route {method} {path} in the fake"}
+        return answers.pop(0) if len(answers) > 1 else answers[0]
+
+    def posted(self) -> list[Seen]:
+        return [s for s in self.seen if s.method == "POST"]
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApi]:
+    fake = FakeApi()
+
+    class Handler(BaseHTTPRequestHandler):
+        def _serve(self) -> None:
+            parts = urlsplit(self.path)
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            fake.seen.append(
+                Seen(
+                    self.command,
+                    parts.path,
+                    dict(parse_qsl(parts.query)),
+                    {k.lower(): v for k, v in self.headers.items()},
+                    json.loads(raw) if raw else None,
+                )
+            )
+            status, body = fake.answer(self.command, parts.path)
+            data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "text/html" if isinstance(body, str) else "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = _serve
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    fake.url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield fake
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.fixture
+def ctl(api, monkeypatch, capsys):
+    """Run the command line in this process against the fake: ``(exit status, stdout, stderr)``."""
+    monkeypatch.setenv("ROLLOUT_SERVER", api.url)
+    monkeypatch.setenv("ROLLOUT_API_KEY", KEY)
+    monkeypatch.setenv("COLUMNS", "160")
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        try:
+            status = main(list(argv))
+        except SystemExit as exc:  # argparse: usage errors and --help
+            status = int(exc.code or 0)
+        captured = capsys.readouterr()
+        return status, captured.out, captured.err
+
+    return run
+
+
+def rollout(state: str = "active", **fields: Any) -> dict[str, Any]:
+    """A rollout as the API represents it (docs/api.md#rollouts)."""
+    body: dict[str, Any] = {
+        "id": "7d1c9a52-4f3e-4c59-9d7e-1f0b8a6c2e11",
+        "version": "1.4.0",
+        "state": state,
+        "poolIds": ["a1b2"],
+        "waves": [
+            {
+                "index": 0,
+                "percent": 10,
+                "total": 2,
+                "pending": 0,
+                "inFlight": 0,
+                "succeeded": 2,
+                "failed": 0,
+                "skipped": 0,
+                "rolledBack": 0,
+                "cancelled": 0,
+                "startedAt": None,
+                "settledAt": None,
+            },
+            {
+                "index": 1,
+                "percent": 100,
+                "total": 18,
+                "pending": 10,
+                "inFlight": 3,
+                "succeeded": 5,
+                "failed": 0,
+                "skipped": 0,
+                "rolledBack": 0,
+                "cancelled": 0,
+                "startedAt": None,
+                "settledAt": None,
+            },
+        ],
+        "currentWave": 1,
+        "maxFailureRatio": 0.1,
+        "soakSeconds": 300,
+        "upgradeTimeoutSeconds": 600,
+        "pausedReason": None,
+        "blocker": None,
+        "createdAt": "2026-12-04T16:00:00Z",
+        "completedAt": None,
+    }
+    return body | fields
