@@ -17,17 +17,18 @@ from rollout.ctl.show import Output, nodes_table, plan_view, progress_line, roll
 UUID_SHAPE = re.compile(r"^[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$")
 
 
-def pool_ids(api: Api, given: list[str]) -> list[str]:
+def pool_names(api: Api) -> dict[str, str]:
+    """``{pool id: name}`` of the tenant's pools (every page)."""
+    return {pool["id"]: pool["name"] for pool in api.pages("pools/", {"limit": "1000"})}
+
+
+def pool_ids(given: list[str], names: dict[str, str]) -> list[str]:
     """Pool names and ids as the API's ``poolIds``: a name is looked up in the pools list; an id is kept
     as it is (the server answers ``unknown_pool`` for an id that is not the tenant's)."""
-    by_name: dict[str, str] = {}
-    ids: set[str] = set()
-    for pool in api.pages("pools/", {"limit": "1000"}):
-        by_name[pool["name"]] = pool["id"]
-        ids.add(pool["id"])
+    by_name = {name: pool_id for pool_id, name in names.items()}
     chosen: list[str] = []
     for item in given:
-        if item in ids or (item not in by_name and UUID_SHAPE.match(item)):
+        if item in names or (item not in by_name and UUID_SHAPE.match(item)):
             chosen.append(item)
         elif item in by_name:
             chosen.append(by_name[item])
@@ -41,10 +42,16 @@ def _options(args: argparse.Namespace, names: dict[str, str]) -> dict[str, Any]:
     return {field: getattr(args, arg) for arg, field in names.items() if getattr(args, arg, None) is not None}
 
 
+def _names_for_text(api: Api, out: Output) -> dict[str, str]:
+    """Pool names to show instead of ids; JSON output is the API's own and needs none."""
+    return {} if out.as_json else pool_names(api)
+
+
 def create(api: Api, out: Output, args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"version": args.version}
+    names = pool_names(api) if args.pools else _names_for_text(api, out)
     if args.pools:
-        body["poolIds"] = pool_ids(api, args.pools)
+        body["poolIds"] = pool_ids(args.pools, names)
     body |= _options(
         args,
         {
@@ -60,10 +67,10 @@ def create(api: Api, out: Output, args: argparse.Namespace) -> int:
     )
     if args.dry_run:
         plan = api.post("rollouts/", body, params={"dryRun": "true"})
-        out.result(plan, plan_view(plan))
+        out.result(plan, plan_view(plan, names))
         return follow.EXIT_OK
     rollout = api.post("rollouts/", body)
-    out.result(rollout, rollout_view(rollout))
+    out.result(rollout, rollout_view(rollout, names))
     return follow.EXIT_OK
 
 
@@ -78,10 +85,11 @@ def list_rollouts(api: Api, out: Output, args: argparse.Namespace) -> int:
 
 
 def status(api: Api, out: Output, args: argparse.Namespace) -> int:
+    names = _names_for_text(api, out)
     if args.watch:
-        return follow.watch(api, out, args.id, interval=args.interval)
+        return follow.watch(api, out, args.id, interval=args.interval, names=names)
     rollout = api.get(f"rollouts/{args.id}/")
-    out.result(rollout, rollout_view(rollout))
+    out.result(rollout, rollout_view(rollout, names))
     return follow.EXIT_OK
 
 
@@ -111,7 +119,7 @@ def nodes(api: Api, out: Output, args: argparse.Namespace) -> int:
 def labels(api: Api, out: Output, args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"selector": args.selector}
     if args.pools:
-        body["poolIds"] = pool_ids(api, args.pools)
+        body["poolIds"] = pool_ids(args.pools, pool_names(api))
     if args.set:
         body["set"] = dict(pair for group in args.set for pair in group)
     if args.remove:

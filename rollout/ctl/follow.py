@@ -8,7 +8,7 @@ command with exit 1.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import nullcontext
 from typing import Any
 
@@ -79,13 +79,13 @@ def wait(api: Api, out: Output, rollout_id: str, *, interval: float, timeout: fl
     return EXIT_TIMED_OUT
 
 
-def watch(api: Api, out: Output, rollout_id: str, *, interval: float) -> int:
+def watch(api: Api, out: Output, rollout_id: str, *, interval: float, names: Mapping[str, str]) -> int:
     """Redraw the waves until the rollout finishes (completed, aborted or denied); a pause does not end it."""
     rollout: dict[str, Any] = {}
     with Live(console=out.console, refresh_per_second=4) if not out.as_json else nullcontext() as live:
         for rollout in readings(api, rollout_id, interval=interval, timeout=None, warn=_warn(out)):
             if live is not None:
-                live.update(rollout_view(rollout))
+                live.update(rollout_view(rollout, names))
             if rollout["state"] in FINISHED:
                 break
     if out.as_json:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rich.console import Console, Group, RenderableType
@@ -18,6 +18,7 @@ from rich.text import Text
 
 from rollout.ctl.client import ApiError
 
+EMPTY: Mapping[str, str] = {}
 PIPE_WIDTH = 120
 ID_WIDTH = 36  # a UUID, never cut: it is what the next command takes
 SETTLED = ("succeeded", "failed", "skipped", "rolledBack", "cancelled")
@@ -87,8 +88,9 @@ def progress_line(rollout: dict[str, Any]) -> str:
     if isinstance(current, int) and 0 <= current < len(waves):
         wave = waves[current]
         line += f"  wave {current + 1}/{len(waves)}: {settled(wave)}/{wave['total']} settled"
-        if wave.get("failed"):
-            line += f", {wave['failed']} failed"
+        for key, words in (("inFlight", "in flight"), ("failed", "failed")):
+            if wave.get(key):
+                line += f", {wave[key]} {words}"
     if rollout.get("pausedReason"):
         line += f"  ({rollout['pausedReason']})"
     return line
@@ -100,7 +102,11 @@ def _blocker(blocker: dict[str, Any] | None) -> str:
     return str(blocker.get("detail") or blocker.get("code") or "")
 
 
-def rollout_view(rollout: dict[str, Any]) -> RenderableType:
+def _pool(pool_id: str, names: Mapping[str, str]) -> str:
+    return names.get(pool_id, pool_id)
+
+
+def rollout_view(rollout: dict[str, Any], names: Mapping[str, str] = EMPTY) -> RenderableType:
     """The rollout and its waves, each a progress bar of its settled nodes."""
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
@@ -120,7 +126,7 @@ def rollout_view(rollout: dict[str, Any]) -> RenderableType:
         head.add_row("approvals", f"{len(rollout.get('approvals') or [])} of {rollout['approvalsRequired']}")
     if rollout.get("blocker"):
         head.add_row("waiting", Text(_blocker(rollout["blocker"])))
-    head.add_row("pools", Text(", ".join(rollout.get("poolIds") or [])))
+    head.add_row("pools", Text(", ".join(_pool(p, names) for p in rollout.get("poolIds") or [])))
 
     waves = Table(box=None, pad_edge=False)
     for name in ("wave", "%", "progress", "settled", "ok", "failed", "in flight", "pending", "skipped"):
@@ -180,7 +186,7 @@ def nodes_table(rows: Iterable[dict[str, Any]]) -> Table:
     return table
 
 
-def plan_view(plan: dict[str, Any]) -> RenderableType:
+def plan_view(plan: dict[str, Any], names: Mapping[str, str] = EMPTY) -> RenderableType:
     """A dry run's plan: waves with their nodes per pool, budgets, the estimated duration."""
     pools = list(plan.get("poolIds") or [])
     head = Text(
@@ -192,16 +198,16 @@ def plan_view(plan: dict[str, Any]) -> RenderableType:
     waves.add_column("%", justify="right")
     waves.add_column("nodes", justify="right")
     for pool in pools:
-        waves.add_column(pool, justify="right", overflow="fold")
+        waves.add_column(_pool(pool, names), justify="right", overflow="fold")
     for wave in plan.get("waves") or []:
         per_pool = wave.get("pools") or {}
         waves.add_row(
             str(wave["index"] + 1), str(wave["percent"]), str(wave["total"]), *(str(per_pool.get(p, 0)) for p in pools)
         )
     budgets = Table(box=None, pad_edge=False)
-    budgets.add_column("pool", min_width=ID_WIDTH, no_wrap=True)
+    budgets.add_column("pool", no_wrap=True)
     budgets.add_column("budget", justify="right")
     budgets.add_column("in use", justify="right")
     for pool, budget in (plan.get("budgets") or {}).items():
-        budgets.add_row(pool, str(budget.get("allowed")), str(budget.get("inUse")))
+        budgets.add_row(_pool(pool, names), str(budget.get("allowed")), str(budget.get("inUse")))
     return Group(head, Text(""), waves, Text(""), budgets)

@@ -55,6 +55,7 @@ class FakeApi:
 @pytest.fixture
 def api() -> Iterator[FakeApi]:
     fake = FakeApi()
+    fake.on("GET", "pools/", (200, {"results": [], "next": None}))  # the names shown instead of pool ids
 
     class Handler(BaseHTTPRequestHandler):
         def _serve(self) -> None:

@@ -136,7 +136,7 @@ def test_each_action_posts_to_its_endpoint_with_its_body(api, ctl, argv, path, b
     assert status == 0
     (post,) = api.posted()
     assert (post.path, post.body) == (f"/api/compute/rollouts/{RID}/{path}/", body)
-    assert out.strip() == f"{RID} paused  wave 2/2: 5/18 settled  (manual)"
+    assert out.strip() == f"{RID} paused  wave 2/2: 5/18 settled, 3 in flight  (manual)"
 
 
 def test_deny_needs_a_comment_and_a_usage_error_exits_1_not_2(api, ctl):

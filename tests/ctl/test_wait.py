@@ -76,9 +76,11 @@ def test_wait_on_a_refusal_exits_1_with_the_api_code_at_once(api, ctl):
 
 def test_status_watch_redraws_until_the_rollout_finishes_and_a_pause_does_not_end_it(api, ctl):
     api.on("GET", f"rollouts/{RID}/", *[(200, rollout(s)) for s in ("active", "paused", "active", "completed")])
+    api.on("GET", "pools/", (200, {"results": [{"id": "a1b2", "name": "gpu-a"}], "next": None}))
     code, out, _ = ctl("status", RID, "--watch", *FAST)
     assert code == 0
-    assert len(api.seen) == 4
+    assert [s.path for s in api.seen].count(f"/api/compute/rollouts/{RID}/") == 4
     assert "completed" in out
+    assert "gpu-a" in out  # the pool's name, read once
     code, out, _ = ctl("status", RID, "--watch", "--output", "json", *FAST)
     assert json.loads(out)["state"] == "completed"
