@@ -114,6 +114,14 @@ def ctl(api, monkeypatch, capsys):
     return run
 
 
+def wave(index: int, percent: float, **counts: int) -> dict[str, Any]:
+    """A wave of the rollout representation: every count 0 unless given."""
+    zero = dict.fromkeys(
+        ("total", "pending", "inFlight", "succeeded", "failed", "skipped", "rolledBack", "cancelled"), 0
+    )
+    return {"index": index, "percent": percent, **zero, **counts, "startedAt": None, "settledAt": None}
+
+
 def rollout(state: str = "active", **fields: Any) -> dict[str, Any]:
     """A rollout as the API represents it (docs/api.md#rollouts)."""
     body: dict[str, Any] = {
@@ -121,36 +129,7 @@ def rollout(state: str = "active", **fields: Any) -> dict[str, Any]:
         "version": "1.4.0",
         "state": state,
         "poolIds": ["a1b2"],
-        "waves": [
-            {
-                "index": 0,
-                "percent": 10,
-                "total": 2,
-                "pending": 0,
-                "inFlight": 0,
-                "succeeded": 2,
-                "failed": 0,
-                "skipped": 0,
-                "rolledBack": 0,
-                "cancelled": 0,
-                "startedAt": None,
-                "settledAt": None,
-            },
-            {
-                "index": 1,
-                "percent": 100,
-                "total": 18,
-                "pending": 10,
-                "inFlight": 3,
-                "succeeded": 5,
-                "failed": 0,
-                "skipped": 0,
-                "rolledBack": 0,
-                "cancelled": 0,
-                "startedAt": None,
-                "settledAt": None,
-            },
-        ],
+        "waves": [wave(0, 10, total=2, succeeded=2), wave(1, 100, total=18, pending=10, inFlight=3, succeeded=5)],
         "currentWave": 1,
         "maxFailureRatio": 0.1,
         "soakSeconds": 300,
