@@ -77,11 +77,19 @@ def _label(text: str) -> tuple[str, str]:
     return key, value
 
 
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+def _seconds(text: str, *, least: float = 0.001) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= least):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (at least {least:g})")
     return value
+
+
+def _timeout(text: str) -> float:
+    """0 is allowed: read once, then the verdict or 4."""
+    return _seconds(text, least=0)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     wait = verb("wait", commands.wait, "wait for a rollout's outcome: exit 0 completed, 2 paused, 3 aborted/denied")
     wait.add_argument("id")
-    wait.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="give up then: exit 4")
+    wait.add_argument("--timeout", type=_timeout, metavar="SECONDS", help="give up then: exit 4")
     wait.add_argument("--interval", type=_seconds, default=2.0, metavar="SECONDS", help="between reads (2)")
 
     for action, help in ACTIONS.items():

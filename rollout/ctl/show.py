@@ -122,8 +122,14 @@ def rollout_view(rollout: dict[str, Any], names: Mapping[str, str] = EMPTY) -> R
     ):
         if rollout.get(key):
             head.add_row(label, Text(str(rollout[key])))
+    if rollout.get("createdBy"):
+        head.add_row("created by", Text(str(rollout["createdBy"])))
     if rollout.get("approvalsRequired"):
-        head.add_row("approvals", f"{len(rollout.get('approvals') or [])} of {rollout['approvalsRequired']}")
+        approvals = rollout.get("approvals") or []
+        who = ", ".join(str(a.get("user")) for a in approvals)
+        head.add_row(
+            "approvals", Text(f"{len(approvals)} of {rollout['approvalsRequired']}" + (f": {who}" if who else ""))
+        )
     if rollout.get("blocker"):
         head.add_row("waiting", Text(_blocker(rollout["blocker"])))
     head.add_row("pools", Text(", ".join(_pool(p, names) for p in rollout.get("poolIds") or [])))

@@ -84,3 +84,29 @@ def test_status_watch_redraws_until_the_rollout_finishes_and_a_pause_does_not_en
     assert "gpu-a" in out  # the pool's name, read once
     code, out, _ = ctl("status", RID, "--watch", "--output", "json", *FAST)
     assert json.loads(out)["state"] == "completed"
+
+
+def test_wait_with_a_timeout_of_0_reads_once(api, ctl):
+    api.on("GET", f"rollouts/{RID}/", (200, rollout("scheduled")))
+    assert ctl("wait", RID, "--timeout", "0")[0] == 4
+    assert len(api.seen) == 1
+    api.on("GET", f"rollouts/{RID}/", (200, rollout("paused")))
+    assert ctl("wait", RID, "--timeout", "0")[0] == 2
+
+
+@pytest.mark.parametrize("bad", ["-1", "nan", "soon"])
+def test_a_timeout_that_is_no_number_of_seconds_is_a_usage_error(api, ctl, bad):
+    code, _, err = ctl("wait", RID, "--timeout", bad)
+    assert code == 1
+    assert "is not a number of seconds" in err
+    assert api.seen == []
+
+
+def test_status_names_the_creator_and_the_approvals(api, ctl):
+    approvals = [{"user": "bob", "at": "2026-12-04T16:01:00Z", "comment": "ok"}]
+    body = rollout("awaiting_approval", createdBy="alice", approvalsRequired=2, approvals=approvals)
+    api.on("GET", f"rollouts/{RID}/", (200, body))
+    code, out, _ = ctl("status", RID)
+    assert code == 0
+    assert "alice" in out
+    assert "1 of 2: bob" in out
