@@ -6,11 +6,12 @@ outside any tick and never holds a transaction across the network:
 1. ``gates_claim``: the due gates of active rollouts, taken with ``FOR UPDATE SKIP LOCKED`` (workers
    running at once take different gates) and pushed ``CLAIM_LEASE`` ahead, in one short transaction;
 2. ``gate_probe``: the question itself (rollout/gates/probe.py), on a few threads: no database;
-3. ``gate_record``: each result stored on its row (a pass counts for two intervals; a failure adds
-   one to the failures in a row, a pass resets them, an inconclusive answer leaves them) and the
-   next evaluation due an interval later. A failure is also an event (``rollout.gate_failed``);
-   when the failures in a row reach ``gateFailureLimit`` a tick is asked for: the tick pauses the
-   rollout (``gate_failed:<name>``), reading only the stored results.
+3. ``gates_record``: the round's results stored on their rows in one transaction (a pass counts
+   for two intervals; a failure adds one to the failures in a row, a pass resets them, an
+   inconclusive answer leaves them) and the next evaluation due an interval later. A failure is
+   also an event (``rollout.gate_failed``); when the failures in a row reach ``gateFailureLimit``
+   a tick is asked for: the tick pauses the rollout (``gate_failed:<name>``), reading only the
+   stored results. One commit per round, not per gate: under load a commit waits for the disk.
 
 A claimed gate whose worker died is due again when its lease ends.
 """
@@ -29,7 +30,7 @@ from django.utils import timezone
 from rollout.gates.probe import INCONCLUSIVE, Outcome, http_probe, prometheus_probe
 from rollout.models import Rollout, RolloutGate
 from rollout.services.events import GateFailed, event_record
-from rollout.services.gates import FRESH_INTERVALS, allow_private, prometheus_url
+from rollout.services.gate_spec import FRESH_INTERVALS, allow_private, prometheus_url
 from rollout.services.ticks import rollout_request_tick
 
 log = structlog.get_logger("rollout")
@@ -90,28 +91,48 @@ def gate_probe(claimed: Claimed) -> Outcome:
         return Outcome(state=INCONCLUSIVE, value=None, detail=f"error: {type(exc).__name__}")
 
 
-def gate_record(*, gate_id: int, outcome: Outcome, now: datetime) -> RolloutGate | None:
-    """Store one evaluation's result; a failure is an event, and at the limit asks for a tick (see above)."""
+def gates_record(*, results: list[tuple[int, Outcome]], now: datetime) -> list[RolloutGate]:
+    """Store a round's results in one transaction (rows locked in id order); then each failure's event, and at
+    the limit a tick (see above). Returns the gates recorded (a gate deleted meanwhile is dropped)."""
+    outcomes = dict(results)
     with transaction.atomic():
-        gate = RolloutGate.objects.select_for_update(of=("self",)).select_related("rollout").filter(pk=gate_id).first()
-        if gate is None:
-            return None
-        interval = timedelta(seconds=gate.rollout.gate_interval_seconds)
-        gate.state = outcome.state
-        gate.value = outcome.value
-        gate.detail = outcome.detail[:200]
-        gate.at = now
-        gate.fresh_until = now + FRESH_INTERVALS * interval if outcome.state == State.PASS else None
-        if outcome.state == State.FAIL:
-            gate.consecutive_failures += 1
-        elif outcome.state == State.PASS:
-            gate.consecutive_failures = 0
-        gate.due_at = now + interval
-        gate.save(update_fields=["state", "value", "detail", "at", "fresh_until", "consecutive_failures", "due_at"])
-    log.info("rollout.gate", rollout=str(gate.rollout_id), gate=gate.name, state=gate.state, value=gate.value)
+        gates = list(
+            RolloutGate.objects.select_for_update(of=("self",))
+            .select_related("rollout")
+            .filter(pk__in=list(outcomes))
+            .order_by("id")
+        )
+        for gate in gates:
+            _apply(gate, outcomes[gate.id], now=now)
+        RolloutGate.objects.bulk_update(
+            gates, ["state", "value", "detail", "at", "fresh_until", "consecutive_failures", "due_at"]
+        )
+    for gate in gates:
+        log.info("rollout.gate", rollout=str(gate.rollout_id), gate=gate.name, state=gate.state, value=gate.value)
+        if gate.state == State.FAIL:
+            _failure_recorded(gate=gate, now=now)
+    return gates
+
+
+def gate_record(*, gate_id: int, outcome: Outcome, now: datetime) -> RolloutGate | None:
+    """Store one evaluation's result (``gates_record`` of one)."""
+    recorded = gates_record(results=[(gate_id, outcome)], now=now)
+    return recorded[0] if recorded else None
+
+
+def _apply(gate: RolloutGate, outcome: Outcome, *, now: datetime) -> None:
+    """The result on the row: a pass counts for two intervals, failures in a row counted, due an interval later."""
+    interval = timedelta(seconds=gate.rollout.gate_interval_seconds)
+    gate.state = outcome.state
+    gate.value = outcome.value
+    gate.detail = outcome.detail[:200]
+    gate.at = now
+    gate.fresh_until = now + FRESH_INTERVALS * interval if outcome.state == State.PASS else None
     if outcome.state == State.FAIL:
-        _failure_recorded(gate=gate, now=now)
-    return gate
+        gate.consecutive_failures += 1
+    elif outcome.state == State.PASS:
+        gate.consecutive_failures = 0
+    gate.due_at = now + interval
 
 
 def _failure_recorded(*, gate: RolloutGate, now: datetime) -> None:
@@ -143,7 +164,7 @@ def gates_evaluate_due(*, run_seconds: float = RUN_SECONDS) -> int:
             if not claimed:
                 break
             outcomes = list(threads.map(gate_probe, claimed))
-            for gate, outcome in zip(claimed, outcomes, strict=True):
-                gate_record(gate_id=gate.id, outcome=outcome, now=timezone.now())
+            results = [(gate.id, outcome) for gate, outcome in zip(claimed, outcomes, strict=True)]
+            gates_record(results=results, now=timezone.now())
             evaluated += len(claimed)
     return evaluated

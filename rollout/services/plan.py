@@ -18,7 +18,7 @@ from operator import attrgetter
 from uuid import UUID
 
 from core.errors import InvalidInput
-from rollout.services.gates import GateOptions, gates_validate
+from rollout.services.gate_spec import GateOptions, gates_validate
 
 DEFAULT_WAVES = (1, 10, 50, 100)
 DEFAULT_MAX_FAILURE_RATIO = Decimal("0.1")
