@@ -125,5 +125,6 @@ def labels(api: Api, out: Output, args: argparse.Namespace) -> int:
     if args.remove:
         body["remove"] = [key for group in args.remove for key in group]
     answer = api.post("nodes/labels/", body)
-    out.result(answer, f"{answer.get('matched')} nodes matched")
+    matched = answer.get("matched")
+    out.result(answer, f"{matched} node{'' if matched == 1 else 's'} matched")
     return follow.EXIT_OK
