@@ -49,50 +49,42 @@ def periodic_tick_ensure(*, every: int | None = None, reset: bool = False) -> An
     return task
 
 
-def periodic_webhooks_ensure() -> Any:
-    """Create the ``rollout/webhooks-due`` PeriodicTask (every 30 s) if missing: it publishes the webhook
-    deliveries whose next attempt is due (retries beyond the broker's visibility timeout, lost messages)."""
+def _periodic_ensure(*, name: str, seconds: int, expire_seconds: int, description: str) -> Any:
+    """The PeriodicTask ``name`` every ``seconds``, created if missing (an existing one is left as it is)."""
     from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
     with transaction.atomic():
-        task = PeriodicTask.objects.filter(name=WEBHOOKS_DUE_TASK).first()
+        task = PeriodicTask.objects.filter(name=name).first()
         if task is None:
             schedule = (
-                IntervalSchedule.objects.filter(every=WEBHOOKS_SWEEP_SECONDS, period=IntervalSchedule.SECONDS)
-                .order_by("id")
-                .first()
-            ) or IntervalSchedule.objects.create(every=WEBHOOKS_SWEEP_SECONDS, period=IntervalSchedule.SECONDS)
+                IntervalSchedule.objects.filter(every=seconds, period=IntervalSchedule.SECONDS).order_by("id").first()
+            ) or IntervalSchedule.objects.create(every=seconds, period=IntervalSchedule.SECONDS)
             task = PeriodicTask.objects.create(
-                name=WEBHOOKS_DUE_TASK,
-                task=WEBHOOKS_DUE_TASK,
-                interval=schedule,
-                expire_seconds=int(WEBHOOKS_SWEEP_SECONDS * 0.9),
-                description="Publish the webhook deliveries whose next attempt is due.",
+                name=name, task=name, interval=schedule, expire_seconds=expire_seconds, description=description
             )
     return task
+
+
+def periodic_webhooks_ensure() -> Any:
+    """Create the ``rollout/webhooks-due`` PeriodicTask (every 30 s) if missing: it publishes the webhook
+    deliveries whose next attempt is due (retries beyond the broker's visibility timeout, lost messages)."""
+    return _periodic_ensure(
+        name=WEBHOOKS_DUE_TASK,
+        seconds=WEBHOOKS_SWEEP_SECONDS,
+        expire_seconds=int(WEBHOOKS_SWEEP_SECONDS * 0.9),
+        description="Publish the webhook deliveries whose next attempt is due.",
+    )
 
 
 def periodic_gates_ensure() -> Any:
     """Create the ``rollout/gates-due`` PeriodicTask (every 5 s) if missing: it asks the gates that are due
     (docs/controller.md#gates)."""
-    from django_celery_beat.models import IntervalSchedule, PeriodicTask
-
-    with transaction.atomic():
-        task = PeriodicTask.objects.filter(name=GATES_DUE_TASK).first()
-        if task is None:
-            schedule = (
-                IntervalSchedule.objects.filter(every=GATES_SWEEP_SECONDS, period=IntervalSchedule.SECONDS)
-                .order_by("id")
-                .first()
-            ) or IntervalSchedule.objects.create(every=GATES_SWEEP_SECONDS, period=IntervalSchedule.SECONDS)
-            task = PeriodicTask.objects.create(
-                name=GATES_DUE_TASK,
-                task=GATES_DUE_TASK,
-                interval=schedule,
-                expire_seconds=GATES_SWEEP_SECONDS - 1,
-                description="Ask the rollouts' gates that are due, and store their results.",
-            )
-    return task
+    return _periodic_ensure(
+        name=GATES_DUE_TASK,
+        seconds=GATES_SWEEP_SECONDS,
+        expire_seconds=GATES_SWEEP_SECONDS - 1,
+        description="Ask the rollouts' gates that are due, and store their results.",
+    )
 
 
 def on_post_migrate(sender: Any, **kwargs: Any) -> None:

@@ -30,7 +30,7 @@ from django.utils import timezone
 from rollout.gates.probe import INCONCLUSIVE, Outcome, http_probe, prometheus_probe
 from rollout.models import Rollout, RolloutGate
 from rollout.services.events import GateFailed, event_record
-from rollout.services.gate_spec import FRESH_INTERVALS, allow_private, prometheus_url
+from rollout.services.gate_spec import FRESH_INTERVALS, allow_private, prometheus_url, url_allow
 from rollout.services.ticks import rollout_request_tick
 
 log = structlog.get_logger("rollout")
@@ -81,6 +81,9 @@ def gate_probe(claimed: Claimed) -> Outcome:
     """Ask one gate (the network; no database). Never raises."""
     try:
         if claimed.kind == RolloutGate.Kind.HTTP:
+            if not any(claimed.url.startswith(prefix) for prefix in url_allow()):
+                # The allowlist changed since the create: never call what it no longer admits.
+                return Outcome(state=INCONCLUSIVE, value=None, detail="the URL is not in ROLLOUT_GATE_URL_ALLOW")
             return http_probe(claimed.url, allow_private=allow_private())
         base = prometheus_url()
         if base is None:

@@ -10,12 +10,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from rollout.services.releases import release_register
-from tests.factories import manifest, rollout_settings, signed
+from tests.factories import rollout_settings
+from tests.rollout.conftest import releases  # noqa: F401  (shared fixture)
 
 
 @pytest.fixture(autouse=True)
 def module_settings(settings, tmp_path):
+    """The rollout tests' settings, and gates that may call this machine's test servers."""
     settings.ROLLOUT = rollout_settings()
     settings.MEDIA_ROOT = tmp_path / "media"
     settings.FLEET_MIN_PROTOCOL_VERSION = 2
@@ -24,14 +25,6 @@ def module_settings(settings, tmp_path):
     settings.ROLLOUT_GATE_URL_ALLOW = ["http://127.0.0.1:"]
     settings.ROLLOUT_PROMETHEUS_URL = None
     return settings
-
-
-@pytest.fixture
-def releases(db):
-    """0.9.0 (sequence 1, what the fleet runs) and 1.0.0 (sequence 2, amd64 only)."""
-    old = release_register(envelope=signed(manifest("0.9.0", 1))).release
-    new = release_register(envelope=signed(manifest("1.0.0", 2, archs=("amd64",)))).release
-    return old, new
 
 
 def vector(*values: str) -> bytes:

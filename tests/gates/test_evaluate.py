@@ -257,3 +257,14 @@ def test_a_result_for_a_deleted_gate_is_dropped(tenant, releases, prometheus):
     (claimed,) = gates_claim(now=timezone.now())
     rollout.delete()
     assert gate_record(gate_id=claimed.id, outcome=Outcome("fail", 3.0, "x"), now=timezone.now()) is None
+
+
+def test_an_http_gate_the_allowlist_no_longer_admits_is_not_called(tenant, releases, serve, module_settings):
+    fleet(tenant, {"a": (2, "1")})
+    health = serve(status=200)
+    rollout = create(tenant, http(health))
+    module_settings.ROLLOUT_GATE_URL_ALLOW = ["https://status.example.com/"]
+    evaluate(rollout)
+    gate = RolloutGate.objects.get()
+    assert (gate.state, gate.detail) == ("inconclusive", "the URL is not in ROLLOUT_GATE_URL_ALLOW")
+    assert health.paths == []
