@@ -10,7 +10,7 @@ from prometheus_client import Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 #: The rollout blocker codes (rollout.services.blockers.ROLLOUT_CODES, repeated: no service import here).
-ROLLOUT_CODES = ("paused", "gate", "soaking", "outside_window", "budget_full", "awaiting_nodes")
+ROLLOUT_CODES = ("no_controller", "paused", "gate", "soaking", "outside_window", "budget_full", "awaiting_nodes")
 #: ``rollout_blockers(rollouts, now=...) -> {rollout id: blocker with .code, or None}``.
 BlockersOf = Callable[..., Mapping[Any, Any]]
 
@@ -73,7 +73,8 @@ def _blocked(blockers_of: BlockersOf) -> GaugeMetricFamily:
 
     family = GaugeMetricFamily(
         "rollout_blocked",
-        "1 when the rollout is held by this code (paused, gate, soaking, outside_window, budget_full, awaiting_nodes).",
+        "1 when the rollout is held by this code (no_controller, paused, gate, soaking, outside_window, budget_full, "
+        "awaiting_nodes).",
         labels=["tenant", "rollout", "code"],
     )
     rollouts = list(

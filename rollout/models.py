@@ -166,6 +166,10 @@ class Rollout(models.Model):
     created_at = models.DateTimeField()
     completed_at = models.DateTimeField(null=True, blank=True)
     aborted_at = models.DateTimeField(null=True, blank=True)
+    # Nodes the create left out because they run a release of a higher sequence (``excluded.newer``).
+    excluded_newer = models.PositiveIntegerField(default=0)
+    # When a tick last reconciled it (``lastTickAt``); null before the first (docs/controller.md#no-controller).
+    last_tick_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -197,6 +201,23 @@ class TickRequest(models.Model):
 
     def __str__(self) -> str:
         return f"tick request of {self.rollout_id} ({'queued' if self.queued else 'idle'})"
+
+
+class ControllerBeat(models.Model):
+    """One row: when the periodic tick (``rollout/all``) last ran, for ``GET /api/compute/health``.
+
+    Written by each periodic tick (an upsert), whether or not a rollout runs: a worker and a beat
+    that run show here even on an idle installation (docs/operations.md#health).
+    """
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    last_tick_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=Q(id=1), name="controller_beat_one_row")]
+
+    def __str__(self) -> str:
+        return f"controller ticked at {self.last_tick_at:%Y-%m-%d %H:%M:%S}"
 
 
 class RolloutWave(models.Model):

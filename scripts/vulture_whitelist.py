@@ -68,6 +68,7 @@ _.specRevision, _.objectType, _.objectId, _.prevHash, _.payloadType, _.registere
 _.recordedAt, _.maxFailureRatio, _.soakSeconds, _.upgradeTimeoutSeconds, _.minReadySeconds
 _.failureRatioMinSettled, _.pausedReason, _.nextWindowAt, _.inFlight, _.rolledBack, _.settledAt, _.currentWave
 _.createdAt, _.completedAt, _.inUse, _.estimatedSeconds, _.previousVersion, _.lastStatusCode, _.lastError
+_.excluded, _.lastTickAt
 _.deliveredAt
 _.gateIntervalSeconds, _.gateFailureLimit, _.consecutiveFailures
 

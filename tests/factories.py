@@ -128,3 +128,21 @@ def fleet(
         )
         result[name] = nodes
     return result
+
+
+def release_stored(body: dict[str, Any], *keys: int):
+    """Register ``body`` signed by ``keys`` and upload each binary it lists (``binary_bytes``): a release a
+    rollout may be created to (docs/controller.md#create refuses one whose binaries are not stored).
+
+    The bytes go to ``settings.MEDIA_ROOT``: a test area points it at its ``tmp_path``.
+    """
+    import io
+
+    from rollout.services.binaries import release_binary_store
+    from rollout.services.releases import release_register
+
+    release = release_register(envelope=signed(body, *keys)).release
+    for platform in body["binaries"]:
+        source = io.BytesIO(binary_bytes(body["version"], platform.removeprefix("linux-")))
+        release_binary_store(version=body["version"], platform=platform, source=source)
+    return release

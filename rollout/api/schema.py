@@ -46,7 +46,12 @@ register_codes(
         "unknown_pool": "A pool id is not one of the tenant's pools (for a rollout, `poolIds` lists them).",
         "no_nodes": "The chosen pools have no nodes.",
         "invalid_waves": "`waves` are not 1 to 20 strictly increasing percentages in (0, 100] ending at 100.",
-        "conflict": "Some snapshotted nodes are already in an active rollout (`nodeIds` lists them).",
+        "conflict": "Some snapshotted nodes are already in an active rollout (`nodeIds` lists them, `rolloutIds` "
+        "the rollouts that hold them).",
+        "binary_missing": "The release has no stored binary for the platform of a snapshotted node (`platforms`): "
+        "upload it first.",
+        "sequence_rollback": "Every chosen node runs a release of a higher sequence, and nodes refuse older "
+        "releases: sign the old binary again with a higher sequence to roll back.",
         "no_downloads_url": "No downloads URL is configured: set `ROLLOUT_DOWNLOADS_URL`.",
         "invalid_gate": "A gate is not valid: more than 8, a bad name, PromQL over 4 KiB, no Prometheus configured, "
         "or an HTTP gate's URL outside ROLLOUT_GATE_URL_ALLOW or resolving to an address gates may not call.",
@@ -60,7 +65,15 @@ register_codes(
     {
         "unknown_pool": {"poolIds": serializers.ListField(child=serializers.CharField(), required=False)},
         "conflict": {
-            "nodeIds": serializers.ListField(child=serializers.CharField(), help_text="The nodes already taken.")
+            "nodeIds": serializers.ListField(child=serializers.CharField(), help_text="The nodes already taken."),
+            "rolloutIds": serializers.ListField(
+                child=serializers.CharField(), help_text="The active rollouts that hold them."
+            ),
+        },
+        "binary_missing": {
+            "platforms": serializers.ListField(
+                child=serializers.CharField(), help_text="`linux-<arch>` platforms with no stored binary."
+            )
         },
         "sequence_not_increasing": {"highestSequence": serializers.IntegerField(required=False)},
         "root_version": {"currentVersion": serializers.IntegerField(required=False)},

@@ -27,7 +27,7 @@ from rollout.api.schema import ReleaseBinarySerializer
 from rollout.models import NodeUpgrade, Release, ReleaseRoot, Rollout, RolloutEvent, Webhook, WebhookDelivery
 from rollout.services.blockers import NODE_CODES, ROLLOUT_CODES, node_blockers
 from rollout.services.blocks import block_json, blocks_for
-from rollout.services.plan import MAX_POOL_IDS, MAX_WAVES, RolloutSpec, rollout_spec
+from rollout.services.plan import MAX_POOL_IDS, MAX_WAVES, RolloutPlan, RolloutSpec, rollout_spec
 from rollout.services.representation import blocker_json, rollouts_json
 
 
@@ -181,6 +181,7 @@ class NodeBlockerSerializer(serializers.Serializer):
 
     code = serializers.ChoiceField(choices=NODE_CODES)
     detail = serializers.CharField(help_text="A human sentence.")
+    lastTickAt = serializers.DateTimeField(required=False, allow_null=True, help_text="no_controller")
     pausedReason = serializers.CharField(required=False, help_text="rollout_paused")
     name = serializers.CharField(required=False, help_text="gate: the gate that holds")
     state = serializers.CharField(required=False, help_text="gate: its latest state")
@@ -200,6 +201,7 @@ class RolloutBlockerSerializer(serializers.Serializer):
 
     code = serializers.ChoiceField(choices=ROLLOUT_CODES)
     detail = serializers.CharField(help_text="A human sentence.")
+    lastTickAt = serializers.DateTimeField(required=False, allow_null=True, help_text="no_controller")
     pausedReason = serializers.CharField(required=False, help_text="paused")
     name = serializers.CharField(required=False, help_text="gate: the gate that holds")
     state = serializers.CharField(required=False, help_text="gate: its latest state")
@@ -229,6 +231,14 @@ class RolloutWaveSerializer(serializers.Serializer):
     settledAt = serializers.DateTimeField(allow_null=True, source="settled_at")
 
 
+class ExcludedSerializer(serializers.Serializer):
+    """Nodes of the chosen pools a create left out of the snapshot, by cause."""
+
+    newer = serializers.IntegerField(
+        min_value=0, help_text="Nodes running a release of a higher sequence than the target: they would refuse it."
+    )
+
+
 class RolloutSerializer(ResponseModelSerializer):
     """The rollout (docs/api.md#rollouts), rendered by ``representation.rollout_json`` (webhooks carry the same).
 
@@ -254,6 +264,12 @@ class RolloutSerializer(ResponseModelSerializer):
     createdAt = serializers.DateTimeField(source="created_at")
     completedAt = serializers.DateTimeField(source="completed_at", allow_null=True)
     blocker = RolloutBlockerSerializer(allow_null=True, read_only=True)
+    excluded = ExcludedSerializer(read_only=True)
+    lastTickAt = serializers.DateTimeField(
+        source="last_tick_at",
+        allow_null=True,
+        help_text="When a tick last reconciled the rollout; null before the first (blocker `no_controller`).",
+    )
 
     class Meta:
         model = Rollout
@@ -275,6 +291,8 @@ class RolloutSerializer(ResponseModelSerializer):
             "createdAt",
             "completedAt",
             "blocker",
+            "excluded",
+            "lastTickAt",
         ]
 
     def to_representation(self, instance: Rollout) -> dict[str, Any]:
@@ -315,6 +333,11 @@ class RolloutPlanSerializer(serializers.Serializer):
         help_text="Worst case (every node takes the whole timeout, starts only while its pool's maintenance "
         "windows are open); null when a pool's budget allows no node.",
     )
+    excluded = serializers.SerializerMethodField()
+
+    @extend_schema_field(ExcludedSerializer)
+    def get_excluded(self, plan: RolloutPlan) -> dict[str, int]:
+        return {"newer": plan.excluded_newer}
 
 
 class NodeUpgradeSerializer(ResponseModelSerializer):

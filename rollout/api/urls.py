@@ -11,6 +11,7 @@ router.register("webhooks", views.WebhookViewSet, basename="webhook")
 
 urlpatterns = [
     *router.urls,
+    path("health", views.HealthView.as_view(), name="health"),
     path("agent/release-roots", views.AgentReleaseRootsViewSet.as_view({"get": "list"}), name="agent-release-roots"),
     re_path(
         r"^downloads/bcd/(?P<version>[A-Za-z0-9][A-Za-z0-9._+-]{0,63})/(?P<platform>linux-[a-z0-9_]+)$",

@@ -16,7 +16,8 @@ whatever its size:
 
 Node blockers, first that applies wins:
 
-pending  ``rollout_paused``    the rollout is paused
+pending  ``no_controller``     the rollout is active and no tick reconciled it for max(3 x every, 10 s)
+         ``rollout_paused``    the rollout is paused
          ``gate``              a gate's latest result is not a fresh pass (its wave is the current one)
          ``wave_not_started``  its wave is later than the startable wave, and no soak holds the rollout
          ``soaking``           the current wave settled and soaks (any later wave waits for the soak)
@@ -38,6 +39,7 @@ from uuid import UUID
 
 from fleet.interface import pool_budgets
 from rollout.models import NodeUpgrade, Rollout, RolloutGate
+from rollout.services.health import BEAT_COMMAND, WORKER_COMMAND, controller_missing
 from rollout.services.start_plan import (
     SKIP_NO_BINARY,
     WAIT_BUDGET,
@@ -59,6 +61,7 @@ State = NodeUpgrade.State
 
 #: Node blocker codes, in the order of precedence (docs/controller.md#why-not-yet).
 NODE_CODES = (
+    "no_controller",
     "rollout_paused",
     "gate",
     "wave_not_started",
@@ -71,7 +74,7 @@ NODE_CODES = (
     "proving_ready",
 )
 #: Rollout blocker codes (docs/controller.md#why-not-yet, the rollout representation); rollout.metrics repeats them.
-ROLLOUT_CODES = ("paused", "gate", "soaking", "outside_window", "budget_full", "awaiting_nodes")
+ROLLOUT_CODES = ("no_controller", "paused", "gate", "soaking", "outside_window", "budget_full", "awaiting_nodes")
 
 
 #: An extra field of a blocker: a time, a reason, a count, an id, ids.
@@ -105,6 +108,23 @@ def window_phrase(pool: PoolState) -> str:
     return f"the {window.start:%H:%M} {window.timezone} window" if window is not None else "the next window"
 
 
+# --- no controller (docs/controller.md#no-controller) ------------------------------------------
+
+
+def no_controller_blocker(rollout: Rollout, *, now: datetime) -> Blocker | None:
+    """``no_controller`` when the rollout is active and no tick reconciled it for max(3 x every, 10 s)."""
+    if not controller_missing(rollout, now=now):
+        return None
+    last = rollout.last_tick_at
+    since = f"since {_at(last)}" if last is not None else f"since it was created at {_at(rollout.created_at)}"
+    return Blocker(
+        "no_controller",
+        f"No controller has ticked this rollout {since}: start a Celery worker and beat "
+        f"({WORKER_COMMAND}; {BEAT_COMMAND}).",
+        {"lastTickAt": last},
+    )
+
+
 # --- node blockers -----------------------------------------------------------------------------
 
 
@@ -120,7 +140,8 @@ def node_blockers(
         facts = rollout_facts({row.rollout_id: row.rollout for row in pending}.values(), now=now) if pending else {}
     plan = rows_decisions(rows, facts=facts, now=now)
     return {
-        row.id: node_blocker(
+        row.id: (row.state == State.PENDING and no_controller_blocker(row.rollout, now=now))
+        or node_blocker(
             row,
             decision=plan.decisions.get(row.id),
             pool=plan.pools.get(row.pool_id),
@@ -246,7 +267,11 @@ def _rollout_blockers(
     running = [rollout for rollout in rollouts if rollout.state == Rollout.State.ACTIVE]
     facts = rollout_facts(running, now=now)
     pools = pool_states({pool for f in facts.values() for pool in f.pending_pools()}, now=now)
-    blockers = {rollout.id: rollout_blocker(rollout, facts=facts.get(rollout.id), pools=pools) for rollout in rollouts}
+    blockers = {
+        rollout.id: no_controller_blocker(rollout, now=now)
+        or rollout_blocker(rollout, facts=facts.get(rollout.id), pools=pools)
+        for rollout in rollouts
+    }
     return blockers, pools
 
 
@@ -347,6 +372,8 @@ def rollout_blocker_words(rollout: Rollout, *, now: datetime) -> str | None:
         return f"paused: {_paused_why(rollout)}"
     if blocker.code == "gate":
         return f"held by gate {blocker.extra.get('name')} ({blocker.extra.get('state')})"
+    if blocker.code == "no_controller":
+        return blocker.detail
     if blocker.code == "soaking":
         return f"soaking until {_at(_time(blocker.extra.get('until')))}"
     in_flight = blocker.extra.get("inFlight")

@@ -37,6 +37,7 @@ from rollout.metrics import TICK_SECONDS
 from rollout.models import NodeUpgrade, ReleaseBlock, Rollout, RolloutGate, RolloutWave, TickRequest
 from rollout.services.events import Paused
 from rollout.services.gates import with_gate_verdicts
+from rollout.services.health import controller_beat_record, rollout_ticked
 from rollout.services.settle import (
     node_upgrades_settle_overdue,
     node_upgrades_settle_ready,
@@ -224,6 +225,7 @@ def _rollout_tick_unless_held(*, rollout_id: UUID | str) -> TickResult | None:
         )
         if rollout is None:
             return None
+        rollout_ticked(rollout=rollout, at=now)
         result = TickResult()
         if rollout.state == Rollout.State.ACTIVE and release_blocked(rollout):
             # First: a release blocked in the tenant pauses its rollouts; nodes in flight settle.
@@ -272,6 +274,7 @@ def rollouts_tick_all() -> int:
     started = time.monotonic()
     budget = conf.options().every / 2
     now = timezone.now()
+    controller_beat_record(at=now)
     with transaction.atomic():
         node_upgrades_settle_overdue(now=now)
         node_upgrades_settle_ready(now=now)

@@ -27,6 +27,7 @@ from fleet.interface import (
 )
 from rollout import conf
 from rollout.models import NodeUpgrade, Release, ReleaseBlock, Rollout, RolloutWave, TickRequest
+from rollout.services.create_checks import binaries_require_stored, nodes_eligible, sequence_rollback
 from rollout.services.events import Created, event_record
 from rollout.services.gates import gates_create
 from rollout.services.plan import (
@@ -60,6 +61,8 @@ class Snapshot:
     pools: list[Pool]
     nodes: list[tuple[UUID, UUID]]  # (node id, pool id)
     options: RolloutOptions
+    #: Nodes left out because they run a release of a higher sequence (``excluded.newer``).
+    excluded_newer: int = 0
 
 
 def _pool_uuids(values: tuple[str, ...]) -> list[UUID]:
@@ -99,26 +102,54 @@ def _snapshot(*, tenant: Tenant, spec: RolloutSpec) -> Snapshot:
             shown = unknown[:ECHOED_IDS]
             more = f" and {len(unknown) - len(shown)} more" if len(unknown) > len(shown) else ""
             raise InvalidInput(f"Unknown pool(s): {', '.join(shown)}{more}.", code="unknown_pool", poolIds=shown)
-    nodes = list(Node.objects.filter(pool__in=pools).values_list("id", "pool_id"))
+    eligible = nodes_eligible(candidates=Node.objects.filter(pool__in=pools), release=release)
+    nodes = list(eligible.nodes.values_list("id", "pool_id"))
+    if not nodes and eligible.newer:
+        raise sequence_rollback(release)
     if not nodes:
         raise InvalidInput("The chosen pools have no nodes.", code="no_nodes")
-    snapshot = Snapshot(release=release, pools=pools, nodes=nodes, options=spec.options)
+    binaries_require_stored(release=release, nodes=eligible.nodes)
+    snapshot = Snapshot(release=release, pools=pools, nodes=nodes, options=spec.options, excluded_newer=eligible.newer)
     conflicts = _conflicts(snapshot)
     if conflicts:
         _raise_conflict(conflicts)
     return snapshot
 
 
-def _conflicts(snapshot: Snapshot) -> list[str]:
+def _conflicts(snapshot: Snapshot) -> Taken | None:
     """Nodes of the snapshot that another active or paused rollout holds (409 ``conflict``, docs/api.md#rollouts)."""
     taken = NodeUpgrade.objects.filter(
         claims_node=True, node__pool__in=snapshot.pools, rollout__state__in=Rollout.ACTIVE_STATES
-    ).values_list("node_id", flat=True)
-    return sorted(str(node_id) for node_id in taken)
+    ).values_list("node_id", "rollout_id")
+    return Taken.of(taken)
 
 
-def _raise_conflict(node_ids: list[str]) -> None:
-    raise Conflict(f"{len(node_ids)} node(s) are already in an active rollout.", code="conflict", nodeIds=node_ids)
+@dataclass(frozen=True)
+class Taken:
+    """Nodes already held, and the rollouts that hold them (``nodeIds``, ``rolloutIds`` of a 409 ``conflict``)."""
+
+    node_ids: list[str]
+    rollout_ids: list[str]
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[UUID, UUID]]) -> Taken | None:
+        pairs = list(pairs)
+        if not pairs:
+            return None
+        return cls(
+            node_ids=sorted({str(node_id) for node_id, _ in pairs}),
+            rollout_ids=sorted({str(rollout_id) for _, rollout_id in pairs}),
+        )
+
+
+def _raise_conflict(taken: Taken) -> None:
+    raise Conflict(
+        f"{len(taken.node_ids)} node(s) are already in an active rollout. "
+        f"Held by {', '.join(taken.rollout_ids[:ECHOED_IDS]) or 'a rollout created meanwhile'}.",
+        code="conflict",
+        nodeIds=taken.node_ids,
+        rolloutIds=taken.rollout_ids,
+    )
 
 
 def rollout_plan(*, tenant: Tenant, spec: RolloutSpec) -> RolloutPlan:
@@ -161,6 +192,7 @@ def rollout_plan(*, tenant: Tenant, spec: RolloutSpec) -> RolloutPlan:
         budgets={str(pid): PoolPlan(allowed=b.allowed, in_use=b.disrupted) for pid, b in budgets.items()},
         options=options,
         estimated_seconds=estimate,
+        excluded_newer=snapshot.excluded_newer,
     )
 
 
@@ -247,6 +279,7 @@ def rollout_create(
             failure_ratio_min_settled=options.failure_ratio_min_settled,
             gate_interval_seconds=spec.gates.interval_seconds,
             gate_failure_limit=spec.gates.failure_limit,
+            excluded_newer=snapshot.excluded_newer,
             state=Rollout.State.ACTIVE,
             current_wave=0,
             created_by=created_by,
@@ -283,7 +316,7 @@ def rollout_create(
         except IntegrityError:
             # Another rollout took a node between the check and the insert: the
             # partial unique index refused it. Report which, and write nothing.
-            _raise_conflict(_conflicts(snapshot) or sorted(str(n) for n in pool_of))
+            _raise_conflict(_conflicts(snapshot) or Taken(node_ids=sorted(str(n) for n in pool_of), rollout_ids=[]))
         created = Created(
             nodes=len(order),
             waves=[wave.total for wave in waves_planned],

@@ -214,6 +214,8 @@ class RolloutPlan:
     options: RolloutOptions
     #: Worst case (every node takes the whole timeout, plus the soaks); None when a pool's budget is 0.
     estimated_seconds: int | None
+    #: Nodes left out because they run a release of a higher sequence (docs/controller.md#create).
+    excluded_newer: int = 0
 
 
 def shuffle(items: Sequence[UUID], *, seed: UUID) -> list[UUID]:

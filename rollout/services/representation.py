@@ -74,6 +74,8 @@ def rollout_json(rollout: Rollout, *, waves: Sequence[WaveStats], blocker: Block
         "createdAt": api_datetime(rollout.created_at),
         "completedAt": api_datetime(rollout.completed_at),
         "blocker": blocker_json(blocker),
+        "excluded": {"newer": rollout.excluded_newer},
+        "lastTickAt": api_datetime(rollout.last_tick_at),
     }
 
 

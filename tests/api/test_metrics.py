@@ -19,9 +19,8 @@ from fleet.services.workflows import workflow_start
 from rollout.services.controller import rollout_tick
 from rollout.services.create import rollout_create
 from rollout.services.plan import rollout_spec
-from rollout.services.releases import release_register
 from rollout.services.rollouts import rollout_pause
-from tests.factories import fleet, manifest, rollout_settings, signed
+from tests.factories import fleet, manifest, release_stored, rollout_settings
 
 pytestmark = pytest.mark.django_db
 
@@ -29,8 +28,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
-def module_settings(settings, monkeypatch):
+def module_settings(settings, monkeypatch, tmp_path):
     settings.ROLLOUT = rollout_settings()
+    settings.MEDIA_ROOT = tmp_path / "media"
     monkeypatch.delenv("METRICS_TOKEN", raising=False)
     monkeypatch.setenv("METRICS_PUBLIC", "1")  # the gauges' tests scrape without a token
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
@@ -55,8 +55,8 @@ def value(samples, name: str, **labels) -> float:
 def test_gauges_show_upgrades_rollouts_and_budgets_after_a_tick(client, tenant, other_tenant):
     nodes = fleet(tenant, {"gpu": (20, "0.1"), "cpu": (4, "0.5")})
     gpu = nodes["gpu"][0].pool
-    release_register(envelope=signed(manifest("0.9.0", 1)))
-    release_register(envelope=signed(manifest("1.0.0", 2)))
+    release_stored(manifest("0.9.0", 1))
+    release_stored(manifest("1.0.0", 2))
     rollout = rollout_create(tenant=tenant, spec=rollout_spec(version="1.0.0", pool_ids=[str(gpu.id)], waves=[100]))
     workflow_start(tenant=tenant, node_id=nodes["cpu"][0].id, kind="remediation")
     ticks_before = scrape(client)["rollout_tick_seconds_count"][()]

@@ -168,7 +168,16 @@ DOCUMENTED_ERRORS: dict[tuple[str, str], dict[int, set[str]]] = {
     ("post", "/api/compute/rollouts/"): {
         **AUTH,
         **BODY,
-        400: {"invalid_input", "invalid_json", "invalid_waves", "unknown_version", "unknown_pool", "no_nodes"},
+        400: {
+            "invalid_input",
+            "invalid_json",
+            "invalid_waves",
+            "unknown_version",
+            "unknown_pool",
+            "no_nodes",
+            "binary_missing",
+            "sequence_rollback",
+        },
         409: {"conflict"},
         503: {"no_downloads_url"},
     },
@@ -279,7 +288,7 @@ def test_the_rollout_create_documents_the_dry_run_and_both_answers(schema):
     assert operation["responses"]["201"]["content"]["application/json"]["schema"]["$ref"].endswith("/Rollout")
     assert operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/RolloutPlan")
     conflict = schema["components"]["schemas"]["ConflictError"]
-    assert "nodeIds" in conflict["properties"]
+    assert {"nodeIds", "rolloutIds"} <= set(conflict["properties"])
 
 
 def test_every_operation_except_the_downloads_needs_a_bearer_token(schema):
@@ -290,7 +299,7 @@ def test_every_operation_except_the_downloads_needs_a_bearer_token(schema):
             expected = [{"apiKey": []}]
             if "/agent/" in path:
                 expected = [{"agentToken": []}]
-            elif "/downloads/" in path:
+            elif "/downloads/" in path or path == "/api/compute/health":
                 expected = [{}]
             assert operation["security"] == expected, (method, path)
 

@@ -32,8 +32,7 @@ from fleet.services.workflows import workflow_start
 from project import celery_app
 from rollout.services.create import rollout_create
 from rollout.services.plan import rollout_spec
-from rollout.services.releases import release_register
-from tests.factories import fleet, manifest, rollout_settings, signed
+from tests.factories import fleet, manifest, release_stored, rollout_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -69,8 +68,8 @@ def seeded(live_server, settings, tenant, tmp_path):
         gpu_pool = nodes["gpu"][0].pool
         cpu_pool_id = nodes["cpu"][0].pool_id
         node, agent_token = node_create(tenant=tenant, name="agent-node", pool_id=cpu_pool_id, arch="amd64")
-        release_register(envelope=signed(manifest("0.9.0", 1)))
-        release_register(envelope=signed(manifest("1.0.0", 2)))
+        release_stored(manifest("0.9.0", 1))
+        release_stored(manifest("1.0.0", 2))
         rollout = rollout_create(
             tenant=tenant, spec=rollout_spec(version="1.0.0", pool_ids=[str(gpu_pool.id)], soak_seconds=0)
         )
@@ -154,7 +153,7 @@ def test_no_input_gets_a_server_error_and_every_answer_conforms_to_the_schema(li
             if failure:
                 failures.append(failure)
 
-    assert len(operations) == 37, [operation.label for operation in operations]
+    assert len(operations) == 38, [operation.label for operation in operations]
     assert calls >= len(operations) * MIN_EXAMPLES
     assert not failures, "\n\n".join(failures)
 

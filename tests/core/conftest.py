@@ -13,8 +13,7 @@ from fleet.services.workflows import workflow_start
 from rollout.models import Rollout
 from rollout.services.create import rollout_create
 from rollout.services.plan import rollout_spec
-from rollout.services.releases import release_register
-from tests.factories import fleet, manifest, rollout_settings, signed
+from tests.factories import fleet, manifest, release_stored, rollout_settings
 from tests.fleet.conftest import agent_client, make_node
 
 
@@ -51,8 +50,8 @@ def world(api, tenant, settings, tmp_path) -> World:
     upgrade = {"version": "1.5.0", "url": "https://dl.example/bcd/1.5.0/linux-amd64", "sha256": "b" * 64}
     command = command_enqueue(node_id=node.id, kind="daemon.upgrade", payload=upgrade)
     workflow = workflow_start(tenant=tenant, node_id=pools["gpu-a"][0].id, kind="remediation")
-    release_register(envelope=signed(manifest("0.9.0", 1)))
-    release_register(envelope=signed(manifest("1.0.0", 2, archs=("amd64",))))
+    release_stored(manifest("0.9.0", 1))
+    release_stored(manifest("1.0.0", 2, archs=("amd64",)))
     rollout = rollout_create(tenant=tenant, spec=rollout_spec(version="1.0.0"))
     return World(
         api=api,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -62,6 +63,22 @@ class Stack:
         return enrolled
 
 
+@dataclass
+class LiveStack(Stack):
+    """A Stack whose controller (a Celery worker and beat) the test starts: ``start_controller``."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    queue: str = "celery"
+    controller: list[subprocess.Popen] = field(default_factory=list)
+
+    def start_controller(self) -> None:
+        """A Celery worker and beat (every 1 s) on the test's private queue, as the README starts them."""
+        self.controller.append(
+            celery_worker(self.env, queue=self.queue, log_path=self.logs / "worker.log", loglevel="INFO")
+        )
+        self.controller.append(celery_beat(self.env, log_path=self.logs / "beat.log"))
+
+
 @pytest.fixture
 def broker(request, settings) -> Iterator[str]:
     """The broker URL of an end-to-end test: Redis, or RabbitMQ when the test is parametrized so. The test
@@ -86,8 +103,15 @@ def broker(request, settings) -> Iterator[str]:
 
 
 @pytest.fixture
-def stack(live_server, settings, tenant, tmp_path, broker) -> Iterator[Stack]:
+def stack(bare_stack: LiveStack) -> LiveStack:
     """The server (pytest-django's live server), a Celery worker and beat (every 1 s) on a private queue."""
+    bare_stack.start_controller()
+    return bare_stack
+
+
+@pytest.fixture
+def bare_stack(live_server, settings, tenant, tmp_path, broker) -> Iterator[LiveStack]:
+    """The server, and no controller until the test calls ``start_controller()``."""
     if connection.vendor != "postgresql":
         pytest.fail("the end-to-end tests need PostgreSQL: run them with `make test`")
     downloads = f"{live_server.url}/api/compute/downloads"
@@ -113,15 +137,14 @@ def stack(live_server, settings, tenant, tmp_path, broker) -> Iterator[Stack]:
     }
     logs = tmp_path / "logs"
     logs.mkdir()
-    worker = celery_worker(env, queue=queue, log_path=logs / "worker.log", loglevel="INFO")
-    beat = celery_beat(env, log_path=logs / "beat.log")
     _, key = api_key_create(tenant=tenant, username="e2e", grants=[Permission.FLEET_ADMIN])
     client = httpx.Client(base_url=live_server.url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    running = LiveStack(url=live_server.url, client=client, logs=logs, env=env, queue=queue)
     try:
-        yield Stack(url=live_server.url, client=client, logs=logs)
+        yield running
     finally:
         client.close()
-        stop(worker, beat)
+        stop(*running.controller)
         if broker.startswith("amqp://"):  # RabbitMQ keeps a durable queue: the test's goes with it
             with celery_app.connection_for_write() as conn:
                 Queue(queue, channel=conn.default_channel).delete()

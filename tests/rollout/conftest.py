@@ -1,7 +1,6 @@
 import pytest
 
-from rollout.services.releases import release_register
-from tests.factories import manifest, rollout_settings, signed
+from tests.factories import manifest, release_stored, rollout_settings
 
 
 @pytest.fixture(autouse=True)
@@ -16,6 +15,6 @@ def module_settings(settings, tmp_path):
 @pytest.fixture
 def releases(db):
     """0.9.0 (sequence 1, what the fleet runs) and 1.0.0 (sequence 2, amd64 only)."""
-    old = release_register(envelope=signed(manifest("0.9.0", 1))).release
-    new = release_register(envelope=signed(manifest("1.0.0", 2, archs=("amd64",)))).release
+    old = release_stored(manifest("0.9.0", 1))
+    new = release_stored(manifest("1.0.0", 2, archs=("amd64",)))
     return old, new

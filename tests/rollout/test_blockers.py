@@ -115,6 +115,8 @@ def test_wave_not_started_then_soaking_then_next_tick(api, tenant, releases):
         "detail": rollout_blocker(api, rollout)["detail"],
         "until": until,
     }
+    with time_machine.travel(rollout.next_wave_at - timedelta(seconds=1), tick=False):
+        tick(rollout)  # the periodic tick of a running controller, a moment before the soak ends
     with time_machine.travel(rollout.next_wave_at + timedelta(seconds=1), tick=False):
         heartbeat_all()
         # The soak is over; the next tick starts wave 1.

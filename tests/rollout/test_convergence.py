@@ -118,10 +118,9 @@ def test_a_node_back_on_the_target_or_a_newer_release_is_left_alone(tenant, rele
 
 @pytest.mark.django_db
 def test_a_newer_rollout_that_takes_the_node_ends_convergence(tenant, releases):
-    from rollout.services.releases import release_register
-    from tests.factories import manifest, signed
+    from tests.factories import manifest, release_stored
 
-    release_register(envelope=signed(manifest("1.1.0", 3, archs=("amd64",))))
+    release_stored(manifest("1.1.0", 3, archs=("amd64",)))
     rollout, down = completed_with_offline(tenant, nodes=4, offline=2, budget="1")
     report(down[0], "0.9.0")
     assert rollouts_converge(now=timezone.now()) == 1  # down[0] converging (in flight)

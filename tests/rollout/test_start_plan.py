@@ -194,6 +194,7 @@ def build(scenario: Scenario, tenant, release: Release) -> Rollout:
         current_wave=current,
         next_wave_at=None if moving else NOW + timedelta(minutes=1 if not scenario.soak_over else -1),
         created_at=NOW - timedelta(hours=1),
+        last_tick_at=NOW - timedelta(seconds=5),  # a controller runs (no_controller is tested in test_health.py)
     )
     rollout.pools.set([pool_id for pool_id in {node.pool_id for node, _ in nodes}])
     RolloutWave.objects.bulk_create(

@@ -24,10 +24,9 @@ from rollout.models import NodeUpgrade, Release, RolloutEvent
 from rollout.services.blockers import node_blockers
 from rollout.services.create import rollout_create
 from rollout.services.plan import rollout_spec
-from rollout.services.releases import release_register
 from rollout.services.rollouts import rollout_pause, rollout_resume
 from rollout.services.start import convergence_candidates
-from tests.factories import fleet, manifest, signed
+from tests.factories import fleet, manifest, release_stored, signed
 from tests.rollout.helpers import heartbeat_all, in_flight, rejoin, states, tick
 
 pytestmark = pytest.mark.django_db
@@ -219,7 +218,7 @@ def expiring(releases):
     """2.0.0 (sequence 3), expiring in one hour."""
     expires = (timezone.now() + timedelta(hours=1)).replace(microsecond=0)
     body = manifest("2.0.0", 3, archs=("amd64",), expires=expires.strftime("%Y-%m-%dT%H:%M:%SZ"))
-    release_register(envelope=signed(body))
+    release_stored(body)
     return expires
 
 

@@ -22,9 +22,8 @@ from fleet.services.nodes import node_create
 from fleet.services.pools import pool_create
 from rollout.services.create import rollout_create
 from rollout.services.plan import rollout_spec
-from rollout.services.releases import release_register
 from tests.databases import database_url
-from tests.factories import manifest, rollout_settings, signed
+from tests.factories import manifest, release_stored, rollout_settings
 
 SESSION = "/api/compute/agent/session"
 HEARTBEAT_SECONDS = 1  # the server's and the tests': a node is offline after 3 s unheard
@@ -162,10 +161,11 @@ def listener_pids() -> list[int]:
 
 
 @pytest.fixture
-def releases(settings, db):
+def releases(settings, db, tmp_path):
     settings.ROLLOUT = rollout_settings()
-    release_register(envelope=signed(manifest("0.9.0", 1)))
-    release_register(envelope=signed(manifest("1.0.0", 2)))
+    settings.MEDIA_ROOT = tmp_path / "media"
+    release_stored(manifest("0.9.0", 1))
+    release_stored(manifest("1.0.0", 2))
 
 
 def start(agent, **options):

@@ -113,6 +113,8 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
                     "no_nodes",
                     "release_blocked",
                     "invalid_gate",
+                    "binary_missing",
+                    "sequence_rollback",
                 ],
                 conflict=["conflict"],
                 unavailable=["no_downloads_url"],

@@ -1,0 +1,70 @@
+"""Is a controller running? (docs/operations.md#health, docs/controller.md#no-controller)
+
+Nothing moves a rollout but the tick: a Celery worker runs it, and beat asks for it every
+``ROLLOUT_EVERY`` seconds. Without them a rollout sits still and says nothing, so each tick leaves a
+trace: the rollout's ``last_tick_at``, and the one ``ControllerBeat`` row the periodic tick
+writes whether or not a rollout runs. A controller is missing when the trace is older than
+max(3 x ``ROLLOUT_EVERY``, 10 s): three periods missed, never less than 10 s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import connection
+
+from rollout import conf
+from rollout.models import ControllerBeat, Rollout
+
+#: The commands that start a controller (README.md, docs/operations.md#processes): both are needed.
+WORKER_COMMAND = "celery -A project worker"
+BEAT_COMMAND = "celery -A project beat --scheduler django_celery_beat.schedulers:DatabaseScheduler"
+#: Never judge a controller missing sooner than this, whatever ``ROLLOUT_EVERY`` says.
+MIN_STALE_SECONDS = 10
+#: Periods a controller may miss before it is judged missing.
+MISSED_PERIODS = 3
+
+
+_BEAT = ControllerBeat._meta.db_table
+_BEAT_SQL = f"""
+INSERT INTO {_BEAT} (id, last_tick_at) VALUES (1, %s)
+ON CONFLICT (id) DO UPDATE SET last_tick_at = GREATEST(EXCLUDED.last_tick_at, {_BEAT}.last_tick_at)
+"""  # noqa: S608 - the table name from the model, the value bound
+
+
+def controller_stale_after() -> timedelta:
+    """max(3 x ROLLOUT_EVERY, 10 s): how long without a tick before a controller counts as missing."""
+    return timedelta(seconds=max(MISSED_PERIODS * conf.options().every, MIN_STALE_SECONDS))
+
+
+def rollout_ticked(*, rollout: Rollout, at: datetime) -> None:
+    """Record that a tick is reconciling ``rollout`` (inside the tick's transaction, under its row lock)."""
+    Rollout.objects.filter(pk=rollout.pk).update(last_tick_at=at)
+    rollout.last_tick_at = at
+
+
+def controller_beat_record(*, at: datetime) -> None:
+    """The periodic tick ran at ``at``: one upsert of the one row (never moved back by a late worker)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_BEAT_SQL, [at])
+
+
+def controller_missing(rollout: Rollout, *, now: datetime) -> bool:
+    """An active rollout not ticked for ``controller_stale_after()`` since its creation or its last tick."""
+    if rollout.state != Rollout.State.ACTIVE:
+        return False
+    since = rollout.last_tick_at or rollout.created_at
+    return now - since > controller_stale_after()
+
+
+@dataclass(frozen=True)
+class ControllerHealth:
+    last_tick_at: datetime | None
+    healthy: bool
+
+
+def controller_health(*, now: datetime) -> ControllerHealth:
+    """When the periodic tick last ran, and whether that is recent enough (``GET /api/compute/health``)."""
+    last = ControllerBeat.objects.filter(id=1).values_list("last_tick_at", flat=True).first()
+    return ControllerHealth(last_tick_at=last, healthy=last is not None and now - last <= controller_stale_after())

@@ -1,0 +1,113 @@
+"""A controller that is not running is visible (docs/controller.md#no-controller, docs/operations.md#health).
+
+The tick leaves a trace (``lastTickAt`` on each rollout, the periodic tick's on the installation);
+past max(3 x ROLLOUT_EVERY, 10 s) without one, an active rollout and its pending rows say
+``no_controller`` first, and ``GET /api/compute/health`` says the controller is not healthy.
+The same with real processes: tests/integration/test_no_controller.py.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.utils import timezone
+
+from rollout.services.controller import rollouts_tick_all
+from rollout.services.rollouts import rollout_pause
+from tests.factories import fleet, rollout_settings
+from tests.rollout.helpers import heartbeat_all, tick
+
+pytestmark = pytest.mark.django_db
+
+HEALTH = "/api/compute/health"
+
+
+def create(api, **extra):
+    response = api.post("/api/compute/rollouts/", {"version": "1.0.0", "waves": [100], **extra}, format="json")
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def shown(api, rollout_id):
+    return api.get(f"/api/compute/rollouts/{rollout_id}/").json()
+
+
+def row_codes(api, rollout_id) -> dict[str, set]:
+    rows = api.get(f"/api/compute/rollouts/{rollout_id}/nodes/").json()["results"]
+    codes: dict[str, set] = {}
+    for row in rows:
+        codes.setdefault(row["state"], set()).add((row["blocker"] or {}).get("code"))
+    return codes
+
+
+def test_health_needs_no_credentials_and_follows_the_periodic_tick(anonymous_api, settings):
+    settings.ROLLOUT = rollout_settings(every=30)
+    assert anonymous_api.get(HEALTH).json() == {"database": "ok", "controller": {"lastTickAt": None, "healthy": False}}
+    rollouts_tick_all()  # an idle installation: no rollout, the periodic tick still leaves its trace
+    body = anonymous_api.get(HEALTH).json()
+    assert body["database"] == "ok"
+    assert body["controller"]["healthy"] is True
+    assert body["controller"]["lastTickAt"].endswith("Z")
+    with time_machine.travel(timezone.now() + timedelta(seconds=89), tick=False):
+        assert anonymous_api.get(HEALTH).json()["controller"]["healthy"] is True
+    with time_machine.travel(timezone.now() + timedelta(seconds=91), tick=False):
+        assert anonymous_api.get(HEALTH).json()["controller"]["healthy"] is False
+
+
+def test_never_sooner_than_ten_seconds(anonymous_api, settings):
+    settings.ROLLOUT = rollout_settings(every=1)
+    rollouts_tick_all()
+    with time_machine.travel(timezone.now() + timedelta(seconds=9), tick=False):
+        assert anonymous_api.get(HEALTH).json()["controller"]["healthy"] is True
+    with time_machine.travel(timezone.now() + timedelta(seconds=11), tick=False):
+        assert anonymous_api.get(HEALTH).json()["controller"]["healthy"] is False
+
+
+def test_last_tick_at_is_null_until_the_first_tick(api, tenant, releases):
+    fleet(tenant, {"a": (4, "0.25")})
+    rollout = create(api)
+    assert rollout["lastTickAt"] is None
+    from rollout.models import Rollout
+
+    model = Rollout.objects.get(pk=rollout["id"])
+    tick(model)
+    assert shown(api, rollout["id"])["lastTickAt"] == model.last_tick_at.isoformat().replace("+00:00", "Z")
+
+
+def test_no_controller_comes_first_on_the_rollout_and_its_pending_rows(api, tenant, releases):
+    fleet(tenant, {"a": (4, "0.25")})  # one slot: after a tick, 1 in flight and 3 pending (budget_full)
+    rollout = create(api)
+    created = timezone.now()
+    with time_machine.travel(created + timedelta(seconds=89), tick=False):
+        assert (shown(api, rollout["id"])["blocker"] or {}).get("code") != "no_controller"
+    with time_machine.travel(created + timedelta(seconds=91), tick=False):
+        blocker = shown(api, rollout["id"])["blocker"]
+        assert blocker["code"] == "no_controller"
+        assert blocker["lastTickAt"] is None
+        assert "celery -A project beat" in blocker["detail"]
+        assert row_codes(api, rollout["id"]) == {"pending": {"no_controller"}}
+        heartbeat_all()
+        from rollout.models import Rollout
+
+        tick(Rollout.objects.get(pk=rollout["id"]))
+        assert shown(api, rollout["id"])["blocker"] is None or shown(api, rollout["id"])["blocker"]["code"] != (
+            "no_controller"
+        )
+        ticked_at = shown(api, rollout["id"])["lastTickAt"]
+    with time_machine.travel(created + timedelta(seconds=91 + 91), tick=False):
+        blocker = shown(api, rollout["id"])["blocker"]
+        assert (blocker["code"], blocker["lastTickAt"]) == ("no_controller", ticked_at)
+        codes = row_codes(api, rollout["id"])
+        assert codes["pending"] == {"no_controller"}
+        assert codes["in_flight"] == {"awaiting_rejoin"}  # in flight: it waits for its agent, as before
+
+
+def test_a_paused_rollout_is_not_held_by_a_missing_controller(api, tenant, releases):
+    fleet(tenant, {"a": (2, "1")})
+    rollout = create(api)
+    rollout_pause(rollout_id=rollout["id"], tenant=tenant)
+    with time_machine.travel(timezone.now() + timedelta(hours=1), tick=False):
+        assert shown(api, rollout["id"])["blocker"]["code"] == "paused"
+        assert row_codes(api, rollout["id"]) == {"pending": {"rollout_paused"}}
