@@ -203,23 +203,6 @@ class TickRequest(models.Model):
         return f"tick request of {self.rollout_id} ({'queued' if self.queued else 'idle'})"
 
 
-class ControllerBeat(models.Model):
-    """One row: when the periodic tick (``rollout/all``) last ran, for ``GET /api/compute/health``.
-
-    Written by each periodic tick (an upsert), whether or not a rollout runs: a worker and a beat
-    that run show here even on an idle installation (docs/operations.md#health).
-    """
-
-    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
-    last_tick_at = models.DateTimeField()
-
-    class Meta:
-        constraints = [models.CheckConstraint(condition=Q(id=1), name="controller_beat_one_row")]
-
-    def __str__(self) -> str:
-        return f"controller ticked at {self.last_tick_at:%Y-%m-%d %H:%M:%S}"
-
-
 class RolloutWave(models.Model):
     """A non-empty wave of a rollout. Counts come from its node upgrades."""
 
@@ -436,8 +419,10 @@ class WebhookDelivery(models.Model):
 
 
 from rollout.gate_models import RolloutGate  # noqa: E402 - its own module; Django finds models through this one
+from rollout.health_models import ControllerBeat  # noqa: E402 - the same
 
 __all__ = [
+    "ControllerBeat",
     "NodeUpgrade",
     "Release",
     "ReleaseBinary",

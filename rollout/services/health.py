@@ -17,7 +17,7 @@ from django.db import connection
 from rollout import conf
 from rollout.models import ControllerBeat, Rollout
 
-#: The commands that start a controller (README.md, docs/operations.md#processes): both are needed.
+#: The commands that start a controller (README.md, docs/operations.md#the-stack): both are needed.
 WORKER_COMMAND = "celery -A project worker"
 BEAT_COMMAND = "celery -A project beat --scheduler django_celery_beat.schedulers:DatabaseScheduler"
 #: Never judge a controller missing sooner than this, whatever ``ROLLOUT_EVERY`` says.
