@@ -249,10 +249,12 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = "UTC"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
-# Webhook deliveries may go to their own queue (a worker started with --queues=<it>), so that dead
-# receivers never hold the workers that run the controller. By default they share the default queue.
+# Webhook deliveries and gate evaluations may go to their own queues (a worker started with
+# --queues=<it>), so that dead receivers or a hanging Prometheus never hold the workers that run the
+# controller. By default they share the default queue.
 CELERY_TASK_ROUTES = {
     "rollout/webhook-deliver": {"queue": env_str("ROLLOUT_WEBHOOKS_QUEUE", CELERY_TASK_DEFAULT_QUEUE)},
+    "rollout/gates-due": {"queue": env_str("ROLLOUT_GATES_QUEUE", CELERY_TASK_DEFAULT_QUEUE)},
 }
 
 # --- The fleet (host) ---------------------------------------------------------

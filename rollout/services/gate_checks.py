@@ -36,8 +36,8 @@ from rollout.services.ticks import rollout_request_tick
 log = structlog.get_logger("rollout")
 
 State = RolloutGate.State
-#: Gates asked at once by one worker (threads waiting on the network).
-PROBE_THREADS = 16
+#: Gates asked at once by one worker (threads waiting on the network: a hanging Prometheus holds each for 5 s).
+PROBE_THREADS = 64
 #: Gates claimed per round: a round takes at most about two timeouts.
 CLAIM_BATCH = 2 * PROBE_THREADS
 #: A claimed gate is the claimer's this long; then another worker may ask it.
