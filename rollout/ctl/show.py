@@ -102,6 +102,11 @@ def _blocker(blocker: dict[str, Any] | None) -> str:
     return str(blocker.get("detail") or blocker.get("code") or "")
 
 
+def _newer(shown: dict[str, Any]) -> int:
+    """Nodes left out of the snapshot because they run a newer release (0 when the server does not say)."""
+    return int((shown.get("excluded") or {}).get("newer") or 0)
+
+
 def _pool(pool_id: str, names: Mapping[str, str]) -> str:
     return names.get(pool_id, pool_id)
 
@@ -130,6 +135,8 @@ def rollout_view(rollout: dict[str, Any], names: Mapping[str, str] = EMPTY) -> R
         head.add_row(
             "approvals", Text(f"{len(approvals)} of {rollout['approvalsRequired']}" + (f": {who}" if who else ""))
         )
+    if _newer(rollout):
+        head.add_row("left out", Text(f"{_newer(rollout)} nodes already on a newer release"))
     if rollout.get("blocker"):
         head.add_row("waiting", Text(_blocker(rollout["blocker"])))
     head.add_row("pools", Text(", ".join(_pool(p, names) for p in rollout.get("poolIds") or [])))
@@ -199,6 +206,8 @@ def plan_view(plan: dict[str, Any], names: Mapping[str, str] = EMPTY) -> Rendera
         f"dry run: {plan.get('nodes')} nodes to bcd {plan.get('version')}, "
         f"estimated {duration(plan.get('estimatedSeconds'))} at most; nothing was created"
     )
+    if _newer(plan):
+        head.append(f"\n{_newer(plan)} nodes already on a newer release are left out")
     waves = Table(box=None, pad_edge=False)
     waves.add_column("wave", justify="right")
     waves.add_column("%", justify="right")

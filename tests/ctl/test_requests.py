@@ -111,8 +111,11 @@ def test_dry_run_asks_for_the_plan_and_prints_it(api, ctl):
     assert "20 nodes" in out
     assert "1h 2m 5s" in out
     assert "nothing was created" in out
+    assert "left out" not in out
     status, out, _ = ctl("--output", "json", "create", "1.4.0", "--dry-run")
     assert json.loads(out) == plan
+    api.on("POST", "rollouts/", (200, plan | {"excluded": {"newer": 3}}))
+    assert "3 nodes already on a newer release are left out" in ctl("create", "1.4.0", "--dry-run")[1]
 
 
 @pytest.mark.parametrize(
