@@ -22,6 +22,7 @@ from simulator.config import (
     AgentConfig,
     AgentState,
 )
+from simulator.retry import FIXED, backoff
 from simulator.stats import Refusal, Upgrade
 from simulator.trust import RootsUnavailable, Trust
 
@@ -70,7 +71,9 @@ class Agent:
         self._flapped = False
         self.aways = 0  # how many times it went away and came back
         # Jitter only, never security: a seeded PRNG makes runs reproducible.
-        self._rng = random.Random(f"{fleet.seed}:{index}:{config.token}")  # noqa: S311
+        self.rng = random.Random(f"{fleet.seed}:{index}:{config.token}")  # noqa: S311
+        self.answered_at: float | None = None  # time.monotonic() of the last session answer
+        self._early = 0  # held requests in a row answered at once with nothing changed (a server stopping)
 
     # -- observable helpers --------------------------------------------------------------
 
@@ -100,7 +103,7 @@ class Agent:
         if self.config.offline:
             return
         fleet = self.fleet
-        if not await fleet.sleep(self._rng.uniform(0, fleet.start_spread())):
+        if not await fleet.sleep(self.rng.uniform(0, fleet.start_spread())):
             return
         if self.config.down_after is not None:
             self._away_at, self._away_for = time.monotonic() + self.config.down_after, self.config.down_for
@@ -141,7 +144,7 @@ class Agent:
 
     def _interval(self) -> float:
         fleet = self.fleet
-        return max(0.001, self._base_interval() * self._rng.uniform(1 - fleet.jitter, 1 + fleet.jitter))
+        return max(0.001, self._base_interval() * self.rng.uniform(1 - fleet.jitter, 1 + fleet.jitter))
 
     def _failed(self, kind: str, detail: str) -> None:
         self.errors += 1
@@ -171,7 +174,7 @@ class Agent:
             final_4xx=refused is not None,
         )
         if response is None:
-            return self._interval()  # a refusal not heard yet goes again with the next beat
+            return self._after_failure()  # a refusal not heard yet goes again with the next beat
         self._refused = None
         if not response.is_success:
             return self._interval()  # the server would not take the refusal (counted as an error)
@@ -193,6 +196,7 @@ class Agent:
         fleet.stats.heartbeats += 1
         self.heartbeats += 1
         self.consecutive_failures = 0
+        self.answered_at = time.monotonic()
         if not self._session_open:
             self._session_open = True
             self.joins += 1
@@ -213,9 +217,8 @@ class Agent:
         seen, revision = sent.get("seen"), answer.get("specRevision")
         self.revision = revision if isinstance(revision, str) else None
         # Watching: ask again at once (after a join too), unless the server did not hold an unchanged answer.
-        watching = fleet.watch and (
-            wait is None or revision != seen or time.perf_counter() - started >= min(1.0, wait / 2)
-        )
+        held = wait is None or revision != seen or time.perf_counter() - started >= min(1.0, wait / 2)
+        self._early = 0 if held else self._early + 1
 
         target: tuple[dict, str] | None = None
         for command in commands:
@@ -227,7 +230,23 @@ class Agent:
             target = (daemon, "spec")
         if target is not None:
             return await self._restart_into(*target)
-        return 0.0 if watching and self.revision is not None else self._interval()
+        if not fleet.watch or self.revision is None:
+            return self._interval()
+        return 0.0 if held else self._after_early_answer()
+
+    def _after_failure(self) -> float:
+        """The delay after a failed session call (docs/fleet.md#retries): exponential backoff with full jitter, capped
+        at the interval; ``retry="fixed"``: the interval."""
+        if self.fleet.retry == FIXED:
+            return self._interval()
+        return backoff(self.consecutive_failures, cap=self._base_interval(), rng=self.rng)
+
+    def _after_early_answer(self) -> float:
+        """A held request answered at once with nothing changed (its web process stopping, or a server that does
+        not hold): asked again at once, once, as a cut one; then backoff. ``retry="fixed"``: the interval."""
+        if self.fleet.retry == FIXED:
+            return self._interval()
+        return 0.0 if self._early == 1 else backoff(self._early - 1, cap=self._base_interval(), rng=self.rng)
 
     def _confirm(self) -> None:
         """The rejoin was answered: the release it installed (verified before the restart) is confirmed."""
@@ -355,7 +374,7 @@ class Agent:
         # The real bcd restarts even when it cannot tell the server: the session then times out.
         await self._leave()
         self.state = AgentState.RESTARTING
-        delay = fleet.restart_delay + self._rng.uniform(0, fleet.restart_jitter)
+        delay = fleet.restart_delay + self.rng.uniform(0, fleet.restart_jitter)
         if not await fleet.sleep(delay):
             return None
         failure = self.config.failure_for(new)

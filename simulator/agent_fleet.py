@@ -60,6 +60,11 @@ class AgentFleet(Protocol):
         """Session requests are held (``wait``, ``seen``): docs/simulator.md, "Watching"."""
         ...
 
+    @property
+    def retry(self) -> str:
+        """How failed calls are retried: ``"backoff"`` (docs/fleet.md#retries) or ``"fixed"`` (simulator/retry.py)."""
+        ...
+
     def start_spread(self) -> float:
         """Over how many seconds the agents' first beats are spread."""
         ...

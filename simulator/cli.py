@@ -26,6 +26,7 @@ from simulator.config import (
 )
 from simulator.enrolment import enroll, read_tokens, write_tokens
 from simulator.fleet import Fleet
+from simulator.retry import BACKOFF, FIXED
 from simulator.shards import ShardedFleet
 from simulator.stats import FleetStats
 
@@ -148,6 +149,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="hold session requests (wait = the heartbeat interval, at most 60 s): a new spec arrives at once",
     )
     parser.add_argument(
+        "--fixed-retry",
+        action="store_true",
+        help="retry as the simulator did before the agent protocol's rule: a failed beat waits its whole interval, "
+        "Retry-After without jitter (default: backoff with full jitter, docs/fleet.md#retries)",
+    )
+    parser.add_argument(
         "--processes",
         type=int,
         default=1,
@@ -232,6 +239,7 @@ async def run_cli(options: argparse.Namespace, out: IO[str] | io.TextIOBase | No
         "download_rate": options.download_rate,
         "shared_downloads": options.shared_downloads,
         "watch": options.watch,
+        "retry": FIXED if options.fixed_retry else BACKOFF,
     }
     failing = sum(1 for config in configs if config.fail_mode)
     offline = sum(1 for config in configs if config.offline)
@@ -253,7 +261,8 @@ async def run_cli(options: argparse.Namespace, out: IO[str] | io.TextIOBase | No
         f" {stats.failed_upgrades} failed upgrades, {stats.refusals} refusals,"
         f" {stats.downloads} downloads ({stats.download_cache_hits} from cache; {stats.download_bytes:,} bytes in"
         f" {stats.download_seconds:.1f} agent-seconds, {stats.download_resumes} resumes),"
-        f" {stats.throttled} throttled (429s waited out), {stats.errors} errors"
+        f" {stats.throttled} throttled (429s waited out), {stats.overloaded} overloaded (503s waited out),"
+        f" {stats.errors} errors"
     )
     return 0
 

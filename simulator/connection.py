@@ -81,11 +81,19 @@ class AgentConnection:
         self._idle_since = 0.0
 
     async def request(
-        self, method: str, url: str, *, json: Any = None, headers: dict[str, str] | None = None
+        self,
+        method: str,
+        url: str,
+        *,
+        json: Any = None,
+        headers: dict[str, str] | None = None,
+        replace_closed: bool = True,
     ) -> Answer:
-        """One exchange, its answer read whole."""
+        """One exchange, its answer read whole. ``replace_closed=False``: a kept-alive connection found closed is
+        not replaced here (the caller retries, as for a held request: docs/fleet.md#retries)."""
         started = time.perf_counter()
-        status, head, keep = await self._send(self._encode(method, url, json, headers or {}), method, url)
+        request = self._encode(method, url, json, headers or {})
+        status, head, keep = await self._send(request, method, url, replace_closed=replace_closed)
         try:
             assert self._reader is not None
             async with asyncio.timeout(self.timeout):
@@ -118,11 +126,11 @@ class AgentConnection:
                 self.close()
 
     async def _send(
-        self, request: bytes, method: str, url: str, timeout: float | None = None
+        self, request: bytes, method: str, url: str, timeout: float | None = None, *, replace_closed: bool = True
     ) -> tuple[int, httpx.Headers, bool]:
         """Write ``request`` and read the answer's head. A kept-alive connection that turns out closed before any
-        byte of the answer came is replaced once (the request never reached the server's application); any
-        other failure is raised, as httpx's exception."""
+        byte of the answer came is replaced once (the request never reached the server's application), unless
+        ``replace_closed`` is False; any other failure is raised, as httpx's exception."""
         timeout = self.timeout if timeout is None else timeout
         for attempt in (1, 2):
             reused = self._writer is not None and time.monotonic() - self._idle_since < self.keepalive_expiry
@@ -136,7 +144,7 @@ class AgentConnection:
                     return await self._read_head()
             except _ClosedBeforeAnswer:
                 self.close()
-                if reused and attempt == 1:
+                if reused and attempt == 1 and replace_closed:
                     continue
                 detail = f"the server closed the connection before answering {method} {url}"
                 raise httpx.RemoteProtocolError(detail) from None

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import logging
 import math
+import random
 import ssl
 import threading
 import time
@@ -20,6 +20,7 @@ from simulator.agent import Agent
 from simulator.config import DEFAULT_HEARTBEAT_SECONDS, SPEC_MIN_PROTOCOL_VERSION, AgentConfig
 from simulator.connection import AgentConnection, Answer
 from simulator.downloads import AgentDownloads, Downloads, Fetched, OnConnection, SharedDownloads, downloads_client
+from simulator.retry import BACKOFF, RETRIES, cut, told_to_wait
 from simulator.stats import FleetStats, FleetStatus
 from simulator.thread import FleetThread
 
@@ -69,7 +70,9 @@ class Fleet(FleetStatus):
     - ``client``: an ``httpx.AsyncClient`` to use instead of creating one;
     - ``watch``: session requests carry ``wait`` (the interval, 1-60 s) and ``seen``: the server holds them until
       the spec changes; each agent then makes all its calls on a connection of its own (``connection``), and its
-      downloads on one opened for each (docs/simulator.md, "Watching").
+      downloads on one opened for each (docs/simulator.md, "Watching");
+    - ``retry``: ``"backoff"``, the agent protocol's retries (simulator/retry.py, docs/fleet.md#retries), or
+      ``"fixed"``, the simulator's before it (a failed beat waits its interval), to measure against.
     """
 
     def __init__(
@@ -96,6 +99,7 @@ class Fleet(FleetStatus):
         record_latencies: bool = False,
         client: httpx.AsyncClient | None = None,
         watch: bool = False,
+        retry: str = BACKOFF,
     ):
         if not 0 <= jitter < 1:
             raise ValueError("jitter is a fraction in [0, 1)")
@@ -105,6 +109,8 @@ class Fleet(FleetStatus):
             raise ValueError("download_rate is a positive number of bytes per second")
         if heartbeat_scale <= 0 or restart_delay < 0 or restart_jitter < 0:
             raise ValueError("heartbeat_scale must be positive; restart delays must be >= 0")
+        if retry not in RETRIES:
+            raise ValueError(f"retry is one of {', '.join(RETRIES)}")
         self.base_url = base_url.rstrip("/")
         self.release_pins = tuple(release_pins)
         self.release_threshold = release_threshold
@@ -123,6 +129,8 @@ class Fleet(FleetStatus):
         self.leave_on_stop = leave_on_stop
         self.record_latencies = record_latencies
         self.watch = watch
+        self.retry = retry
+        self._rng = random.Random(f"{seed}:fleet")  # noqa: S311 - jitter, not security
         self._connections: dict[int, AgentConnection] = {}
         self.max_connections = max_connections or default_max_connections(
             sum(1 for config in agents if not config.offline)
@@ -197,29 +205,38 @@ class Fleet(FleetStatus):
     ) -> httpx.Response | Answer | None:
         """One API call; a failure is counted (on the agent too) and answers None.
 
-        With ``final_4xx`` a 4xx answer is counted as an error but returned, so
-        the caller does not retry what the server will never accept. A 429 is
-        not a failure: the call is sent again once its ``Retry-After`` has passed
-        (counted in ``stats.throttled``), or answers None if the fleet stops meanwhile.
+        With ``final_4xx`` a 4xx answer is counted as an error but returned, so the caller does not retry what
+        the server will never accept. A 429, or a 503 with ``Retry-After``, is not a failure: the call is sent
+        again after it (``stats.throttled``, ``stats.overloaded``), or answers None if the fleet stops meanwhile;
+        a held request cut is sent again at once, once (``stats.cut_retries``): simulator/retry.py.
         """
         assert self._client is not None, "the fleet is not running"
         url = path if "://" in path else self.base_url + path  # a list's `next` link is used as is
         headers = {"Authorization": f"Bearer {token}"}
+        held = self.retry == BACKOFF and isinstance(json, dict) and "wait" in json
         while True:
             try:
                 response = await self._send(method, url, json=json, headers=headers, agent=agent)
             except httpx.HTTPError as exc:
+                if held and cut(exc):
+                    held = False
+                    self.stats.cut_retries += 1
+                    continue
                 detail = f"{type(exc).__name__}: {exc}"[:300]
                 self._error(f"{kind}_{type(exc).__name__}", detail, agent)
                 return None
             if response is None:  # the fleet stopped during a held request
                 return None
-            if response.status_code != 429:
+            self.stats.answers[response.status_code] += 1
+            wait = told_to_wait(response)
+            if wait is None:
                 break
-            # Over the credential's limit: no request with it before Retry-After, then the same one again
-            # (as a real agent does). Out of the connection gate while it waits.
-            self.stats.throttled += 1
-            if not await self.sleep(retry_after(response.headers.get("Retry-After"))):
+            # Over the credential's limit, or the server busy: the same request after Retry-After (out of the gate).
+            self.stats.throttled += response.status_code == 429
+            self.stats.overloaded += response.status_code != 429
+            if self.retry == BACKOFF:
+                wait += (agent.rng if agent is not None else self._rng).random()
+            if not await self.sleep(wait):
                 return None
         if response.is_success:
             return response
@@ -235,8 +252,10 @@ class Fleet(FleetStatus):
         """One HTTP exchange; None when the fleet stopped while a held request waited."""
         own = self.connection(agent)
         if own is not None and isinstance(json, dict) and "wait" in json:
-            # A held request occupies its connection for up to `wait`; stopping the fleet cancels it at once.
-            held = asyncio.ensure_future(own.request(method, url, json=json, headers=headers))
+            # A held request occupies its connection for up to `wait`; stopping the fleet cancels it at once. When
+            # it is cut, request() decides whether to send it again (not the connection, as for another request).
+            exchange = own.request(method, url, json=json, headers=headers, replace_closed=self.retry != BACKOFF)
+            held = asyncio.ensure_future(exchange)
             self._held.add(held)
             try:
                 return await held
@@ -423,16 +442,6 @@ class Fleet(FleetStatus):
     def start_thread(self, timeout: float | None = None) -> FleetThread:
         """Run the fleet on its own event loop in a background thread (for synchronous callers)."""
         return FleetThread(self, timeout=timeout).start()
-
-
-def retry_after(value: str | None) -> float:
-    """Seconds a ``Retry-After`` header asks to wait (delta-seconds or an HTTP date); 1 s when it is missing."""
-    if value:
-        with contextlib.suppress(ValueError):
-            return max(0.0, float(value))
-        with contextlib.suppress(TypeError, ValueError, IndexError):
-            return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
-    return 1.0
 
 
 def _wake(future: asyncio.Future[None]) -> None:

@@ -43,6 +43,7 @@ class ShardReport:
     states: Counter = field(default_factory=Counter)
     counters: dict[str, float] = field(default_factory=dict)
     errors_by_kind: Counter = field(default_factory=Counter)
+    answers: Counter = field(default_factory=Counter)
     latencies: list[float] = field(default_factory=list)
     round_trips: list[float] = field(default_factory=list)
     finished: bool = False
@@ -85,6 +86,7 @@ def _child_main(conn: Connection, base_url: str, configs: list[AgentConfig], opt
                 states=states,
                 counters={name: getattr(stats, name) for name in COUNTERS},
                 errors_by_kind=Counter(stats.errors_by_kind),
+                answers=Counter(stats.answers),
                 latencies=latencies,
                 round_trips=round_trips,
                 finished=finished,
@@ -202,6 +204,7 @@ class ShardedFleet(FleetStatus):
         for name in COUNTERS:
             setattr(self.stats, name, sum(r.counters.get(name, 0) for r in self.reports))
         self.stats.errors_by_kind = sum((r.errors_by_kind for r in self.reports), Counter())
+        self.stats.answers = sum((r.answers for r in self.reports), Counter())
 
     def finished(self) -> bool:
         """Has every child ended (its timeout passed, or it stopped)?"""

@@ -47,6 +47,9 @@ class FleetStats:
     download_seconds: float = 0.0  # summed over agents: from the first request to the last byte
     download_resumes: int = 0  # downloads continued with Range + If-Range after a cut
     throttled: int = 0  # 429 answers: the request waited its Retry-After and was sent again
+    overloaded: int = 0  # 503 answers with Retry-After (the server busy, or its database down): the same
+    cut_retries: int = 0  # held requests cut without an answer and sent again at once (docs/fleet.md#retries)
+    answers: Counter = field(default_factory=Counter)  # HTTP status -> answers (each try of a request counted)
     errors: int = 0
     errors_by_kind: Counter = field(default_factory=Counter)
     # When recorded: each heartbeat as the agent sees it (its wait for one of the fleet's
@@ -94,6 +97,7 @@ class FleetStatus:
             f" | {rate:.1f} hb/s"
             f" | errors {stats.errors}{f' ({kinds})' if kinds else ''}"
             f"{f' | throttled {stats.throttled}' if stats.throttled else ''}"
+            f"{f' | overloaded {stats.overloaded}' if stats.overloaded else ''}"
             f" | upgrades {stats.upgrades} failed {stats.failed_upgrades}"
             f" refusals {stats.refusals} down {states.get(AgentState.DOWN, 0)}"
             f" offline {states.get(AgentState.OFFLINE, 0)} away {states.get(AgentState.AWAY, 0)}"

@@ -10,7 +10,7 @@ import pytest
 
 from simulator import AgentConfig, Fleet
 from simulator.cli import main
-from simulator.fleet import retry_after
+from simulator.retry import retry_after
 from tests.factories import pin
 from tests.simulator.conftest import make_nodes
 

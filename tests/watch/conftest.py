@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -15,9 +16,10 @@ import psycopg
 import pytest
 from django.conf import settings as django_settings
 from django.db import connection
+from django.utils import timezone
 
 from demo.processes import free_port, stop, wait_until, web_server
-from fleet.models import Node
+from fleet.models import Node, NodeSession
 from fleet.services.nodes import node_create
 from fleet.services.pools import pool_create
 from rollout.services.create import rollout_create
@@ -62,11 +64,26 @@ def server(django_db_setup, tmp_path_factory) -> Iterator[Server]:
 def serve(tmp_path_factory, *, heartbeat_seconds: int, **settings: str) -> Iterator[Server]:
     """The web tier on the test database, one process, its heartbeat interval ``heartbeat_seconds``; ``settings``
     are more of its environment."""
-    if connection.vendor != "postgresql":
-        pytest.fail("the watch tests need PostgreSQL: run them with `make test`")
     port = free_port()
     logs = tmp_path_factory.mktemp("watch")
-    env = {
+    env = web_env(logs, heartbeat_seconds=heartbeat_seconds, **settings)
+    process = web_server(env, port=port, workers=1, threads=THREADS, log_path=logs / "web.log")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: answering(url), timeout=60, what="the web tier")
+        yield Server(url=url, pid=process.pid, log=logs / "web.log")
+    finally:
+        stop(process)
+        text = (logs / "web.log").read_text(errors="replace")
+        if "Traceback" in text:
+            print(f"--- web.log ---\n{text[-4000:]}")
+
+
+def web_env(logs: Path, *, heartbeat_seconds: int, **settings: str) -> dict[str, str]:
+    """The web tier's environment: the test database, ``heartbeat_seconds``, ``settings``."""
+    if connection.vendor != "postgresql":
+        pytest.fail("the watch tests need PostgreSQL: run them with `make test`")
+    return {
         "DATABASE_URL": database_url(),
         "DATABASE_CONN_MAX_AGE": "60",
         "CELERY_BROKER_URL": django_settings.CELERY_BROKER_URL,
@@ -79,23 +96,14 @@ def serve(tmp_path_factory, *, heartbeat_seconds: int, **settings: str) -> Itera
         "ROLLOUT_RUN_DIR": str(logs / "run"),
         **settings,
     }
-    process = web_server(env, port=port, workers=1, threads=THREADS, log_path=logs / "web.log")
-    url = f"http://127.0.0.1:{port}"
 
-    def answers() -> bool:
-        try:
-            return httpx.get(f"{url}/api/compute/pools/", timeout=2).status_code == 401
-        except httpx.HTTPError:
-            return False
 
+def answering(url: str) -> bool:
+    """Whether the web tier at ``url`` answers (the API's 401 without a key)."""
     try:
-        wait_until(answers, timeout=60, what="the web tier")
-        yield Server(url=url, pid=process.pid, log=logs / "web.log")
-    finally:
-        stop(process)
-        text = (logs / "web.log").read_text(errors="replace")
-        if "Traceback" in text:
-            print(f"--- web.log ---\n{text[-4000:]}")
+        return httpx.get(f"{url}/api/compute/pools/", timeout=2).status_code == 401
+    except httpx.HTTPError:
+        return False
 
 
 @pytest.fixture
@@ -173,3 +181,21 @@ def start(agent, **options):
     return rollout_create(
         tenant=agent.node.tenant, spec=rollout_spec(version="1.0.0", waves=[100], soak_seconds=0, **options)
     )
+
+
+def bulk_agents(tenant, count: int) -> list[str]:
+    """``count`` nodes of a new pool, each with an open session on 0.9.0 (protocol 3): their agent tokens."""
+    from fleet.tokens import new_token, token_hash
+
+    pool = pool_create(tenant=tenant, name=f"bulk-{uuid.uuid4().hex[:6]}", disruption_budget="1")
+    tokens = [new_token("at") for _ in range(count)]
+    nodes = Node.objects.bulk_create(
+        Node(tenant=tenant, pool=pool, name=f"{pool.name}-{i:05d}", arch="amd64", agent_token_hash=token_hash(token))
+        for i, token in enumerate(tokens)
+    )
+    now = timezone.now() - timedelta(seconds=1)
+    NodeSession.objects.bulk_create(
+        NodeSession(node=node, daemon_version="0.9.0", protocol_version=3, joined_at=now, last_seen_at=now)
+        for node in nodes
+    )
+    return tokens

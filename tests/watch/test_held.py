@@ -12,7 +12,6 @@ import signal
 import threading
 import time
 from contextlib import contextmanager
-from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -28,7 +27,16 @@ from fleet.services.nodes import online_node_q
 from rollout.models import NodeUpgrade
 from rollout.services.controller import rollout_tick
 from rollout.services.rollouts import rollout_abort
-from tests.watch.conftest import PING_SECONDS, RECONNECT_SECONDS, SESSION, THREADS, database_url, listener_pids, start
+from tests.watch.conftest import (
+    PING_SECONDS,
+    RECONNECT_SECONDS,
+    SESSION,
+    THREADS,
+    bulk_agents,
+    database_url,
+    listener_pids,
+    start,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
@@ -298,24 +306,6 @@ def test_a_thousand_held_requests_pin_no_connection_and_no_thread(server, tenant
     finally:
         holding.join(timeout=60)
     assert answered == [1000]
-
-
-def bulk_agents(tenant, count: int) -> list[str]:
-    from fleet.services.pools import pool_create
-    from fleet.tokens import new_token, token_hash
-
-    pool = pool_create(tenant=tenant, name="bulk", disruption_budget="1")
-    tokens = [new_token("at") for _ in range(count)]
-    nodes = Node.objects.bulk_create(
-        Node(tenant=tenant, pool=pool, name=f"bulk-{i:05d}", arch="amd64", agent_token_hash=token_hash(token))
-        for i, token in enumerate(tokens)
-    )
-    now = timezone.now() - timedelta(seconds=1)
-    NodeSession.objects.bulk_create(
-        NodeSession(node=node, daemon_version="0.9.0", protocol_version=3, joined_at=now, last_seen_at=now)
-        for node in nodes
-    )
-    return tokens
 
 
 async def hold_all(port: int, tokens: list[str], body: bytes) -> int:
