@@ -71,8 +71,7 @@ class Fleet(FleetStatus):
     - ``watch``: session requests carry ``wait`` (the interval, 1-60 s) and ``seen``: the server holds them until
       the spec changes; each agent then makes all its calls on a connection of its own (``connection``), and its
       downloads on one opened for each (docs/simulator.md, "Watching");
-    - ``retry``: ``"backoff"``, the agent protocol's retries (simulator/retry.py, docs/fleet.md#retries), or
-      ``"fixed"``, the simulator's before it (a failed beat waits its interval), to measure against.
+    - ``retry``: ``"backoff"``, the agent protocol's retries, or ``"fixed"``, the old ones (simulator/retry.py).
     """
 
     def __init__(
@@ -208,12 +207,12 @@ class Fleet(FleetStatus):
         With ``final_4xx`` a 4xx answer is counted as an error but returned, so the caller does not retry what
         the server will never accept. A 429, or a 503 with ``Retry-After``, is not a failure: the call is sent
         again after it (``stats.throttled``, ``stats.overloaded``), or answers None if the fleet stops meanwhile;
-        a held request cut is sent again at once, once (``stats.cut_retries``): simulator/retry.py.
-        """
+        a held request cut is sent again at once, once (``stats.cut_retries``): simulator/retry.py."""
         assert self._client is not None, "the fleet is not running"
         url = path if "://" in path else self.base_url + path  # a list's `next` link is used as is
         headers = {"Authorization": f"Bearer {token}"}
         held = self.retry == BACKOFF and isinstance(json, dict) and "wait" in json
+        rng = None if self.retry != BACKOFF else agent.rng if agent is not None else self._rng  # Retry-After's jitter
         while True:
             try:
                 response = await self._send(method, url, json=json, headers=headers, agent=agent)
@@ -228,14 +227,14 @@ class Fleet(FleetStatus):
             if response is None:  # the fleet stopped during a held request
                 return None
             self.stats.answers[response.status_code] += 1
-            wait = told_to_wait(response)
+            wait = told_to_wait(response, rng=rng)
             if wait is None:
                 break
             # Over the credential's limit, or the server busy: the same request after Retry-After (out of the gate).
             self.stats.throttled += response.status_code == 429
             self.stats.overloaded += response.status_code != 429
-            if self.retry == BACKOFF:
-                wait += (agent.rng if agent is not None else self._rng).random()
+            if self.record_latencies:
+                self.stats.retry_waits.append(wait)
             if not await self.sleep(wait):
                 return None
         if response.is_success:

@@ -33,14 +33,14 @@ def backoff(failures: int, *, cap: float, rng: random.Random) -> float:
     return rng.uniform(0, window)
 
 
-def told_to_wait(response: httpx.Response | object) -> float | None:
-    """The seconds an answer asks to wait before the same request again: a 429 (1 s without ``Retry-After``) or a
-    503 with ``Retry-After``; None for any other answer."""
+def told_to_wait(response: httpx.Response | object, *, rng: random.Random | None) -> float | None:
+    """The seconds to wait before the same request again when an answer asks for it: a 429 (1 s without
+    ``Retry-After``) or a 503 with ``Retry-After``, plus a random fraction of a second drawn from ``rng`` (None:
+    none, ``retry="fixed"``); None for any other answer."""
     status = getattr(response, "status_code", None)
-    headers = getattr(response, "headers", {})
-    value = headers.get("Retry-After")
+    value = getattr(response, "headers", {}).get("Retry-After")
     if status == 429 or (status == 503 and value is not None):
-        return retry_after(value)
+        return retry_after(value) + (rng.random() if rng is not None else 0.0)
     return None
 
 

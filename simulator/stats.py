@@ -56,6 +56,8 @@ class FleetStats:
     # connections included), and its HTTP round trip alone (httpx's ``Response.elapsed``).
     latencies: list[float] = field(default_factory=list)
     round_trips: list[float] = field(default_factory=list)
+    # When recorded (in the fleet's own process): each wait after a Retry-After, in seconds (docs/fleet.md#retries).
+    retry_waits: list[float] = field(default_factory=list)
 
     def error(self, kind: str) -> None:
         self.errors += 1
@@ -98,6 +100,7 @@ class FleetStatus:
             f" | errors {stats.errors}{f' ({kinds})' if kinds else ''}"
             f"{f' | throttled {stats.throttled}' if stats.throttled else ''}"
             f"{f' | overloaded {stats.overloaded}' if stats.overloaded else ''}"
+            f"{f' | cut {stats.cut_retries}' if stats.cut_retries else ''}"
             f" | upgrades {stats.upgrades} failed {stats.failed_upgrades}"
             f" refusals {stats.refusals} down {states.get(AgentState.DOWN, 0)}"
             f" offline {states.get(AgentState.OFFLINE, 0)} away {states.get(AgentState.AWAY, 0)}"
