@@ -28,8 +28,11 @@ docs/operations.md#broker-loss (tests/test_broker_connection.py, tests/faults/te
    the broker gone skips that delete.
 2. **Reconnecting**: the consumer retries the broker every 2, 4, 6, ... up to 30 s (kombu's
    defaults, which Celery offers no setting for), so a worker could idle for up to 30 s after
-   the broker is back. :meth:`BrokerConnection.ensure_connection` retries after 1, 2, 3, 4 s, then
-   every :data:`RECONNECT_INTERVAL_MAX` (5) seconds.
+   the broker is back. :meth:`BrokerConnection.ensure_connection` retries every
+   :data:`RECONNECT_INTERVAL_MAX` (1) second: an attempt on a broker that is down is a refused connection
+   (or one that times out after ``CELERY_BROKER_CONNECTION_TIMEOUT``), and a worker resumes within about
+   a second of the broker's return, which the controller's recovery in seconds needs
+   (docs/operations.md#broker-loss).
 """
 
 from __future__ import annotations
@@ -42,9 +45,9 @@ import kombu.transport.redis
 from celery.app.amqp import AMQP
 from kombu.transport.virtual import Empty
 
-# Seconds between two attempts to reach a broker that is down, at most: a worker resumes within this
-# (plus its start-up: mingle waits 1 s for neighbours) of the broker's return.
-RECONNECT_INTERVAL_MAX = 5
+# Seconds between two attempts to reach a broker that is down: a worker resumes within this (plus its
+# start-up) of the broker's return.
+RECONNECT_INTERVAL_MAX = 1
 
 
 class RedisChannel(kombu.transport.redis.Channel):

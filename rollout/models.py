@@ -198,6 +198,9 @@ class TickRequest(models.Model):
 
     rollout = models.OneToOneField(Rollout, on_delete=models.CASCADE, primary_key=True, related_name="tick_request")
     queued = models.BooleanField(default=False)
+    # When the rollout's one ``rollout/timeouts-due`` message is due (null: none published); one per rollout,
+    # not one per tick that starts nodes (rollout/services/timeouts.py).
+    timeouts_due_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"tick request of {self.rollout_id} ({'queued' if self.queued else 'idle'})"

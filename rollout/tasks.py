@@ -10,10 +10,11 @@ from __future__ import annotations
 from typing import TypedDict
 
 import structlog
-from celery import shared_task
+from celery import bootsteps, current_app, shared_task
 from django.db import OperationalError
 from django.utils import timezone
 
+from rollout import dispatch
 from rollout.dispatch import (
     GATES_DUE_TASK,
     NODE_UPGRADE_TIMEOUT_TASK,
@@ -24,7 +25,7 @@ from rollout.dispatch import (
     WEBHOOKS_DUE_TASK,
 )
 from rollout.models import NodeUpgrade
-from rollout.services import controller, gate_checks, settle, ticks, webhooks
+from rollout.services import controller, gate_checks, settle, ticks, timeouts, webhooks
 from rollout.webhooks.transport import headers_for, post_event, sign
 
 log = structlog.get_logger("rollout")
@@ -63,9 +64,8 @@ def rollout_tick(rollout_id: str) -> None:
 
 @shared_task(name=TIMEOUTS_DUE_TASK, **RETRY)
 def rollout_timeouts_due(rollout_id: str) -> None:
-    """At the deadline of the nodes one tick started: each of them still in flight settles (no-op when none)."""
-    _, failed = settle.node_upgrades_settle_overdue(now=timezone.now(), rollout_ids=[rollout_id])
-    if failed:
+    """The rollout's one timeouts-due message: its overdue nodes settle, the next one is published."""
+    if timeouts.timeouts_due_settle(rollout_id=rollout_id, now=timezone.now()):
         ticks.rollout_request_tick(rollout_id=rollout_id)
 
 
@@ -110,3 +110,21 @@ def webhooks_due() -> int:
 def gates_due() -> int:
     """The periodic evaluation of the gates that are due (docs/controller.md#gates), outside any tick."""
     return gate_checks.gates_evaluate_due()
+
+
+class TickOnConnect(bootsteps.StartStopStep):
+    """Each time a worker connects to the broker (its start, and its return after an outage) it asks for a
+    periodic tick at once: a tick asked for while the broker was away (an agent's join, a create, beat's
+    period, whose message expired or was lost with the broker) is not left to the next period, and the
+    timeouts-due messages lost with the broker are published again (docs/operations.md#broker-loss).
+
+    A consumer bootstep: Celery starts every step of the consumer again on each new broker connection."""
+
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def start(self, parent: object) -> None:
+        if dispatch.publish(TICK_ALL_TASK, args=[]):
+            log.info("rollout.tick_on_connect")
+
+
+current_app.steps["consumer"].add(TickOnConnect)

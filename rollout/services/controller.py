@@ -47,6 +47,7 @@ from rollout.services.settle import (
 from rollout.services.start import StartPlan, rollout_start_nodes, rollouts_converge
 from rollout.services.start_plan import soak_running
 from rollout.services.ticks import holder_awaited, rollout_request_tick
+from rollout.services.timeouts import timeouts_due_rearm
 from rollout.services.transitions import (
     complete_rollout,
     pause_rollout,
@@ -279,6 +280,10 @@ def rollouts_tick_all() -> int:
         node_upgrades_settle_overdue(now=now)
         node_upgrades_settle_ready(now=now)
         release_settled_claims()
+    try:
+        timeouts_due_rearm(now=now)  # the timeouts-due messages a broker lost, or that could not be published
+    except Exception:  # isolate: the sweep above settles what is due; the next period tries again
+        log.exception("rollout.timeouts_rearm_failed")
     try:
         rollouts_converge(now=now)
     except Exception:  # isolate: convergence must not stop the rollouts' ticks

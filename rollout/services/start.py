@@ -30,10 +30,10 @@ from fleet.interface import (
     pool_windows_at,
     pool_windows_open,
 )
-from rollout.dispatch import TIMEOUTS_DUE_TASK, publish_on_commit
 from rollout.models import NodeUpgrade, Release, ReleaseBinary, ReleaseBlock, Rollout
 from rollout.services.daemons import SignedRelease, min_protocol_version, set_daemons, signed_releases
 from rollout.services.start_plan import Candidate, Decision, Move, PoolPlan, pool_turns
+from rollout.services.timeouts import timeouts_due_arm_safely
 from rollout.services.transitions import (
     converge_upgrades,
     skip_upgrades,
@@ -138,8 +138,9 @@ def _execute(*, rollout: Rollout, plan: StartPlan, now: datetime) -> None:
 
 
 def _timeouts_due(*, rollout_id: UUID, at: datetime) -> None:
-    """One timeout sweep per start time (not per node): it settles exactly the nodes overdue then."""
-    publish_on_commit(TIMEOUTS_DUE_TASK, args=[str(rollout_id)], eta=at)
+    """After the commit, the rollout's one timeouts-due message is due at ``at`` or sooner (not one per start
+    time, nor per node: rollout/services/timeouts.py)."""
+    transaction.on_commit(lambda: timeouts_due_arm_safely(rollout_id=rollout_id, at=at))
 
 
 def _send_out(*, sections: list[tuple[UUID, dict[str, Any]]], old_agents: list[tuple[UUID, dict[str, Any]]]) -> None:

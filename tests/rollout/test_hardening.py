@@ -7,7 +7,6 @@ from datetime import timedelta
 import pytest
 import time_machine
 from django.core.management import call_command
-from django.db import transaction
 from django.utils import timezone
 
 from core.errors import Conflict, InvalidInput
@@ -34,25 +33,6 @@ def create(tenant, **kwargs):
     kwargs.setdefault("waves", [100])
     kwargs.setdefault("soak_seconds", 0)
     return rollout_create(tenant=tenant, spec=rollout_spec(**kwargs))
-
-
-@pytest.fixture
-def published(monkeypatch, django_capture_on_commit_callbacks):
-    """Every task the controller publishes after commit: (name, args, eta), nothing sent to a broker.
-
-    Tests run in a transaction that never commits: the on-commit publishes run here as a commit would.
-    """
-    sent: list[tuple[str, list, object]] = []
-    monkeypatch.setattr(transaction, "on_commit", lambda callback, using=None, robust=False: callback())
-
-    def record(name, *, args, eta=None, countdown=None):
-        if eta is not None and eta - timezone.now() > dispatch.max_delay():
-            return False  # the rule under test: never scheduled (recorded by its absence)
-        sent.append((name, args, eta))
-        return True
-
-    monkeypatch.setattr(dispatch, "publish", record)
-    return sent
 
 
 # --- 5 / 17: abort with rollback never sends back a node that already runs the new version ---------
