@@ -19,9 +19,11 @@ from django.utils import timezone
 
 from core.errors import DomainError
 from fleet.admin_base import ReadOnlyMixin, TenantScopedAdmin
+from fleet.labels import labels_validate
 from fleet.models import ApiKey, AuditEntry, Command, Grant, Membership, Node, NodeSession, Pool, Tenant, Workflow
 from fleet.services.audit import Actor, audit_record
 from fleet.services.budget import pool_budgets
+from fleet.services.labels import node_labels_set
 from fleet.services.nodes import node_create, node_is_online, node_session
 from fleet.services.pools import (
     pool_audit_fields,
@@ -226,10 +228,25 @@ class NodeSessionInline(admin.StackedInline):
         return False
 
 
-class NodeAddForm(forms.ModelForm):
+class NodeLabelsForm(forms.ModelForm):
+    """The node page: its labels, checked by the API's one validator (fleet.labels.labels_validate)."""
+
     class Meta:
         model = Node
-        fields = ["tenant", "pool", "name", "arch"]
+        fields = ["name", "labels"]
+
+    def clean_labels(self) -> dict[str, str]:
+        labels = self.cleaned_data.get("labels")
+        try:
+            return labels_validate({} if labels is None else labels)  # an empty box: no labels
+        except DomainError as exc:
+            raise forms.ValidationError(exc.detail) from exc
+
+
+class NodeAddForm(NodeLabelsForm):
+    class Meta:
+        model = Node
+        fields = ["tenant", "pool", "name", "arch", "labels"]
 
     def clean(self) -> dict[str, Any]:
         super().clean()
@@ -245,21 +262,20 @@ class NodeAdmin(TenantScopedAdmin):
     """Nodes are created through the service so that the agent token is generated (and shown once) and the
     desired daemon follows the pool's default. The token hash is never shown."""
 
-    list_display = ["name", "pool", "tenant", "arch", "online", "daemon_version", "protocol_version", "spec"]
+    list_display = ["name", "pool", "tenant", "arch", "labels", "online", "daemon_version", "protocol_version", "spec"]
     list_filter = [("pool", admin.RelatedOnlyFieldListFilter), "arch", "tenant"]
     list_select_related = ["pool", "tenant", "session"]
     search_fields = ["name"]
     inlines = [NodeSessionInline]
 
     def get_form(self, request: HttpRequest, obj=None, change: bool = False, **kwargs):
-        if obj is None:
-            kwargs["form"] = NodeAddForm
+        kwargs["form"] = NodeAddForm if obj is None else NodeLabelsForm
         return super().get_form(request, obj, change=change, **kwargs)
 
     def get_fields(self, request: HttpRequest, obj=None):
         if obj is None:
-            return ["tenant", "pool", "name", "arch"]
-        return ["tenant", "pool", "name", "arch", "spec", "created_at"]
+            return ["tenant", "pool", "name", "arch", "labels"]
+        return ["tenant", "pool", "name", "arch", "labels", "spec", "created_at"]
 
     def get_readonly_fields(self, request: HttpRequest, obj=None):
         # The pool and arch are fixed once created (workflows and rollouts recorded them).
@@ -284,11 +300,21 @@ class NodeAdmin(TenantScopedAdmin):
 
     def save_model(self, request: HttpRequest, obj: Node, form, change: bool) -> None:
         if change:
-            super().save_model(request, obj, form, change)
+            with transaction.atomic():
+                if "labels" in form.changed_data:  # through the service: audited as node.update
+                    node_labels_set(
+                        tenant=obj.tenant, node_id=obj.pk, labels=obj.labels, actor=Actor.admin(request.user)
+                    )
+                super().save_model(request, obj, form, change)
             return
-        # The form has validated the name, arch and pool (in the user's tenant) already.
+        # The form has validated the name, arch, labels and pool (in the user's tenant) already.
         node, token = node_create(
-            tenant=obj.tenant, name=obj.name, pool_id=obj.pool_id, arch=obj.arch, actor=Actor.admin(request.user)
+            tenant=obj.tenant,
+            name=obj.name,
+            pool_id=obj.pool_id,
+            arch=obj.arch,
+            labels=obj.labels,
+            actor=Actor.admin(request.user),
         )
         obj.pk = node.pk
         self.message_user(request, f"Agent token for {node.name} (shown once, store it now): {token}", messages.WARNING)

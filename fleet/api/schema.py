@@ -38,6 +38,10 @@ register_codes(
         "invalid_arch": "`arch` is not 1 to 32 of lowercase letters, digits and `_`.",
         "invalid_window": "A `policy.maintenanceWindows` value is malformed; `field` names it "
         "(e.g. `policy.maintenanceWindows[0].start`).",
+        "invalid_labels": "A label key or value breaks the label rules, or a node would have more than 64 labels; "
+        "`key` names the key at fault. Nothing was changed.",
+        "invalid_selector": "The label selector does not parse or is over 4 KiB; `detail` and `position` (a 0-based "
+        "character offset) say where.",
         "pool_exists": "The tenant already has a pool of this name.",
         "node_exists": "The tenant already has a node of this name.",
         "unknown_pool": "A pool id is not one of the tenant's pools (for a rollout, `poolIds` lists them).",
@@ -55,6 +59,8 @@ register_codes(
         "budget_exhausted": {"disrupted": serializers.IntegerField(), "allowed": serializers.IntegerField()},
         "invalid_window": {"field": serializers.CharField(required=False, help_text="The window field at fault.")},
         "overloaded": {"retryAfter": serializers.IntegerField(help_text="Seconds to wait, as in `Retry-After`.")},
+        "invalid_labels": {"key": serializers.CharField(required=False, help_text="The label key at fault.")},
+        "invalid_selector": {"position": serializers.IntegerField(help_text="Where the selector is wrong.")},
     },
 )
 

@@ -106,10 +106,47 @@ class PoolSerializer(serializers.Serializer):
 
 
 # --- nodes -----------------------------------------------------------------------------
+# Labels are taken as raw JSON and checked once, by fleet.labels.labels_validate (the admin form's validator
+# too), so that a bad one answers 400 invalid_labels naming the key.
+@extend_schema_field(
+    {
+        "type": "object",
+        "additionalProperties": {"type": "string", "maxLength": 63},
+        "maxProperties": 64,
+        "description": "Label keys to values (docs/api.md#labels).",
+    }
+)
+class LabelsField(serializers.JSONField):
+    def __init__(self, **kwargs) -> None:
+        kwargs.setdefault("allow_null", True)  # null reaches the validator: 400 invalid_labels where it must
+        super().__init__(**kwargs)
+
+
+@extend_schema_field({"type": "string", "description": "A label selector (docs/api.md#selectors), at most 4 KiB."})
+class SelectorField(serializers.JSONField):
+    """Taken raw and parsed once (fleet.selectors): anything that is not a selector is 400 invalid_selector."""
+
+
 class NodeInSerializer(StrictSerializer):
     name = StrictCharField(max_length=200, trim_whitespace=False)
     poolId = StrictUUIDField()
     arch = StrictRegexField(r"\A[a-z0-9_]{1,32}\Z", max_length=32, trim_whitespace=False)
+    labels = LabelsField(required=False)
+
+
+class NodePatchSerializer(StrictSerializer):
+    labels = LabelsField(help_text="The node's whole label map: it replaces the labels the node had.")
+
+
+class NodesLabelInSerializer(StrictSerializer):
+    selector = SelectorField()
+    poolIds = serializers.ListField(child=StrictUUIDField(), required=False, max_length=1000)
+    set = LabelsField(required=False, help_text="Labels merged into every matching node's.")
+    remove = serializers.JSONField(required=False, help_text="Label keys taken out of every matching node's.")
+
+
+class NodesLabeledSerializer(serializers.Serializer):
+    matched = serializers.IntegerField()
 
 
 class NodeSerializer(serializers.Serializer):
@@ -118,6 +155,7 @@ class NodeSerializer(serializers.Serializer):
     poolId = serializers.CharField(source="pool_id")
     arch = serializers.CharField()
     spec = NodeSpecField()
+    labels = serializers.DictField(child=serializers.CharField(allow_blank=True))
     online = serializers.SerializerMethodField()
     daemonVersion = serializers.SerializerMethodField()
     protocolVersion = serializers.SerializerMethodField()

@@ -25,6 +25,7 @@ from fleet.models import AuditEntry, Node, Pool, Tenant, Workflow
 from fleet.services.audit import Actor
 from fleet.services.commands import command_ack
 from fleet.services.iam import Principal
+from fleet.services.labels import node_labels_set, node_selector_q, nodes_label
 from fleet.services.nodes import node_create
 from fleet.services.pools import pool_create, pool_update
 from fleet.services.sessions import SessionReport, agent_heartbeat, agent_session_leave, agent_session_report
@@ -132,12 +133,24 @@ class NodeViewSet(TenantViewSet):
     def _nodes(self):
         return Node.objects.filter(tenant=self.tenant).select_related("session")
 
+    def _node(self, pk: str) -> Response:
+        node = self._nodes().filter(pk=_path_id(pk, "node")).first()
+        if node is None:
+            raise NotFound(f"No node {pk}.", code="not_found")
+        return Response(s.NodeSerializer(node, context={"now": timezone.now()}).data)
+
     @extend_schema(
-        parameters=[OpenApiParameter("poolId", str, description="only the nodes of this pool")],
-        responses={200: s.NodeSerializer(many=True), **error_responses("NodeList", bad_request=["invalid_input"])},
+        parameters=[
+            OpenApiParameter("poolId", str, description="only the nodes of this pool"),
+            OpenApiParameter("selector", str, description="only the nodes whose labels match this selector"),
+        ],
+        responses={
+            200: s.NodeSerializer(many=True),
+            **error_responses("NodeList", bad_request=["invalid_input", "invalid_selector"]),
+        },
     )
     def list(self, request: Request) -> Response:
-        nodes = self._nodes()
+        nodes = self._nodes().filter(node_selector_q(request.query_params.get("selector")))
         pool_id = _query_id(request, "poolId")
         if pool_id is not None:
             nodes = nodes.filter(pool_id=pool_id)
@@ -146,10 +159,48 @@ class NodeViewSet(TenantViewSet):
 
     @extend_schema(responses={200: s.NodeSerializer, **error_responses("NodeRetrieve", not_found=["not_found"])})
     def retrieve(self, request: Request, pk: str) -> Response:
-        node = self._nodes().filter(pk=_path_id(pk, "node")).first()
-        if node is None:
-            raise NotFound(f"No node {pk}.", code="not_found")
-        return Response(s.NodeSerializer(node, context={"now": timezone.now()}).data)
+        return self._node(pk)
+
+    @extend_schema(
+        request=s.NodePatchSerializer,
+        responses={
+            200: s.NodeSerializer,
+            **error_responses(
+                "NodeUpdate", json_body=True, bad_request=["invalid_input", "invalid_labels"], not_found=["not_found"]
+            ),
+        },
+    )
+    def partial_update(self, request: Request, pk: str) -> Response:
+        """``labels`` replaces the node's whole label map; nothing changes on a refusal (docs/api.md#labels)."""
+        node_id = _path_id(pk, "node")
+        data = _valid(s.NodePatchSerializer, request)
+        node_labels_set(tenant=self.tenant, node_id=node_id, labels=data["labels"], actor=self.actor)
+        return self._node(pk)
+
+    @extend_schema(
+        request=s.NodesLabelInSerializer,
+        responses={
+            200: s.NodesLabeledSerializer,
+            **error_responses(
+                "NodesLabel",
+                json_body=True,
+                bad_request=["invalid_input", "invalid_labels", "invalid_selector", "unknown_pool"],
+            ),
+        },
+    )
+    @action(detail=False, methods=["post"], url_path="labels")
+    def labels(self, request: Request) -> Response:
+        """Every matching node gets ``set`` merged in and ``remove`` taken out, in one UPDATE (docs/api.md#labels)."""
+        data = _valid(s.NodesLabelInSerializer, request)
+        matched = nodes_label(
+            tenant=self.tenant,
+            selector=data["selector"],
+            pool_ids=data.get("poolIds"),
+            set_labels=data.get("set"),
+            remove=data.get("remove"),
+            actor=self.actor,
+        )
+        return Response({"matched": matched})
 
     @extend_schema(
         request=s.NodeInSerializer,
@@ -158,7 +209,7 @@ class NodeViewSet(TenantViewSet):
             **error_responses(
                 "NodeCreate",
                 json_body=True,
-                bad_request=["invalid_input", "invalid_name", "invalid_arch", "unknown_pool"],
+                bad_request=["invalid_input", "invalid_name", "invalid_arch", "invalid_labels", "unknown_pool"],
                 conflict=["node_exists"],
             ),
         },
@@ -166,7 +217,12 @@ class NodeViewSet(TenantViewSet):
     def create(self, request: Request) -> Response:
         data = _valid(s.NodeInSerializer, request)
         node, agent_token = node_create(
-            tenant=self.tenant, name=data["name"], pool_id=data["poolId"], arch=data["arch"], actor=self.actor
+            tenant=self.tenant,
+            name=data["name"],
+            pool_id=data["poolId"],
+            arch=data["arch"],
+            labels=data.get("labels"),
+            actor=self.actor,
         )
         body = s.NodeCreatedSerializer(node, context={"agent_token": agent_token, "now": timezone.now()}).data
         return Response(body, status=status.HTTP_201_CREATED)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from decimal import Decimal
 
+from django.contrib.postgres.indexes import GinIndex
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
@@ -58,6 +59,9 @@ class Node(models.Model):
     arch = models.CharField(max_length=32, validators=[ARCH_VALIDATOR])
     # Desired state. spec["daemon"] is None or {"version", "url", "sha256"}.
     spec = models.JSONField(default=empty_spec)
+    # docs/api.md#labels: string to string, checked by fleet.labels.labels_validate; selectors read it
+    # through the GIN index (fleet.services.labels.selector_q).
+    labels = models.JSONField(default=dict, blank=True)
     agent_token_hash = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -66,7 +70,10 @@ class Node(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["tenant", "name"], name="node_name_unique_in_tenant"),
         ]
-        indexes = [models.Index(fields=["pool", "name"], name="node_pool_idx")]
+        indexes = [
+            models.Index(fields=["pool", "name"], name="node_pool_idx"),
+            GinIndex(fields=["labels"], name="node_labels_gin"),
+        ]
 
     def __str__(self) -> str:
         return self.name

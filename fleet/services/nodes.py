@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -15,6 +15,7 @@ from django.db.models import F, Func, Q
 
 from core.errors import Conflict, InvalidInput
 from core.maintenance import tables_vacuum
+from fleet.labels import labels_validate
 from fleet.models import FleetPulse, Node, NodeSession, Pool, Tenant
 from fleet.plugins import resolve_daemon_section
 from fleet.services.audit import Actor, audit_record
@@ -77,7 +78,15 @@ def _uuid(value: object, *, code: str, what: str) -> UUID:
         raise InvalidInput(f"{what} {value!r} is not a valid id.", code=code) from exc
 
 
-def node_create(*, tenant: Tenant, name: str, pool_id: UUID, arch: str, actor: Actor | None = None) -> tuple[Node, str]:
+def node_create(
+    *,
+    tenant: Tenant,
+    name: str,
+    pool_id: UUID,
+    arch: str,
+    labels: Mapping[str, str] | None = None,
+    actor: Actor | None = None,
+) -> tuple[Node, str]:
     """A node of ``tenant`` in one of its pools; returns the node and its plain agent token (shown once).
 
     The node has desired state from creation: when the pool has a default
@@ -88,6 +97,7 @@ def node_create(*, tenant: Tenant, name: str, pool_id: UUID, arch: str, actor: A
         raise InvalidInput(f"name must be 1 to {NODE_NAME_MAX} characters.", code="invalid_name")
     if not isinstance(arch, str) or not ARCH_RE.fullmatch(arch):
         raise InvalidInput("arch is 1 to 32 of lowercase letters, digits and '_'.", code="invalid_arch")
+    labels = labels_validate({} if labels is None else labels)
     pool_id = _uuid(pool_id, code="unknown_pool", what="poolId")
     pool = Pool.objects.filter(tenant=tenant, pk=pool_id).values("id", "default_daemon_version").first()
     if pool is None:
@@ -101,6 +111,7 @@ def node_create(*, tenant: Tenant, name: str, pool_id: UUID, arch: str, actor: A
         name=name,
         arch=arch,
         spec={"daemon": daemon},
+        labels=labels,
         agent_token_hash=token_hash(plain),
     )
     try:
@@ -112,7 +123,7 @@ def node_create(*, tenant: Tenant, name: str, pool_id: UUID, arch: str, actor: A
                 action="node.create",
                 object_type="node",
                 object_id=node.pk,
-                after={"name": name, "poolId": str(pool_id), "arch": arch, "spec": node.spec},
+                after={"name": name, "poolId": str(pool_id), "arch": arch, "spec": node.spec, "labels": labels},
             )
     except IntegrityError as exc:
         if Node.objects.filter(tenant=tenant, name=name).exists():

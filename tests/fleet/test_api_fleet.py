@@ -117,6 +117,7 @@ def test_create_a_node_shows_its_token_once_and_stores_only_the_hash(api, pool):
         "poolId": str(pool.id),
         "arch": "amd64",
         "spec": {"daemon": None},
+        "labels": {},
         "online": False,
         "daemonVersion": None,
         "protocolVersion": None,
