@@ -25,10 +25,12 @@ from fleet.plugins import (
     register_refusal_codes,
     register_session_fields,
 )
+from fleet.selectors import Selector
 from fleet.services.audit import Actor, audit_record, changed_fields
 from fleet.services.budget import PoolBudget, pool_budget, pool_budgets
 from fleet.services.commands import commands_cancel, commands_enqueue
 from fleet.services.iam import Principal
+from fleet.services.labels import selector_q, selector_validate
 from fleet.services.liveness import offline_verdicts_trusted
 from fleet.services.nodes import node_tables_vacuum, nodes_set_daemon, online_node_q
 from fleet.services.pools import (
@@ -54,6 +56,7 @@ __all__ = [
     "PoolWindows",
     "Principal",
     "ReadOnlyMixin",
+    "Selector",
     "Tenant",
     "TenantScopedAdmin",
     "audit_record",
@@ -80,6 +83,8 @@ __all__ = [
     "register_disruption_source",
     "register_refusal_codes",
     "register_session_fields",
+    "selector_q",
+    "selector_validate",
     "staff_user",
     "tenant_id_of",
     "tenant_slugs",

@@ -157,6 +157,10 @@ class Rollout(models.Model):
     acknowledged_failures = models.PositiveIntegerField(default=0)
     # A PausedReason, or "gate_failed:<gate name>" (docs/controller.md#gates).
     paused_reason = models.CharField(max_length=80, choices=PausedReason.choices, null=True, blank=True)
+    # docs/api.md#rollouts-to-a-selection: the label selector the snapshot was taken with (null: none), and the
+    # pools it covered only in part (their default version does not move on completion).
+    selector = models.TextField(null=True, blank=True)
+    partly_covered_pool_ids = models.JSONField(default=list, blank=True)
     # Gates (rollout/gate_models.py): how often each is asked, and how many failures in a row pause.
     gate_interval_seconds = models.PositiveIntegerField(default=30)
     gate_failure_limit = models.PositiveIntegerField(default=3)

@@ -124,6 +124,11 @@ class RawGatesField(serializers.JSONField):
     """Passed through as JSON; checked once by rollout.services.gates.gates_validate (400 ``invalid_gate``)."""
 
 
+@extend_schema_field({"type": "string", "maxLength": 4096})
+class RawSelectorField(serializers.JSONField):
+    """Passed through as JSON; parsed once (fleet.selectors): anything else is 400 ``invalid_selector``."""
+
+
 class RolloutCreateSerializer(StrictSerializer):
     version = StrictCharField(max_length=64, trim_whitespace=False)
     # Bounded: an unbounded list costs a query parameter per id and echoes back in errors.
@@ -147,6 +152,7 @@ class RolloutCreateSerializer(StrictSerializer):
     gateFailureLimit = RawIntegerField(
         required=False, help_text="Failures in a row of one gate that pause: 1 to 100 (3)."
     )
+    selector = RawSelectorField(required=False, help_text="Only the nodes whose labels match (docs/api.md#selectors).")
 
     def spec(self) -> RolloutSpec:
         """The service's spec (the one validation of the options: rollout.services.plan.rollout_spec)."""
@@ -163,6 +169,7 @@ class RolloutCreateSerializer(StrictSerializer):
             gates=data.get("gates"),
             gate_interval_seconds=data.get("gateIntervalSeconds"),
             gate_failure_limit=data.get("gateFailureLimit"),
+            selector=data.get("selector"),
         )
 
 
@@ -249,6 +256,7 @@ class RolloutSerializer(ResponseModelSerializer):
     id = serializers.CharField()
     version = serializers.CharField(source="release.version")
     poolIds = serializers.ListField(child=serializers.CharField(), read_only=True)
+    selector = serializers.CharField(allow_null=True, help_text="The label selector of the snapshot, as parsed.")
     waves = RolloutWaveSerializer(many=True, read_only=True)
     currentWave = serializers.IntegerField(source="current_wave")
     maxFailureRatio = serializers.FloatField(source="max_failure_ratio")
@@ -278,6 +286,7 @@ class RolloutSerializer(ResponseModelSerializer):
             "version",
             "state",
             "poolIds",
+            "selector",
             "waves",
             "currentWave",
             "maxFailureRatio",
@@ -319,6 +328,7 @@ class RolloutPlanSerializer(serializers.Serializer):
 
     version = serializers.CharField()
     poolIds = serializers.ListField(child=serializers.CharField(), source="pool_ids")
+    selector = serializers.CharField(allow_null=True, help_text="The label selector, as parsed.")
     nodes = serializers.IntegerField(min_value=1)
     waves = PlannedWaveSerializer(many=True)
     budgets = serializers.DictField(child=PlannedBudgetSerializer(), help_text="Per pool id.")

@@ -13,6 +13,7 @@ from uuid import UUID
 
 import structlog
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Count
 from django.utils import timezone
 
 from core.errors import Conflict, InvalidInput, Unavailable
@@ -20,10 +21,12 @@ from fleet.interface import (
     Actor,
     Node,
     Pool,
+    Selector,
     Tenant,
     finish_after_open_seconds,
     pool_budgets,
     pool_windows,
+    selector_q,
 )
 from rollout import conf
 from rollout.models import NodeUpgrade, Release, ReleaseBlock, Rollout, RolloutWave, TickRequest
@@ -63,6 +66,9 @@ class Snapshot:
     options: RolloutOptions
     #: Nodes left out because they run a release of a higher sequence (``excluded.newer``).
     excluded_newer: int = 0
+    selector: Selector | None = None
+    #: Pools some of whose nodes the selector left out: their default version stays (docs/api.md#rollouts).
+    partly_covered: tuple[str, ...] = ()
 
 
 def _pool_uuids(values: tuple[str, ...]) -> list[UUID]:
@@ -102,26 +108,48 @@ def _snapshot(*, tenant: Tenant, spec: RolloutSpec) -> Snapshot:
             shown = unknown[:ECHOED_IDS]
             more = f" and {len(unknown) - len(shown)} more" if len(unknown) > len(shown) else ""
             raise InvalidInput(f"Unknown pool(s): {', '.join(shown)}{more}.", code="unknown_pool", poolIds=shown)
-    eligible = nodes_eligible(candidates=Node.objects.filter(pool__in=pools), release=release)
+    chosen = Node.objects.filter(pool__in=pools)
+    if spec.selector is not None:
+        chosen = chosen.filter(selector_q(spec.selector))
+    eligible = nodes_eligible(candidates=chosen, release=release)
     nodes = list(eligible.nodes.values_list("id", "pool_id"))
     if not nodes and eligible.newer:
         raise sequence_rollback(release)
     if not nodes:
-        raise InvalidInput("The chosen pools have no nodes.", code="no_nodes")
+        matching = " matching the selector" if spec.selector is not None else ""
+        raise InvalidInput(f"The chosen pools have no nodes{matching}.", code="no_nodes")
     binaries_require_stored(release=release, nodes=eligible.nodes)
-    snapshot = Snapshot(release=release, pools=pools, nodes=nodes, options=spec.options, excluded_newer=eligible.newer)
+    snapshot = Snapshot(
+        release=release,
+        pools=pools,
+        nodes=nodes,
+        options=spec.options,
+        excluded_newer=eligible.newer,
+        selector=spec.selector,
+        partly_covered=_partly_covered(pools, nodes) if spec.selector is not None else (),
+    )
     conflicts = _conflicts(snapshot)
     if conflicts:
         _raise_conflict(conflicts)
     return snapshot
 
 
+def _partly_covered(pools: list[Pool], nodes: list[tuple[UUID, UUID]]) -> tuple[str, ...]:
+    """The pools of which the snapshot holds some nodes but not every one (one counting query)."""
+    taken = Counter(pool_id for _, pool_id in nodes)
+    everyone = dict(Node.objects.filter(pool__in=pools).values_list("pool_id").annotate(n=Count("id")).order_by())
+    return tuple(sorted(str(pool_id) for pool_id, n in taken.items() if n < everyone.get(pool_id, 0)))
+
+
 def _conflicts(snapshot: Snapshot) -> Taken | None:
-    """Nodes of the snapshot that another active or paused rollout holds (409 ``conflict``, docs/api.md#rollouts)."""
-    taken = NodeUpgrade.objects.filter(
-        claims_node=True, node__pool__in=snapshot.pools, rollout__state__in=Rollout.ACTIVE_STATES
-    ).values_list("node_id", "rollout_id")
-    return Taken.of(taken)
+    """Nodes of the snapshot that another holding rollout holds (409 ``conflict``, docs/api.md#rollouts)."""
+    holding = NodeUpgrade.objects.filter(claims_node=True, rollout__state__in=Rollout.ACTIVE_STATES)
+    if snapshot.selector is None:
+        taken = holding.filter(node__pool__in=snapshot.pools)
+    else:  # only the selected nodes: another rollout may hold the rest of the pools
+        chosen = Node.objects.filter(pool__in=snapshot.pools).filter(selector_q(snapshot.selector))
+        taken = holding.filter(node__in=chosen.values("id"))
+    return Taken.of(taken.values_list("node_id", "rollout_id"))
 
 
 @dataclass(frozen=True)
@@ -187,6 +215,7 @@ def rollout_plan(*, tenant: Tenant, spec: RolloutSpec) -> RolloutPlan:
     return RolloutPlan(
         version=snapshot.release.version,
         pool_ids=[str(pool.id) for pool in snapshot.pools],
+        selector=spec.selector_text,
         nodes=len(order),
         waves=waves,
         budgets={str(pid): PoolPlan(allowed=b.allowed, in_use=b.disrupted) for pid, b in budgets.items()},
@@ -280,6 +309,8 @@ def rollout_create(
             gate_interval_seconds=spec.gates.interval_seconds,
             gate_failure_limit=spec.gates.failure_limit,
             excluded_newer=snapshot.excluded_newer,
+            selector=spec.selector_text,
+            partly_covered_pool_ids=list(snapshot.partly_covered),
             state=Rollout.State.ACTIVE,
             current_wave=0,
             created_by=created_by,
@@ -332,6 +363,7 @@ def rollout_create(
                 "version": snapshot.release.version,
                 "state": rollout.state,
                 "poolIds": [str(pool.id) for pool in snapshot.pools],
+                "selector": rollout.selector,
                 "waves": list(options.waves),
                 "maxFailureRatio": options.max_failure_ratio,
                 "soakSeconds": options.soak_seconds,

@@ -18,6 +18,7 @@ from operator import attrgetter
 from uuid import UUID
 
 from core.errors import InvalidInput
+from fleet.interface import Selector, selector_validate
 from rollout.services.gate_spec import GateOptions, gates_validate
 
 DEFAULT_WAVES = (1, 10, 50, 100)
@@ -149,6 +150,9 @@ class RolloutSpec:
     pool_ids: tuple[str, ...] | None  # None: all the tenant's pools
     options: RolloutOptions
     gates: GateOptions = field(default_factory=GateOptions)
+    #: A label selector (docs/api.md#rollouts-to-a-selection), parsed; None: every node of the pools.
+    selector: Selector | None = None
+    selector_text: str | None = None  # as given: what the representation shows
 
 
 def rollout_spec(
@@ -164,6 +168,7 @@ def rollout_spec(
     gates: object = None,
     gate_interval_seconds: object = None,
     gate_failure_limit: object = None,
+    selector: object = None,
 ) -> RolloutSpec:
     """Check what can be checked without the database; raises InvalidInput (400) naming the field."""
     options = options_validate(
@@ -185,7 +190,14 @@ def rollout_spec(
     checked_gates = gates_validate(
         gates=gates, interval_seconds=gate_interval_seconds, failure_limit=gate_failure_limit
     )
-    return RolloutSpec(version=version, pool_ids=pool_ids, options=options, gates=checked_gates)
+    return RolloutSpec(
+        version=version,
+        pool_ids=pool_ids,
+        options=options,
+        gates=checked_gates,
+        selector=None if selector is None else selector_validate(selector),
+        selector_text=selector if isinstance(selector, str) else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -208,6 +220,7 @@ class RolloutPlan:
 
     version: str
     pool_ids: list[str]
+    selector: str | None
     nodes: int
     waves: list[WavePlan]
     budgets: dict[str, PoolPlan]

@@ -61,6 +61,7 @@ def rollout_json(rollout: Rollout, *, waves: Sequence[WaveStats], blocker: Block
         "version": rollout.release.version,
         "state": str(rollout.state),
         "poolIds": sorted(str(pool.id) for pool in rollout.pools.all()),
+        "selector": rollout.selector,
         "waves": [wave_json(wave) for wave in waves],
         "currentWave": rollout.current_wave,
         "maxFailureRatio": float(rollout.max_failure_ratio),

@@ -143,6 +143,8 @@ def complete_rollout(*, rollout: Rollout, at: datetime) -> None:
     # The pools it actually covered: those of its own nodes (one writer per node means no newer
     # rollout can have taken them meanwhile).
     covered = NodeUpgrade.objects.filter(rollout=rollout).values_list("pool_id", flat=True).distinct()
+    # A pool the selector covered in part keeps its default (docs/api.md#rollouts-to-a-selection).
+    covered = covered.exclude(pool_id__in=rollout.partly_covered_pool_ids)
     pools_set_default_daemon_version(pool_ids=list(covered.order_by()), version=rollout.release.version)
     totals = dict(NodeUpgrade.objects.filter(rollout=rollout).values_list("state").annotate(n=Count("id")).order_by())
     event_record(rollout=rollout, payload=Completed(totals=totals), at=at)

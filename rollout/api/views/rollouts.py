@@ -115,6 +115,7 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
                     "invalid_gate",
                     "binary_missing",
                     "sequence_rollback",
+                    "invalid_selector",
                 ],
                 conflict=["conflict"],
                 unavailable=["no_downloads_url"],
