@@ -60,7 +60,9 @@ register_codes(
         "invalid_window": {"field": serializers.CharField(required=False, help_text="The window field at fault.")},
         "overloaded": {"retryAfter": serializers.IntegerField(help_text="Seconds to wait, as in `Retry-After`.")},
         "invalid_labels": {"key": serializers.CharField(required=False, help_text="The label key at fault.")},
-        "invalid_selector": {"position": serializers.IntegerField(help_text="Where the selector is wrong.")},
+        "invalid_selector": {
+            "position": serializers.IntegerField(required=False, help_text="Where the selector is wrong.")
+        },
     },
 )
 
