@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('rollout', '0007_gates'),
+        ('rollout', '0008_first_hour'),
     ]
 
     operations = [
