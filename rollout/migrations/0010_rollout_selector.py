@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('rollout', '0008_first_hour'),
+        ('rollout', '0009_tickrequest_timeouts_due_at'),
     ]
 
     operations = [
