@@ -60,6 +60,11 @@ BENCHMARKS: dict[str, tuple[str, str, list[str]]] = {
         "1,000 active rollouts x 2 gates evaluated every 30 s: a worker's CPU per evaluation and share of one process",
         [],  # the module's QUICK_ARGV
     ),
+    "reconnect": (
+        "benchmarks.reconnect",
+        "10,000 watching agents rejoining after a 10 s restart of gunicorn: admission and backoff vs neither",
+        [],  # the module's QUICK_ARGV
+    ),
     "fleet10k": (
         "benchmarks.fleet10k",
         "a whole rollout over 10,000 simulated agents: efficiency, hb/s, p99, 5xx, worker RSS (~11 min)",
