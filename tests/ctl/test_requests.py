@@ -58,13 +58,11 @@ def test_create_sends_only_the_options_given_and_resolves_pool_names_through_eve
     assert "active" in out
 
 
-def test_create_with_a_selection_and_a_schedule(api, ctl):
-    api.on("POST", "rollouts/", (201, rollout("scheduled", selector="zone=eu-1", startAt="2030-01-01T00:00:00Z")))
+def test_create_with_a_schedule(api, ctl):
+    api.on("POST", "rollouts/", (201, rollout("scheduled", startAt="2030-01-01T00:00:00Z")))
     status, out, _ = ctl(
         "create",
         "1.4.0",
-        "--selector",
-        "zone=eu-1,!canary",
         "--start-at",
         "2030-01-01T00:00:00Z",
         "--end-by",
@@ -77,14 +75,13 @@ def test_create_with_a_selection_and_a_schedule(api, ctl):
     assert status == 0
     assert api.posted()[0].body == {
         "version": "1.4.0",
-        "selector": "zone=eu-1,!canary",
         "waves": [0.5, 100],
         "startAt": "2030-01-01T00:00:00Z",
         "endBy": "2030-01-02T00:00:00Z",
         "endBehavior": "abort_rollback",
     }
     assert "scheduled" in out
-    assert "zone=eu-1" in out
+    assert "2030-01-01T00:00:00Z" in out
 
 
 def test_a_pool_name_that_is_no_pool_is_refused_before_anything_is_created(api, ctl):
@@ -147,34 +144,6 @@ def test_deny_needs_a_comment_and_a_usage_error_exits_1_not_2(api, ctl):
     assert status == 1
     assert "--comment" in err
     assert api.seen == []
-
-
-def test_labels_merges_set_and_remove_and_prints_the_count(api, ctl):
-    two_pool_pages(api)
-    api.on("POST", "nodes/labels/", (200, {"matched": 42}))
-    status, out, _ = ctl(
-        "labels",
-        "zone in (eu-1,eu-2)",
-        "--set",
-        "tier=canary,empty=",
-        "--set",
-        "team=infra",
-        "--remove",
-        "old",
-        "--remove",
-        "legacy,stale",
-        "--pools",
-        "gpu-a",
-    )
-    assert status == 0
-    assert api.posted()[0].body == {
-        "selector": "zone in (eu-1,eu-2)",
-        "poolIds": ["11111111-1111-1111-1111-111111111111"],
-        "set": {"tier": "canary", "empty": "", "team": "infra"},
-        "remove": ["old", "legacy", "stale"],
-    }
-    assert out.strip() == "42 nodes matched"
-    assert ctl("--output", "json", "labels", "", "--remove", "old")[1].strip() == '{\n  "matched": 42\n}'
 
 
 def test_a_label_without_a_value_is_a_usage_error(api, ctl):
