@@ -70,4 +70,4 @@ bench: $(VENV)/.installed
 	DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) CACHE_URL=$(CACHE_URL) $(PY) -m benchmarks $(ARGS)
 
 clean:
-	rm -rf .run db.sqlite3 db.sqlite3-* .pytest_cache .ruff_cache .hypothesis
+	rm -rf .run .pytest_cache .ruff_cache .hypothesis

@@ -15,7 +15,8 @@ its limit across all processes, give or take what each process lets through betw
 
 When Redis cannot be reached the requests are not failed: the flushes fail (each failure counted in
 ``api_rate_limit_store_errors_total``), and each process goes on limiting what it sees itself.
-Without a store (no ``CACHE_URL``: the SQLite demo, a single process) the counting is per process.
+Without a store (no ``CACHE_URL``: the demo, a single machine) the counting is per process (``manage.py check
+--deploy`` warns, ``fleet.W001``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Prepared statements for the hot paths: the agent session's (fleet/services/session_statements.py) and the join's
-settle (rollout/services/statements.py), each run many times a second on a persistent connection; and the
-migrations' PostgreSQL-only steps (``postgresql_only``)."""
+settle (rollout/services/statements.py), each run many times a second on a persistent connection."""
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -40,8 +38,8 @@ def prepared_cursor() -> Any:
     statements off (``prepare_threshold=None``) for transaction-mode poolers; this statement needs a
     direct connection or a pooler that supports them (PgBouncer 1.21+ with psycopg 3.2+).
     """
-    if connection.vendor != "postgresql" or connection.queries_logged:
-        # SQLite (the demo): nothing to prepare. DEBUG or CaptureQueriesContext: Django's own cursor, whose query
+    if connection.queries_logged:
+        # DEBUG or CaptureQueriesContext: Django's own cursor, whose query
         # log shows the SQL with its values (it cannot render a prepared statement's). Same statement, same
         # results; the live-server tests and the benchmarks run the prepared one.
         return connection.cursor()
@@ -58,10 +56,8 @@ def commit_without_flush_wait() -> None:
     they trigger are what an agent sends again by itself, so a database crash that loses the last moments of
     them (at most three ``wal_writer_delay``, 0.6 s by default) costs a rejoin, never a wrong state; waiting
     for the flush made every join wait for the disk, and others for its locks meanwhile.
-    docs/operations.md#session-commits says what this trades. Once per connection; nothing off PostgreSQL.
+    docs/operations.md#session-commits says what this trades. Once per connection.
     """
-    if connection.vendor != "postgresql":
-        return
     connection.ensure_connection()
     raw = connection.connection
     if raw in _NOT_WAITING:
@@ -69,13 +65,3 @@ def commit_without_flush_wait() -> None:
     with raw.cursor() as cursor:
         cursor.execute("SET synchronous_commit = off")
     _NOT_WAITING.add(raw)
-
-
-def postgresql_only(sql: str) -> Callable[[Any, Any], None]:
-    """A ``RunPython`` function that runs ``sql`` on PostgreSQL and does nothing elsewhere (SQLite, the demo)."""
-
-    def run(apps: Any, schema_editor: Any) -> None:
-        if schema_editor.connection.vendor == "postgresql":
-            schema_editor.execute(sql)
-
-    return run

@@ -25,15 +25,10 @@ def tick_waiter_key(rollout_id: UUID | str) -> int:
 
 
 def advisory_xact_lock(key: int, *, shared: bool = False) -> None:
-    """Hold ``key`` (exclusively, or ``shared`` with other shared holders) until the transaction ends (PostgreSQL).
-
-    SQLite needs nothing: its write transactions are already serial
-    (settings use transaction_mode IMMEDIATE).
-    """
-    if connection.vendor == "postgresql":
-        function = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT {function}(%s)", [key])
+    """Hold ``key`` (exclusively, or ``shared`` with other shared holders) until the transaction ends."""
+    function = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {function}(%s)", [key])
 
 
 @contextmanager

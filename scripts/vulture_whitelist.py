@@ -42,7 +42,7 @@ _.crontab, _.expire_seconds, _.enabled  # django-celery-beat's PeriodicTask fiel
 _.help, _.requires_system_checks  # BaseCommand
 _.label_from_instance, _.clean_waves, _.clean_maintenance_windows, _.required, _.envelope_file, _.envelope_text
 _.clean_labels  # NodeLabelsForm (fleet/admin.py)
-_.output_field, _.as_sql, _.as_postgresql, _.as_sqlite, _.arg_joiner  # Func expressions, per vendor
+_.output_field, _.as_sql, _.arg_joiner  # Func expressions
 _.app_configs  # a system check's signature
 _.block_size, _._stream  # FileResponse's chunk size; WSGIRequest's body stream
 _.process_exception  # middleware hook
@@ -90,5 +90,3 @@ _.__getattr__
 # pytest and hypothesis: module marks, fixtures requested for their effect, a monkeypatched signature, the
 # state machine's teardown.
 _.pytestmark, _.django_db_setup, _.delivery_settings, _.using, _.robust, _.teardown
-# Used by migrations (which vulture does not scan: they are Django's).
-_.postgresql_only

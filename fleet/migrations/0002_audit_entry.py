@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 
 # PostgreSQL refuses UPDATE and DELETE on audit rows, whoever asks (docs/operations.md#webhooks-and-the-audit-trail). TRUNCATE is
-# left to the table owner (test databases are emptied with it). SQLite (the demo) has no trigger.
+# left to the table owner (test databases are emptied with it).
 APPEND_ONLY = """
 CREATE OR REPLACE FUNCTION fleet_auditentry_append_only() RETURNS trigger AS $$
 BEGIN
@@ -23,16 +23,6 @@ DROP_APPEND_ONLY = """
 DROP TRIGGER IF EXISTS fleet_auditentry_append_only ON fleet_auditentry;
 DROP FUNCTION IF EXISTS fleet_auditentry_append_only();
 """
-
-
-def append_only(apps, schema_editor) -> None:
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(APPEND_ONLY)
-
-
-def drop_append_only(apps, schema_editor) -> None:
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(DROP_APPEND_ONLY)
 
 
 class Migration(migrations.Migration):
@@ -67,5 +57,5 @@ class Migration(migrations.Migration):
                 'constraints': [models.UniqueConstraint(fields=('tenant', 'seq'), name='audit_seq_unique_in_tenant'), models.UniqueConstraint(condition=models.Q(('tenant__isnull', True)), fields=('seq',), name='audit_seq_unique_system')],
             },
         ),
-        migrations.RunPython(append_only, drop_append_only),
+        migrations.RunSQL(APPEND_ONLY, DROP_APPEND_ONLY),
     ]

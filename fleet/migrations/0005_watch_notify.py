@@ -7,12 +7,10 @@ tables: a tick that starts 5,000 nodes sends about 21 notifications from inside 
 trip each. A payload holds at most 240 ids (32 hex digits and a comma each: under the 8,000-byte limit).
 Channels are per database, so two databases on one server never wake each other.
 
-SQLite (the demo) has no NOTIFY: nothing is installed there and held requests re-read every second.
 """
 
 from django.db import migrations
 
-from core.statements import postgresql_only
 
 FORWARD = """
 CREATE FUNCTION fleet_watch_notify(node_ids uuid[]) RETURNS void LANGUAGE plpgsql AS $$
@@ -93,4 +91,4 @@ DROP FUNCTION IF EXISTS fleet_watch_notify(uuid[]);
 class Migration(migrations.Migration):
     dependencies = [("fleet", "0004_pool_maintenance_windows")]
 
-    operations = [migrations.RunPython(postgresql_only(FORWARD), postgresql_only(BACKWARD))]
+    operations = [migrations.RunSQL(FORWARD, BACKWARD)]

@@ -5,12 +5,10 @@ writes such an update in place (a heap-only tuple) when no indexed column change
 new index entry, and the old version is pruned by the next statement that reads the page, without VACUUM.
 The index on ``last_seen_at`` had no reader (no scan in a 10,000-agent rollout) and made every one of those
 writes a new entry in all three of the table's indexes; half of each page is left free for the new versions.
-SQLite (the demo) has no fillfactor: only the index goes there.
 """
 
 from django.db import migrations, models
 
-from core.statements import postgresql_only
 
 
 class Migration(migrations.Migration):
@@ -18,8 +16,7 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.AlterField(model_name="nodesession", name="last_seen_at", field=models.DateTimeField()),
-        migrations.RunPython(
-            postgresql_only("ALTER TABLE fleet_nodesession SET (fillfactor = 50)"),
-            postgresql_only("ALTER TABLE fleet_nodesession RESET (fillfactor)"),
+        migrations.RunSQL(
+            "ALTER TABLE fleet_nodesession SET (fillfactor = 50)", "ALTER TABLE fleet_nodesession RESET (fillfactor)"
         ),
     ]

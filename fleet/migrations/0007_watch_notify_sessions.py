@@ -10,7 +10,6 @@ notification. NOTIFY is sent after the commit, never for a rollback.
 
 from django.db import migrations
 
-from core.statements import postgresql_only
 
 FORWARD = """
 -- The row's node, named by the trigger's argument (its column), through 0005's one way of notifying.
@@ -50,4 +49,4 @@ DROP FUNCTION IF EXISTS fleet_row_watch();
 class Migration(migrations.Migration):
     dependencies = [("fleet", "0006_session_writes_in_place")]
 
-    operations = [migrations.RunPython(postgresql_only(FORWARD), postgresql_only(BACKWARD))]
+    operations = [migrations.RunSQL(FORWARD, BACKWARD)]

@@ -6,9 +6,8 @@ installation-wide changes by someone who acts in no tenant. Within a chain
     hash = sha256_hex(prevHash + "\\n" + json(entry as the API shows it, without "hash"))
 
 with JSON keys sorted, no spaces, UTF-8; the first entry's ``prevHash`` is 64 zeros. Appends to
-one chain are serialised by a transaction-scoped advisory lock (PostgreSQL; SQLite writes are
-serial already), so two changes committed at once never fork the chain; the unique
-(tenant, seq) constraint is the backstop.
+one chain are serialised by a transaction-scoped advisory lock, so two changes committed at once
+never fork the chain; the unique (tenant, seq) constraint is the backstop.
 """
 
 from __future__ import annotations
@@ -159,9 +158,8 @@ def changed_fields(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple
 
 # --- writing ----------------------------------------------------------------------------------
 def _lock_chain(tenant_id: int | None) -> None:
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [AUDIT_LOCK_CLASS, tenant_id or 0])
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [AUDIT_LOCK_CLASS, tenant_id or 0])
 
 
 def _chain(tenant_id: int | None) -> QuerySet[AuditEntry]:

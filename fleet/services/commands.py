@@ -3,7 +3,8 @@
 Transitions (see Command's docstring), each a conditional update:
 pending -> acked | failed          by the agent's ack (``command_ack``)
 pending | acked -> done            self-terminating kinds, when the agent rejoins
-                                   on the payload's version (``commands_complete_upgrade``)
+                                   on the payload's version (the join's statement,
+                                   fleet/services/session_statements.py ``JOIN_SQL``)
 pending | acked -> cancelled       superseded by a newer command of the same
                                    superseding kind for the node (``commands_enqueue``),
                                    or withdrawn by a plug-in (``commands_cancel``)
@@ -12,7 +13,6 @@ pending | acked -> cancelled       superseded by a newer command of the same
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -85,13 +85,6 @@ def command_ack(*, node_id: UUID, command_id: UUID, ok: bool, error: str = "") -
     if command is None:
         raise NotFound(f"No command {command_id} for this node.", code="not_found")
     return command
-
-
-def commands_complete_upgrade(*, node_id: UUID, version: str, now: datetime) -> int:
-    """The agent runs ``version``: its open daemon.upgrade commands to that version are done."""
-    return Command.objects.filter(
-        node_id=node_id, kind=Command.Kind.DAEMON_UPGRADE, state__in=OPEN_STATES, payload__version=version
-    ).update(state=Command.State.DONE, completed_at=now)
 
 
 def commands_pending(*, node_id: UUID) -> list[dict[str, Any]]:

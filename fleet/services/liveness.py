@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
+from core.statements import prepared_cursor
 from fleet.models import FleetPulse
 from fleet.services.nodes import ONLINE_HEARTBEATS, heartbeat_seconds, online_since
 
@@ -41,33 +41,56 @@ def _online_window() -> timedelta:
     return timedelta(seconds=ONLINE_HEARTBEATS * heartbeat_seconds())
 
 
-def pulse_heard(*, now: datetime) -> None:
-    """A heartbeat (or join) was recorded at ``now``: note that the fleet is being heard (one UPDATE).
+def pulse_ctes(source: str) -> str:
+    """The pulse, as two CTEs of a statement that also records what was heard (the agent session's statements,
+    fleet/services/session_statements.py) or alone (``pulse_heard``): written when ``source`` has a row.
 
-    Written only when the stored ``last_heard_at`` is at least ``PULSE_EVERY`` old, whoever wrote it; this
-    process also sends no query within ``PULSE_EVERY`` of its own last attempt (at most one a second per
-    process), so on this path the stored value may lag by up to twice ``PULSE_EVERY``, far inside the gap.
-    The plain heartbeat applies the same rule inside its one SQL statement (``fleet/services/sessions.py``,
-    the ``heard`` and ``first_heard`` CTEs); tests/fleet/test_heartbeat_paths.py runs both over the same
-    states and fails when they differ.
+    Written only when the stored ``last_heard_at`` is at least ``PULSE_EVERY`` old, whoever wrote it; a silence
+    longer than the gap restarts ``listening_since``. The first heartbeat ever heard inserts the row (nothing
+    says the server was deaf before it); a row another statement inserts meanwhile stands for this one too.
+    Parameters: ``pulse_params``.
     """
+    table = FleetPulse._meta.db_table
+    return f"""heard AS (
+    -- The fleet is being heard: at most one write a second, whoever heartbeats or joins.
+    UPDATE {table} AS p SET
+        listening_since = CASE WHEN p.last_heard_at < %(gap)s THEN %(now)s ELSE p.listening_since END,
+        last_heard_at = %(now)s
+    WHERE p.id = 1 AND p.last_heard_at <= %(pulse_due)s AND EXISTS (SELECT 1 FROM {source})
+    RETURNING p.id
+), first_heard AS (
+    INSERT INTO {table} (id, last_heard_at, listening_since)
+    SELECT 1, %(now)s, %(first_listening)s FROM {source}
+    WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE id = 1)
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id
+)"""  # noqa: S608 - table names from the models, values bound
+
+
+def pulse_params(*, now: datetime) -> dict[str, datetime]:
+    """The values ``pulse_ctes`` reads, for a heartbeat heard at ``now``."""
+    return {
+        "now": now,
+        "gap": now - timedelta(seconds=GAP_HEARTBEATS * heartbeat_seconds()),
+        "pulse_due": now - PULSE_EVERY,
+        "first_listening": online_since(now=now),
+    }
+
+
+_PULSE_SQL = f"WITH {pulse_ctes('(SELECT 1) AS heard_now')} SELECT 1"
+
+
+def pulse_heard(*, now: datetime) -> None:
+    """Held requests were heard at ``now`` (their nodes touched, fleet/services/watch.py): the pulse alone, one
+    statement. This process also sends none within ``PULSE_EVERY`` of its own last attempt (at most one a
+    second per process), so on this path the stored value may lag by up to twice ``PULSE_EVERY``, far inside
+    the gap."""
     global _last_written_at
     if _last_written_at is not None and timedelta(0) <= now - _last_written_at < PULSE_EVERY:
         return
     _last_written_at = now
-    gap = now - timedelta(seconds=GAP_HEARTBEATS * heartbeat_seconds())
-    heard = FleetPulse.objects.filter(pk=1, last_heard_at__lte=now - PULSE_EVERY).update(
-        listening_since=Case(When(last_heard_at__lt=gap, then=Value(now)), default=F("listening_since")),
-        last_heard_at=now,
-    )
-    if not heard and not FleetPulse.objects.filter(pk=1).exists():
-        # The first heartbeat ever heard (else it was heard within PULSE_EVERY: nothing to write; the read
-        # takes no lock, where an INSERT would wait for a pulse write in flight and take SQLite's write lock):
-        # nothing says the server was deaf before it. Two processes may create it at the same moment: the
-        # other one's row stands for this heartbeat too.
-        FleetPulse.objects.bulk_create(
-            [FleetPulse(pk=1, last_heard_at=now, listening_since=online_since(now=now))], ignore_conflicts=True
-        )
+    with prepared_cursor() as cursor:
+        cursor.execute(_PULSE_SQL, pulse_params(now=now))
 
 
 def offline_verdicts_trusted(*, now: datetime | None = None) -> bool:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from django.conf import settings
-from django.db import IntegrityError, NotSupportedError, models, transaction
+from django.db import IntegrityError, models, transaction
 from django.db.models import F, Func, Q
 
 from core.errors import Conflict, InvalidInput
@@ -141,23 +141,6 @@ class _SpecWithDaemon(Func):
         super().__init__(F("spec"))
         self.daemon_json = json.dumps(daemon)
 
-    def as_postgresql(
-        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra_context: Any
-    ) -> tuple[str, tuple[Any, ...]]:
-        spec, params = compiler.compile(self.source_expressions[0])
-        sql = (
-            f"jsonb_set(CASE WHEN jsonb_typeof({spec}) = 'object' THEN {spec} ELSE '{{}}'::jsonb END,"
-            " '{daemon}', %s::jsonb)"
-        )
-        return sql, (*params, *params, self.daemon_json)
-
-    def as_sqlite(
-        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra_context: Any
-    ) -> tuple[str, tuple[Any, ...]]:
-        spec, params = compiler.compile(self.source_expressions[0])
-        sql = f"json_set(CASE WHEN json_type({spec}) = 'object' THEN {spec} ELSE '{{}}' END, '$.daemon', json(%s))"
-        return sql, (*params, *params, self.daemon_json)
-
     def as_sql(
         self,
         compiler: SQLCompiler,
@@ -167,7 +150,12 @@ class _SpecWithDaemon(Func):
         arg_joiner: str | None = None,
         **extra_context: Any,
     ) -> tuple[str, tuple[Any, ...]]:
-        raise NotSupportedError(f"nodes_set_daemon supports PostgreSQL and SQLite, not {connection.vendor}.")
+        spec, params = compiler.compile(self.source_expressions[0])
+        sql = (
+            f"jsonb_set(CASE WHEN jsonb_typeof({spec}) = 'object' THEN {spec} ELSE '{{}}'::jsonb END,"
+            " '{daemon}', %s::jsonb)"
+        )
+        return sql, (*params, *params, self.daemon_json)
 
 
 def nodes_set_daemon(*, node_ids: Sequence[UUID], daemon: dict[str, Any] | None) -> int:

@@ -1,35 +1,25 @@
-"""The agent session's SQL on PostgreSQL: a plain heartbeat, a join and a leave, each ONE statement.
+"""The agent session's SQL: a plain heartbeat, a join, a leave and the held nodes' touch and read, each ONE statement.
 
-``fleet/services/sessions.py`` runs them (``agent_heartbeat``, ``agent_session_report_for_token``); its ORM path
-(SQLite, the demo, and every request the statements do not take) applies the same rules in several queries.
-tests/fleet/test_heartbeat_paths.py and tests/fleet/test_join_paths.py run both over the same states and fail when
-they differ. Why one statement: a fleet's agents call these constantly (a heartbeat each interval, a join after
-every restart), and each query through the ORM costs the web tier more CPU than PostgreSQL spends running it
-(docs/benchmarks.md).
+``fleet/services/sessions.py`` runs the first three (``agent_heartbeat``, ``agent_session_report_for_token``,
+``agent_session_leave_for_token``), ``fleet/services/watch.py`` the others. Their rules are written here once:
+when ``last_seen_at`` is written (``LAST_SEEN_DUE``), and the fleet pulse (``fleet/services/liveness.py``
+``pulse_ctes``). tests/fleet/test_heartbeat_paths.py and tests/fleet/test_join_paths.py hold the statements to
+those rules over generated states. Why one statement: a fleet's agents call these constantly (a heartbeat each
+interval, a join after every restart), and each query through the ORM costs the web tier more CPU than
+PostgreSQL spends running it (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
-from fleet.models import Command, FleetPulse, Node, NodeSession
+from fleet.models import Command, Node, NodeSession
+from fleet.services.liveness import pulse_ctes
 
 
-def _heard_ctes(source: str) -> str:
-    """The fleet pulse's CTEs (fleet/services/liveness.py ``pulse_heard``), written when ``source`` has a row."""
-    return f"""heard AS (
-    -- The fleet is being heard: at most one write a second, whoever heartbeats or joins.
-    UPDATE {FleetPulse._meta.db_table} AS p SET
-        listening_since = CASE WHEN p.last_heard_at < %(gap)s THEN %(now)s ELSE p.listening_since END,
-        last_heard_at = %(now)s
-    WHERE p.id = 1 AND p.last_heard_at <= %(pulse_due)s AND EXISTS (SELECT 1 FROM {source})
-    RETURNING p.id
-), first_heard AS (
-    -- The first heartbeat ever heard; a row another statement inserts meanwhile stands for this one too.
-    INSERT INTO {FleetPulse._meta.db_table} (id, last_heard_at, listening_since)
-    SELECT 1, %(now)s, %(first_listening)s FROM {source}
-    WHERE NOT EXISTS (SELECT 1 FROM {FleetPulse._meta.db_table} WHERE id = 1)
-    ON CONFLICT (id) DO NOTHING
-    RETURNING id
-)"""  # noqa: S608 - table names from the models, values bound
+def last_seen_due_sql(alias: str) -> str:
+    """The "``last_seen_at`` is due" rule: a session ``alias`` whose stored value is at or before ``%(due)s`` (a
+    heartbeat interval before ``%(now)s`` for a heartbeat, less for the held nodes' touch) or ahead of ``%(now)s``
+    (the clock stepped back) is written; otherwise the write is coalesced (fleet/services/sessions.py says why)."""
+    return f"({alias}.last_seen_at <= %(due)s OR {alias}.last_seen_at > %(now)s)"
 
 
 # What a heartbeat answers with: the node's pending commands, oldest first, as commands_pending reads them.
@@ -41,8 +31,7 @@ _PENDING_COMMANDS = f"""(SELECT coalesce(json_agg(json_build_object('id', c.id, 
 # One statement for a plain heartbeat. The UPDATE runs only for an open session on the same version whose
 # last_seen_at is due (or whose protocol version changed); the SELECT reads the snapshot the statement started
 # with, so the caller sees whether the session was open on that version, and every command committed before.
-# The rules are those of agent_session_report and pulse_heard (the ORM path, SQLite's):
-# tests/fleet/test_heartbeat_paths.py runs both paths over the same states and fails when they differ.
+# tests/fleet/test_heartbeat_paths.py holds it to its rules.
 HEARTBEAT_SQL = f"""
 WITH node AS (
     SELECT id, spec FROM {Node._meta.db_table} WHERE agent_token_hash = %(token_hash)s
@@ -54,9 +43,9 @@ WITH node AS (
     UPDATE {NodeSession._meta.db_table} AS s SET last_seen_at = %(now)s, protocol_version = %(protocol)s
     FROM node
     WHERE s.node_id = node.id AND s.left_at IS NULL AND s.daemon_version = %(version)s
-      AND (s.last_seen_at <= %(due)s OR s.last_seen_at > %(now)s OR s.protocol_version <> %(protocol)s)
+      AND ({last_seen_due_sql("s")} OR s.protocol_version <> %(protocol)s)
     RETURNING s.node_id
-), {_heard_ctes("plain")}
+), {pulse_ctes("plain")}
 SELECT node.spec::text, s.daemon_version, s.left_at, node.id, {_PENDING_COMMANDS}
 FROM node LEFT JOIN {NodeSession._meta.db_table} AS s ON s.node_id = node.id
 """  # noqa: S608 - table names from the models, values bound
@@ -64,8 +53,8 @@ FROM node LEFT JOIN {NodeSession._meta.db_table} AS s ON s.node_id = node.id
 
 # The nodes a web process holds, counted seen (fleet/services/watch.py ``held_sessions_touch``, its rule).
 HELD_TOUCH_SQL = f"""
-UPDATE {NodeSession._meta.db_table} SET last_seen_at = %(now)s
-WHERE node_id = ANY(%(node_ids)s::uuid[]) AND left_at IS NULL AND (last_seen_at <= %(due)s OR last_seen_at > %(now)s)
+UPDATE {NodeSession._meta.db_table} AS s SET last_seen_at = %(now)s
+WHERE s.node_id = ANY(%(node_ids)s::uuid[]) AND s.left_at IS NULL AND {last_seen_due_sql("s")}
 """  # noqa: S608 - table names from the models, values bound
 
 
@@ -87,7 +76,8 @@ LEFT JOIN {NodeSession._meta.db_table} AS s ON s.node_id = node.id
 # concurrent join inserts meanwhile is met by ON CONFLICT. A join completes the node's open daemon.upgrade
 # commands to the version it reports, which the answer's pending commands then leave out (the final SELECT reads
 # the snapshot the statement started with).
-# The rules are those of agent_session_report, _session_join, commands_complete_upgrade and pulse_heard.
+# ``always`` (a refusal's call): the row is written even when a heartbeat's write would be coalesced.
+# tests/fleet/test_join_paths.py holds it to its rules.
 JOIN_SQL = f"""
 WITH node AS (
     SELECT id, spec FROM {Node._meta.db_table} WHERE agent_token_hash = %(token_hash)s
@@ -96,7 +86,7 @@ WITH node AS (
     FROM {NodeSession._meta.db_table} AS s JOIN node ON s.node_id = node.id
     FOR UPDATE OF s
 ), rejoined AS (
-    -- Written unless it is a heartbeat whose last_seen_at write is coalesced (agent_session_report's rule).
+    -- Written unless it is a heartbeat whose last_seen_at write is coalesced.
     UPDATE {NodeSession._meta.db_table} AS s SET
         joined_at = CASE WHEN prior.left_at IS NULL AND prior.daemon_version = %(version)s
                          THEN s.joined_at ELSE %(now)s END,
@@ -106,8 +96,8 @@ WITH node AS (
         left_at = NULL
     FROM prior
     WHERE s.node_id = prior.node_id
-      AND (prior.left_at IS NOT NULL OR prior.daemon_version <> %(version)s OR prior.protocol_version <> %(protocol)s
-           OR prior.last_seen_at <= %(due)s OR prior.last_seen_at > %(now)s)
+      AND (%(always)s OR prior.left_at IS NOT NULL OR prior.daemon_version <> %(version)s
+           OR prior.protocol_version <> %(protocol)s OR {last_seen_due_sql("prior")})
     RETURNING s.node_id, (prior.left_at IS NOT NULL OR prior.daemon_version <> %(version)s) AS joined
 ), created AS (
     -- The node's first session. One that a concurrent first join inserts meanwhile is met by ON CONFLICT,
@@ -132,7 +122,7 @@ WITH node AS (
     WHERE recorded.joined AND c.node_id = recorded.node_id AND c.kind = %(upgrade)s
       AND c.state = ANY(%(open)s) AND c.payload -> 'version' = to_jsonb(%(version)s::text)
     RETURNING c.id
-), {_heard_ctes("node")}
+), {pulse_ctes("node")}
 SELECT node.spec::text, node.id, coalesce(recorded.joined, false), prior.daemon_version,
     (SELECT count(*) FROM done),
     (SELECT coalesce(json_agg(json_build_object('id', c.id, 'kind', c.kind, 'payload', c.payload)

@@ -1,11 +1,9 @@
 """Agent sessions: join, heartbeat, leave. The hot path of a large fleet.
 
 A plain heartbeat (the session is open and the agent reports the version it
-already had) is, on PostgreSQL, ONE statement (``agent_heartbeat``): it
-authenticates by token hash, reads the node's spec, session and pending
-commands, and moves ``last_seen_at`` in a data-modifying CTE, whatever the
-fleet's size. Elsewhere (SQLite, the demo) ``agent_session_report`` does the
-same in three queries at most.
+already had) is ONE statement (``agent_heartbeat``): it authenticates by token
+hash, reads the node's spec, session and pending commands, and moves
+``last_seen_at`` in a data-modifying CTE, whatever the fleet's size.
 
 ``last_seen_at`` writes are coalesced: a heartbeat writes it only when the
 stored value is at least one ``heartbeatSeconds`` old (or the protocol
@@ -19,9 +17,10 @@ A join (no session yet, or the agent left) or a version change locks the
 session row, records the new state, completes the node's daemon.upgrade
 commands to that version (self-terminating), and sends
 ``fleet.plugins.node_session_reported`` after the commit: one statement too
-on PostgreSQL when the async front asks (``agent_session_report_for_token``),
-the ORM path otherwise (``agent_session_report``, which also takes refusals).
-The statements are in ``session_statements.py``.
+(``agent_session_report_for_token``; ``agent_session_report`` for a node already
+loaded, which also takes refusals). The statements are in ``session_statements.py``;
+the "``last_seen_at`` is due" rule is written once there (``LAST_SEEN_DUE``), and
+``last_seen_due`` reads it over a session already in memory (the async front's).
 """
 
 from __future__ import annotations
@@ -34,16 +33,16 @@ from typing import Any
 from uuid import UUID
 
 import structlog
-from django.db import IntegrityError, connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from core.errors import Unavailable
 from core.statements import prepared_cursor
 from fleet.models import Command, Node, NodeSession
 from fleet.plugins import node_daemon_refused, node_session_reported, session_fields
-from fleet.services.commands import OPEN_STATES, commands_complete_upgrade, commands_pending
-from fleet.services.liveness import GAP_HEARTBEATS, PULSE_EVERY, pulse_heard
-from fleet.services.nodes import heartbeat_seconds, node_session, online_since
+from fleet.services.commands import OPEN_STATES
+from fleet.services.liveness import pulse_params
+from fleet.services.nodes import heartbeat_seconds
 from fleet.services.revision import spec_revision
 from fleet.services.session_statements import HEARTBEAT_SQL, JOIN_SQL, LEAVE_SQL
 
@@ -70,8 +69,8 @@ class SessionReport:
 
 
 def last_seen_due(*, last_seen_at: datetime, now: datetime) -> bool:
-    """Whether a plain heartbeat at ``now`` writes ``last_seen_at``: the stored value is at least one
-    heartbeat interval old (or ahead of ``now``: the clock stepped back). See the module docstring."""
+    """Whether a plain heartbeat at ``now`` writes ``last_seen_at``, for a session read already (the async front's):
+    ``session_statements.LAST_SEEN_DUE`` with ``due`` one heartbeat interval before ``now``."""
     return last_seen_at <= now - timedelta(seconds=heartbeat_seconds()) or last_seen_at > now
 
 
@@ -81,13 +80,8 @@ def agent_heartbeat(
     """A plain heartbeat of the node whose agent token hashes to ``token_hash``, in one statement.
 
     None when it is not one, and then nothing was written: an unknown token, no open session, or another
-    daemon version (the caller takes the full path: 401, or ``agent_session_report``). Elsewhere than on
-    PostgreSQL (SQLite, the demo) the same in up to four ORM queries.
+    daemon version (the caller takes the full path: 401, or ``agent_session_report``).
     """
-    if connection.vendor != "postgresql":
-        return _heartbeat_orm(
-            token_hash=token_hash, daemon_version=daemon_version, protocol_version=protocol_version, now=now
-        )
     now = now or timezone.now()
     seconds = heartbeat_seconds()
     with prepared_cursor() as cursor:
@@ -108,32 +102,19 @@ def _statement_params(
 ) -> dict[str, Any]:
     """What the heartbeat's and the join's statements are given (session_statements.py)."""
     return {
+        **pulse_params(now=now),
         "token_hash": token_hash,
-        "now": now,
         "due": now - timedelta(seconds=seconds),
-        "gap": now - timedelta(seconds=GAP_HEARTBEATS * seconds),
-        "pulse_due": now - PULSE_EVERY,
-        "first_listening": online_since(now=now),
         "protocol": protocol_version,
         "version": daemon_version,
         "pending": Command.State.PENDING,
+        "always": False,
     }
 
 
 def agent_node(*, token_hash: str) -> Node | None:
     """The node whose agent token hashes to ``token_hash``, with its session, in one query; None when unknown."""
     return Node.objects.select_related("session").filter(agent_token_hash=token_hash).first()
-
-
-def _heartbeat_orm(
-    *, token_hash: str, daemon_version: str, protocol_version: int, now: datetime | None
-) -> SessionReport | None:
-    node = agent_node(token_hash=token_hash)
-    session = None if node is None else node_session(node)
-    if node is None or session is None or session.left_at is not None or session.daemon_version != daemon_version:
-        return None
-    report = agent_session_report(node=node, daemon_version=daemon_version, protocol_version=protocol_version, now=now)
-    return None if report.joined else report
 
 
 def agent_session_report(
@@ -144,85 +125,27 @@ def agent_session_report(
     refused: dict[str, str] | None = None,
     now: datetime | None = None,
 ) -> SessionReport:
-    """Join or heartbeat for ``node`` (loaded with select_related("session")).
+    """Join or heartbeat for ``node``: ``agent_session_report_for_token``'s statement for a node already loaded.
 
     ``refused`` (``{"version", "code", "detail"}``, validated by the caller): the agent refused the
     daemon its spec named. Plug-ins hear it first (``node_daemon_refused``, synchronously), so that
-    a spec they send back is already in this answer.
+    a spec they send back is already in this answer. A refusal's call is always written: the node is seen
+    at the instant its upgrade failed, so the failure does not hold its pool's budget slot (docs/controller.md:
+    a failed node that is back does not).
     """
     now = now or timezone.now()
     if refused is not None:
         _send_refused(node_id=node.id, at=now, **refused)
-        node.spec = Node.objects.values_list("spec", flat=True).get(pk=node.id)
-    session = node_session(node)
-    heartbeat = session is not None and session.left_at is None and session.daemon_version == daemon_version
-    # A refusal's call is always written: the node is seen at the instant its upgrade failed, so the failure
-    # does not hold its pool's budget slot (docs/controller.md: a failed node that is back does not).
-    coalesced = (
-        heartbeat
-        and refused is None
-        and session is not None
-        and session.protocol_version == protocol_version
-        and not last_seen_due(last_seen_at=session.last_seen_at, now=now)
-    )
-    # Conditional: if a leave or another version slipped in since the token lookup, take the join path.
-    if not coalesced and not (
-        heartbeat
-        and NodeSession.objects.filter(node_id=node.id, left_at__isnull=True, daemon_version=daemon_version).update(
-            last_seen_at=now, protocol_version=protocol_version
-        )
-    ):
-        _session_join(node_id=node.id, daemon_version=daemon_version, protocol_version=protocol_version, now=now)
-        heartbeat = False
-    pulse_heard(now=now)
-    return SessionReport(
-        spec=node.spec,
-        commands=commands_pending(node_id=node.id),
-        heartbeat_seconds=heartbeat_seconds(),
-        joined=not heartbeat,
-        node_id=node.id,
-    )
-
-
-@transaction.atomic
-def _session_join(*, node_id: UUID, daemon_version: str, protocol_version: int, now: datetime) -> None:
-    session = NodeSession.objects.select_for_update().filter(node_id=node_id).first()
-    if session is None:
-        try:
-            with transaction.atomic():
-                NodeSession.objects.create(
-                    node_id=node_id,
-                    daemon_version=daemon_version,
-                    protocol_version=protocol_version,
-                    joined_at=now,
-                    last_seen_at=now,
-                )
-            previous_version = None
-        except IntegrityError:
-            # Two first joins at once: the other one created it; lock it and go on as a rejoin.
-            session = NodeSession.objects.select_for_update().get(node_id=node_id)
-    if session is not None:
-        joined = session.left_at is not None
-        previous_version = session.daemon_version
-        if not joined and previous_version == daemon_version:
-            # A concurrent request already recorded this; it is a heartbeat now.
-            NodeSession.objects.filter(pk=session.pk).update(last_seen_at=now, protocol_version=protocol_version)
-            return
-        NodeSession.objects.filter(pk=session.pk).update(
-            daemon_version=daemon_version,
-            protocol_version=protocol_version,
-            joined_at=now,
-            last_seen_at=now,
-            left_at=None,
-        )
-    done = commands_complete_upgrade(node_id=node_id, version=daemon_version, now=now)
-    _session_joined(
-        node_id=node_id,
+    report = _session_report(
+        token_hash=node.agent_token_hash,
         daemon_version=daemon_version,
         protocol_version=protocol_version,
-        previous_version=previous_version,
-        upgrade_commands_done=done,
+        now=now,
+        always=refused is not None,
     )
+    if report is None:  # deleted since it was loaded
+        raise Node.DoesNotExist(f"node {node.id} is gone")
+    return report
 
 
 def _session_joined(
@@ -296,16 +219,24 @@ def agent_session_report_for_token(
     """``agent_session_report`` for the node whose agent token hashes to ``token_hash`` (a join, a version change or
     a heartbeat, without a refusal); None, and nothing written, when the token is unknown.
 
-    On PostgreSQL, one statement (``session_statements.JOIN_SQL``) and the plug-ins' notice after its commit.
+    One statement (``session_statements.JOIN_SQL``) and the plug-ins' notice after its commit.
     """
-    if connection.vendor != "postgresql":
-        return _report_orm(
-            token_hash=token_hash, daemon_version=daemon_version, protocol_version=protocol_version, now=now
-        )
-    now = now or timezone.now()
+    return _session_report(
+        token_hash=token_hash,
+        daemon_version=daemon_version,
+        protocol_version=protocol_version,
+        now=now or timezone.now(),
+        always=False,
+    )
+
+
+def _session_report(
+    *, token_hash: str, daemon_version: str, protocol_version: int, now: datetime, always: bool
+) -> SessionReport | None:
+    """``JOIN_SQL``; ``always``: the session row is written even when a heartbeat's write would be coalesced."""
     seconds = heartbeat_seconds()
     params = _statement_params(token_hash, daemon_version, protocol_version, now, seconds)
-    params.update(done=Command.State.DONE, open=list(OPEN_STATES), upgrade=Command.Kind.DAEMON_UPGRADE)
+    params.update(done=Command.State.DONE, open=list(OPEN_STATES), upgrade=Command.Kind.DAEMON_UPGRADE, always=always)
     with prepared_cursor() as cursor:
         cursor.execute(JOIN_SQL, params)
         row = cursor.fetchone()
@@ -325,31 +256,15 @@ def agent_session_report_for_token(
     )
 
 
-def _report_orm(
-    *, token_hash: str, daemon_version: str, protocol_version: int, now: datetime | None
-) -> SessionReport | None:
-    node = agent_node(token_hash=token_hash)
-    if node is None:
-        return None
-    return agent_session_report(node=node, daemon_version=daemon_version, protocol_version=protocol_version, now=now)
-
-
 def agent_session_leave(*, node: Node, now: datetime | None = None) -> bool:
     """The agent is going down: the node is offline until it joins again. Idempotent; one UPDATE."""
-    return bool(NodeSession.objects.filter(node_id=node.id, left_at__isnull=True).update(left_at=now or timezone.now()))
+    return bool(agent_session_leave_for_token(token_hash=node.agent_token_hash, now=now))
 
 
 def agent_session_leave_for_token(*, token_hash: str, now: datetime | None = None) -> bool | None:
     """``agent_session_leave`` for the node whose agent token hashes to ``token_hash``; None, and nothing written,
     when the token is unknown."""
-    if connection.vendor != "postgresql":
-        return _leave_orm(token_hash=token_hash, now=now)
     with prepared_cursor() as cursor:  # one statement: every node leaves once per upgrade
         cursor.execute(LEAVE_SQL, {"token_hash": token_hash, "now": now or timezone.now()})
         row = cursor.fetchone()
     return None if row is None else bool(row[0])
-
-
-def _leave_orm(*, token_hash: str, now: datetime | None) -> bool | None:
-    node = Node.objects.filter(agent_token_hash=token_hash).only("id").first()
-    return None if node is None else agent_session_leave(node=node, now=now)

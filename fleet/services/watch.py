@@ -26,19 +26,16 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 from uuid import UUID
 
-from django.db import connection
-from django.db.models import Q
 from django.utils import timezone
 
 from core.statements import prepared_cursor
-from fleet.models import Command, Node, NodeSession
+from fleet.models import Command, Node
 from fleet.plugins import session_fields
 from fleet.services.commands import commands_pending
 from fleet.services.liveness import pulse_heard
-from fleet.services.nodes import heartbeat_seconds, node_session
+from fleet.services.nodes import heartbeat_seconds
 from fleet.services.session_statements import HELD_READ_SQL, HELD_TOUCH_SQL
 from fleet.services.sessions import SessionReport
 
@@ -85,25 +82,13 @@ def held_sessions_touch(*, node_ids: Iterable[UUID], now: datetime | None = None
         return 0
     now = now or timezone.now()
     due = _touch_due(now)
-    if connection.vendor == "postgresql":
-        # The ids as one array parameter: as ``node_id__in``, each of a process's thousands was a placeholder that
-        # Django and psycopg processed one by one, a fifth of an idle web tier's CPU (docs/benchmarks.md).
-        with prepared_cursor() as cursor:
-            cursor.execute(HELD_TOUCH_SQL, {"node_ids": ids, "now": now, "due": due})
-            touched: int = cursor.rowcount
-    else:
-        touched = _touch_orm(ids, now=now, due=due)
+    # The ids as one array parameter: as ``node_id__in``, each of a process's thousands was a placeholder that
+    # Django and psycopg processed one by one, a fifth of an idle web tier's CPU (docs/benchmarks.md).
+    with prepared_cursor() as cursor:
+        cursor.execute(HELD_TOUCH_SQL, {"node_ids": ids, "now": now, "due": due})
+        touched: int = cursor.rowcount
     pulse_heard(now=now)
     return touched
-
-
-def _touch_orm(node_ids: list[UUID], *, now: datetime, due: datetime) -> int:
-    """``held_sessions_touch``'s UPDATE elsewhere than on PostgreSQL (SQLite, the demo)."""
-    return (
-        NodeSession.objects.filter(node_id__in=node_ids, left_at__isnull=True)
-        .filter(Q(last_seen_at__lte=due) | Q(last_seen_at__gt=now))
-        .update(last_seen_at=now)
-    )
 
 
 @dataclass(frozen=True)
@@ -137,8 +122,6 @@ def held_sessions_read(*, token_hashes: Sequence[str]) -> dict[str, HeldRead]:
         return {}
     fields = session_fields()
     seconds = heartbeat_seconds()
-    if connection.vendor != "postgresql":
-        return _held_read_orm(token_hashes, fields, seconds)
     with prepared_cursor() as cursor:
         cursor.execute(HELD_READ_SQL, {"token_hashes": list(token_hashes), "pending": Command.State.PENDING})
         rows = cursor.fetchall()
@@ -153,30 +136,6 @@ def held_sessions_read(*, token_hashes: Sequence[str]) -> dict[str, HeldRead]:
             fields=fields,
         )
         reads[token_hash] = HeldRead(node_id, report, daemon_version, protocol_version, left_at, last_seen_at)
-    return reads
-
-
-def _held_read_orm(token_hashes: Sequence[str], fields: dict[str, Any], seconds: int) -> dict[str, HeldRead]:
-    """``held_sessions_read`` elsewhere than on PostgreSQL (SQLite, the demo): a query per node."""
-    reads = {}
-    for node in Node.objects.select_related("session").filter(agent_token_hash__in=token_hashes):
-        session = node_session(node)
-        report = SessionReport(
-            spec=node.spec,
-            commands=commands_pending(node_id=node.id),
-            heartbeat_seconds=seconds,
-            joined=False,
-            node_id=node.id,
-            fields=fields,
-        )
-        reads[node.agent_token_hash] = HeldRead(
-            node.id,
-            report,
-            session.daemon_version if session else None,
-            session.protocol_version if session else None,
-            session.left_at if session else None,
-            session.last_seen_at if session else None,
-        )
     return reads
 
 

@@ -18,12 +18,9 @@ from fleet.watch.hub import WatchHub
 _DJANGO_ONLY = ("cursor_factory", "context", "prepare_threshold")
 
 
-def listen_conninfo() -> dict[str, Any] | None:
-    """How the hub connects to LISTEN: the default database's parameters, named in pg_stat_activity; None off
-    PostgreSQL."""
+def listen_conninfo() -> dict[str, Any]:
+    """How the hub connects to LISTEN: the default database's parameters, named in pg_stat_activity."""
     database = connections["default"]
-    if database.vendor != "postgresql":
-        return None
     params = {k: v for k, v in database.get_connection_params().items() if k not in _DJANGO_ONLY}
     # TCP keepalives: a peer that vanished (no RST, no FIN) is noticed by the kernel within about a minute.
     keepalives = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}

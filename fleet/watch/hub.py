@@ -17,9 +17,6 @@ psycopg keeps what arrives during the ping for the next ``notifies()`` (since 3.
 
 The hub also keeps what the process last read for each watching agent (``known``, fleet/watch/known.py): a
 notification for a node drops its read, a lost subscription all of them.
-
-Without PostgreSQL (the SQLite demo) there is nothing to LISTEN to: every held request is woken once a second
-to read its revision again.
 """
 
 from __future__ import annotations
@@ -49,17 +46,15 @@ LISTENING = Gauge(
 )
 #: A notification is remembered this long: a request that read its revision just before it still sees it.
 RECENT_SECONDS = 10.0
-#: Without NOTIFY (not PostgreSQL): held requests read their revision again this often.
-POLL_SECONDS = 1.0
 
 
 class WatchHub:
     """Wakes held requests when their node changes. Use from one event loop (the web process's)."""
 
     def __init__(
-        self, *, conninfo: dict[str, Any] | None, channel: str, reconnect_seconds: float, ping_seconds: float = 30
+        self, *, conninfo: dict[str, Any], channel: str, reconnect_seconds: float, ping_seconds: float = 30
     ) -> None:
-        self.conninfo = conninfo  # None: no NOTIFY here, poll
+        self.conninfo = conninfo
         self.channel = channel
         self.reconnect_seconds = reconnect_seconds
         self.ping_seconds = ping_seconds
@@ -84,10 +79,8 @@ class WatchHub:
         the first requests, which read their revision after this, cannot miss a later change. Afterwards this
         returns at once: while a lost subscription is restored, requests are held anyway (answered at wait)."""
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(
-                self._listen_forever() if self.conninfo is not None else self._poll_forever(), name="watch-hub"
-            )
-        if self.conninfo is not None and not self._ever_subscribed:
+            self._task = asyncio.get_running_loop().create_task(self._listen_forever(), name="watch-hub")
+        if not self._ever_subscribed:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._subscribed.wait(), timeout)
 
@@ -102,7 +95,6 @@ class WatchHub:
             self._task = None
 
     async def _listen_forever(self) -> None:
-        assert self.conninfo is not None
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(**self.conninfo, autocommit=True) as conn:
@@ -119,23 +111,16 @@ class WatchHub:
                 self._set_listening(False)
             await asyncio.sleep(self.reconnect_seconds)
 
-    async def _poll_forever(self) -> None:
-        self._set_listening(True)
-        while True:
-            await asyncio.sleep(POLL_SECONDS)
-            for node_id in list(self._waiters):
-                self._wake(node_id)
-
     def _set_listening(self, listening: bool) -> None:
         self.listening = listening
-        self._listening_since = asyncio.get_running_loop().time() if listening and self.conninfo else math.inf
+        self._listening_since = asyncio.get_running_loop().time() if listening else math.inf
         LISTENING.set(1 if listening else 0)
         if not listening:
             self.known.forget_all()  # what was read before may have changed unnotified
         if listening:
             self._ever_subscribed = True
             self._subscribed.set()
-            if self.conninfo is not None and self._waiters:
+            if self._waiters:
                 self._resyncing = asyncio.get_running_loop().create_task(self._resync(), name="watch-resync")
         else:
             self._subscribed.clear()

@@ -25,7 +25,7 @@ from decimal import Decimal
 from uuid import UUID
 
 import structlog
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Count, Max
 from django.utils import timezone
 
@@ -202,7 +202,7 @@ def rollout_tick(*, rollout_id: UUID | str, wait: bool = True) -> TickResult | N
         result = _rollout_tick_unless_held(rollout_id=rollout_id)
         if result is not None:
             return result
-        if not wait or connection.vendor != "postgresql" or attempt == TICK_ATTEMPTS:
+        if not wait or attempt == TICK_ATTEMPTS:
             break
         if not holder_awaited(rollout_id=rollout_id):
             return None

@@ -54,7 +54,6 @@ from rollout.services.rollouts import audit_rollout
 
 log = structlog.get_logger("rollout")
 
-BULK_BATCH = 5000
 ECHOED_IDS = 10  # unknown ids named in an error body
 
 
@@ -249,40 +248,24 @@ def _insert_upgrades(
 
     Rows are inserted in node id order (positions stay shuffled): two creates over the same nodes
     then meet at the one-writer index in the same order, and one waits for the other instead of
-    deadlocking. On PostgreSQL one ``INSERT ... SELECT FROM unnest(...)`` of four arrays (sorted by
+    deadlocking. One ``INSERT ... SELECT FROM unnest(...)`` of four arrays (sorted by
     the database): no model instances, one statement, close to the raw INSERT ... SELECT
-    (docs/benchmarks.md). Elsewhere (SQLite, the demo) ``bulk_create`` in batches.
+    (docs/benchmarks.md).
     """
-    if connection.vendor == "postgresql":
-        pool_text = {pool_id: str(pool_id) for pool_id in set(pool_of.values())}
-        with connection.cursor() as cursor:
-            cursor.execute(
-                _INSERT_UPGRADES_SQL,
-                [
-                    rollout.id,
-                    NodeUpgrade.State.PENDING,
-                    version,
-                    _array(order),
-                    _array(pool_text[pool_of[node_id]] for node_id in order),
-                    _array(wave_of_position),
-                    _array(range(len(order))),
-                ],
-            )
-        return
-    NodeUpgrade.objects.bulk_create(
-        (
-            NodeUpgrade(
-                rollout=rollout,
-                node_id=node_id,
-                pool_id=pool_of[node_id],
-                wave=wave_of_position[position],
-                position=position,
-                target_version=version,
-            )
-            for position, node_id in sorted(enumerate(order), key=lambda item: item[1].int)
-        ),
-        batch_size=BULK_BATCH,
-    )
+    pool_text = {pool_id: str(pool_id) for pool_id in set(pool_of.values())}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _INSERT_UPGRADES_SQL,
+            [
+                rollout.id,
+                NodeUpgrade.State.PENDING,
+                version,
+                _array(order),
+                _array(pool_text[pool_of[node_id]] for node_id in order),
+                _array(wave_of_position),
+                _array(range(len(order))),
+            ],
+        )
 
 
 def rollout_create(

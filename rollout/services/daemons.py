@@ -113,14 +113,10 @@ class DaemonWithoutRelease(Func):
 
     output_field = JSONField()
 
-    def as_postgresql(self, compiler: Any, connection: Any, **extra_context: Any) -> tuple[str, Any]:
+    def as_sql(self, compiler: Any, connection: Any, **extra_context: Any) -> tuple[str, Any]:  # type: ignore[override]
         daemon, params = compiler.compile(self.source_expressions[0])
         sql = f"CASE WHEN jsonb_typeof({daemon}) = 'object' THEN {daemon} - 'release' ELSE {daemon} END"
         return sql, (*params, *params, *params)
-
-    def as_sqlite(self, compiler: Any, connection: Any, **extra_context: Any) -> tuple[str, Any]:
-        daemon, params = compiler.compile(self.source_expressions[0])
-        return f"json_remove({daemon}, '$.release')", tuple(params)
 
 
 def previous_daemon() -> Subquery:

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 import structlog
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Exists, Min, OuterRef
 from django.utils import timezone
 
@@ -76,11 +76,11 @@ def node_upgrade_settle_reported(*, node_id: UUID, daemon_version: str) -> bool:
     the settle committed, and nothing asked again. Asked after the commit, a queued tick that it finds
     starts after that commit, so it sees the settle.
     """
-    if connection.vendor == "postgresql":  # the common case in one statement; the others by the ORM path
-        rollout_id = succeed_rejoined(node_id=node_id, version=daemon_version, at=timezone.now())
-        if rollout_id is not None:
-            rollout_request_tick(rollout_id=rollout_id)
-            return True
+    # The common case (no readiness to prove, the row not held by a tick) in one statement; the others below.
+    rollout_id = succeed_rejoined(node_id=node_id, version=daemon_version, at=timezone.now())
+    if rollout_id is not None:
+        rollout_request_tick(rollout_id=rollout_id)
+        return True
     return _settle_reported_orm(node_id=node_id, daemon_version=daemon_version)
 
 

@@ -10,7 +10,7 @@ from django.db import OperationalError, connection, transaction
 from core.statements import prepared_cursor
 from rollout.dispatch import TICK_TASK, publish_on_commit
 from rollout.locks import advisory_lock_tried, tick_waiter_key
-from rollout.models import Rollout, TickRequest
+from rollout.models import Rollout
 from rollout.services.statements import ASK_TICK_SQL
 
 log = structlog.get_logger("rollout")
@@ -28,20 +28,10 @@ def rollout_request_tick(*, rollout_id: UUID | str, countdown: float = 0.0) -> N
 
 def tick_request_raise(*, rollout_id: UUID | str) -> bool:
     """Flip the rollout's tick request from idle to queued; whether this call flipped it (and so must send the
-    tick). Only while the rollout is active or paused. On PostgreSQL one prepared statement."""
-    if connection.vendor != "postgresql":
-        return _raise_orm(rollout_id=rollout_id)
+    tick). Only while the rollout is active or paused. One prepared statement."""
     with prepared_cursor() as cursor:
         cursor.execute(ASK_TICK_SQL, {"rollout": rollout_id, "asking": list(Rollout.ACTIVE_STATES)})
         return cursor.fetchone() is not None
-
-
-def _raise_orm(*, rollout_id: UUID | str) -> bool:
-    return bool(
-        TickRequest.objects.filter(
-            rollout_id=rollout_id, queued=False, rollout__state__in=Rollout.ACTIVE_STATES
-        ).update(queued=True)
-    )
 
 
 #: How long an asked tick waits for the tick that holds its rollout before asking again a second later.

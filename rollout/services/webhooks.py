@@ -115,9 +115,8 @@ def webhook_delete(*, tenant: Tenant, webhook_id: UUID | str, actor: Actor | Non
 # --- deliveries -----------------------------------------------------------------------------
 def deliveries_create(*, event: RolloutEvent, rollout: Rollout) -> int:
     """In the event's transaction: a pending delivery per subscribed webhook, each published after commit."""
-    # Filtered in Python: few webhooks per tenant, and JSON containment is not portable to SQLite.
-    subscribed = Webhook.objects.filter(tenant_id=rollout.tenant_id).only("id", "events")
-    webhooks = [webhook for webhook in subscribed if event.kind in webhook.events]
+    # jsonb containment: the tenant's webhooks whose events list holds this kind.
+    webhooks = list(Webhook.objects.filter(tenant_id=rollout.tenant_id, events__contains=[event.kind]).only("id"))
     if not webhooks:
         return 0
     now = timezone.now()

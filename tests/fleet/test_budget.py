@@ -105,8 +105,7 @@ def test_pool_budget_is_two_queries_whatever_the_pool_size(tenant, disruption_so
         with transaction.atomic(), CaptureQueriesContext(connection) as queries:
             pool_budget(pool_id=pool_id, lock=True)
         assert len(queries) == 2
-        if connection.vendor == "postgresql":
-            assert "FOR NO KEY UPDATE" in queries[0]["sql"]
+        assert "FOR NO KEY UPDATE" in queries[0]["sql"]
     assert pool_budget(pool_id=large.id).disrupted == 50
 
 

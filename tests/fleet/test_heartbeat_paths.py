@@ -1,13 +1,12 @@
-"""The heartbeat's two paths are one rule: the one SQL statement (PostgreSQL) and the ORM path (SQLite, the demo).
+"""The plain heartbeat's one statement against its rules (tests/fleet/session_rules.py restates them).
 
-``agent_heartbeat`` runs ``_HEARTBEAT_SQL`` on PostgreSQL and ``_heartbeat_orm`` (``agent_session_report``,
-``pulse_heard``) elsewhere: the coalesced ``last_seen_at`` write (docs/fleet.md#watch, module docstring of
-fleet/services/sessions.py) and the fleet pulse (fleet/services/liveness.py) are written twice. Hypothesis draws
-a node's state around every boundary of those rules (session none, open or left, on the reported version or
-another; ``last_seen_at`` long ago, at the interval, just under it, ahead of now; protocol version the same or
-changed; pending and settled commands; the pulse row missing, heard just now, at the one-second throttle, at the
-gap, before it, ahead) and runs both paths on the same state, each in a savepoint rolled back before the other
-runs. Their outcomes must be identical: the report (or None), the session row and the pulse row after.
+``agent_heartbeat`` runs ``HEARTBEAT_SQL`` (fleet/services/session_statements.py): the coalesced ``last_seen_at``
+write (docs/fleet.md#watch, module docstring of fleet/services/sessions.py) and the fleet pulse
+(fleet/services/liveness.py). Hypothesis draws a node's state around every boundary of those rules (session none,
+open or left, on the reported version or another; ``last_seen_at`` long ago, at the interval, just under it, ahead
+of now; protocol version the same or changed; pending and settled commands; the pulse row missing, heard just now,
+at the one-second throttle, at the gap, before it, ahead) and runs the statement on it in a savepoint rolled back
+afterwards. Its outcome must be what the rules say: the report (or None), the session row and the pulse row after.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -26,10 +25,11 @@ from fleet.models import Command, FleetPulse, NodeSession
 from fleet.services import liveness
 from fleet.services.liveness import GAP_HEARTBEATS, PULSE_EVERY
 from fleet.services.nodes import heartbeat_seconds
-from fleet.services.sessions import SessionReport, _heartbeat_orm, agent_heartbeat
-from fleet.services.watch import _held_read_orm, _touch_orm, held_sessions_read, held_sessions_touch, touched_within
+from fleet.services.sessions import SessionReport, agent_heartbeat
+from fleet.services.watch import held_sessions_read, held_sessions_touch, touched_within
 from tests.fleet.conftest import make_node
 from tests.fleet.node_states import NOW, PROTOCOL, TICK, VERSION, write_node_state
+from tests.fleet.session_rules import heartbeat_after, rows_before
 
 pytestmark = pytest.mark.django_db
 
@@ -109,8 +109,7 @@ def _state(**changes: Any) -> NodeState:
     return NodeState(**{**vars(base), **changes})
 
 
-def test_the_statement_and_the_orm_path_agree(pool):
-    assert connection.vendor == "postgresql"  # agent_heartbeat is the one statement only there
+def test_the_statement_follows_the_rules(pool):
     node, _ = make_node(pool, "me")
     node_id, token_hash = node.id, node.agent_token_hash
     interval = timedelta(seconds=heartbeat_seconds())
@@ -128,17 +127,20 @@ def test_the_statement_and_the_orm_path_agree(pool):
     @example(state=_state(last_seen=-TICK, pulse=-PULSE_EVERY))
     @example(state=_state(pulse=-gap, listening=-timedelta(hours=2)))
     @example(state=_state(pulse=-gap - TICK, listening=-timedelta(hours=2)))
-    # Not a plain heartbeat: nothing written by either path, the pulse included.
+    # Not a plain heartbeat: nothing written, the pulse included.
     @example(state=_state(session="left"))
     @example(state=_state(same_version=False, pulse=None))
     def same_state(state: NodeState) -> None:
         with transaction.atomic():
             write(state, node_id)
             token = token_hash if state.known_token else "0" * 64
+            before = rows_before(node_id)
             by_statement = outcome(agent_heartbeat, token_hash=token, node_id=node_id)
-            by_orm = outcome(_heartbeat_orm, token_hash=token, node_id=node_id)
             transaction.set_rollback(True)
-        assert by_statement == by_orm
+        # An unknown token: nothing answered, nothing written.
+        expected = heartbeat_after(node_id, state.spec, before) if state.known_token else (None, before[0], before[2])
+        session = None if by_statement[1] is None else {k: v for k, v in by_statement[1].items() if k != "id"}
+        assert (by_statement[0], session, by_statement[2]) == expected
         report, session, pulse = by_statement
         seen.add(("answered", report is not None))
         seen.add(("seen written", session is not None and session["last_seen_at"] == NOW))
@@ -150,14 +152,14 @@ def test_the_statement_and_the_orm_path_agree(pool):
     seen: set[tuple[str, bool]] = set()
     same_state()
     assert not NodeSession.objects.exists()  # every example rolled its savepoint back
-    # Both sides of every rule were reached: the agreement is not that of two paths that never write.
+    # Both sides of every rule were reached: the agreement is not that of a statement that never writes.
     assert seen == {(what, done) for what, _ in seen for done in (False, True)}, sorted(seen)
 
 
 def test_a_wake_s_read_answers_as_the_heartbeat_would_and_writes_nothing(pool):
     """``held_sessions_read`` (a woken held request's read, several in one statement): where it reads a plain
     heartbeat's session, the heartbeat would answer the same spec and commands; where the heartbeat would not be a
-    plain one, neither is the read; it writes nothing; the ORM path (SQLite's) reads the same."""
+    plain one, neither is the read; it writes nothing."""
     node, _ = make_node(pool, "me")
     node_id, token_hash = node.id, node.agent_token_hash
 
@@ -174,12 +176,10 @@ def test_a_wake_s_read_answers_as_the_heartbeat_would_and_writes_nothing(pool):
             before = NodeSession.objects.filter(node_id=node_id).values().first(), FleetPulse.objects.values().first()
             reads = held_sessions_read(token_hashes=[token, "f" * 64])
             after = NodeSession.objects.filter(node_id=node_id).values().first(), FleetPulse.objects.values().first()
-            by_orm = _held_read_orm([token, "f" * 64], reads[token].report.fields if reads else {}, heartbeat_seconds())
             heartbeat, _, _ = outcome(agent_heartbeat, token_hash=token, node_id=node_id)
             transaction.set_rollback(True)
         assert after == before
         assert set(reads) == ({token} if state.known_token else set())
-        assert reads == by_orm
         read = reads.get(token)
         plain = read is not None and read.is_plain_heartbeat(VERSION, PROTOCOL)
         seen.add(plain)
@@ -197,9 +197,9 @@ def test_a_wake_s_read_answers_as_the_heartbeat_would_and_writes_nothing(pool):
     assert seen == {False, True}
 
 
-def test_the_held_nodes_touch_writes_the_same_sessions_on_both_paths(pool):
+def test_the_held_nodes_touch_writes_the_sessions_that_are_due(pool):
     """``held_sessions_touch``: open sessions of the given nodes whose last_seen_at is due (about half an interval
-    old) or ahead of now; the statement (an array of ids) and the ORM path (SQLite's) write the same rows."""
+    old) or ahead of now, in one statement (an array of ids)."""
     due = NOW - timedelta(seconds=touched_within())
     cases = {"due": (due, None), "fresh": (due + TICK, None), "ahead": (NOW + TICK, None), "left": (due, NOW)}
     nodes = {name: make_node(pool, name)[0] for name in [*cases, "not held"]}
@@ -218,4 +218,3 @@ def test_the_held_nodes_touch_writes_the_same_sessions_on_both_paths(pool):
         return names
 
     assert written(lambda: held_sessions_touch(node_ids=held, now=NOW)) == {"due", "ahead"}
-    assert written(lambda: _touch_orm(held, now=NOW, due=due)) == {"due", "ahead"}

@@ -1,12 +1,12 @@
-"""The join's two paths are one rule: the one SQL statement (PostgreSQL) and the ORM path (SQLite, the DRF view).
+"""The join's one statement against its rules (tests/fleet/session_rules.py restates them).
 
-``agent_session_report_for_token`` runs ``JOIN_SQL`` on PostgreSQL (fleet/services/session_statements.py) and
-``_report_orm`` (``agent_session_report``, ``_session_join``, ``commands_complete_upgrade``, ``pulse_heard``)
-elsewhere. Hypothesis draws a node's state around every rule of a join (no session, an open one on the reported
-version or another, a left one; ``last_seen_at`` due or not; the protocol version the same or changed; open and
-settled daemon.upgrade commands to the reported version and to others; the fleet pulse missing, heard, at the gap)
-and runs both paths on the same state, each in a savepoint rolled back before the other runs. Their outcomes must
-be identical: the report (or None), the session row, the commands, the pulse and the plug-ins' notice.
+``agent_session_report_for_token`` (and ``agent_session_report``, the DRF view's, for a node already loaded) runs
+``JOIN_SQL`` (fleet/services/session_statements.py). Hypothesis draws a node's state around every rule of a join
+(no session, an open one on the reported version or another, a left one; ``last_seen_at`` due or not; the protocol
+version the same or changed; open and settled daemon.upgrade commands to the reported version and to others; the
+fleet pulse missing, heard, at the gap) and runs the statement on it in a savepoint rolled back afterwards. Its
+outcome must be what the rules say: the report (or None), the session row, the commands, the pulse and the
+plug-ins' notice.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -26,14 +26,10 @@ from fleet.plugins import node_session_reported
 from fleet.services import liveness
 from fleet.services.liveness import GAP_HEARTBEATS
 from fleet.services.nodes import heartbeat_seconds
-from fleet.services.sessions import (
-    _leave_orm,
-    _report_orm,
-    agent_session_leave_for_token,
-    agent_session_report_for_token,
-)
+from fleet.services.sessions import agent_session_leave_for_token, agent_session_report_for_token
 from tests.fleet.conftest import make_node
 from tests.fleet.node_states import NOW, PROTOCOL, TICK, VERSION, write_node_state
+from tests.fleet.session_rules import join_after, rows_before
 
 pytestmark = pytest.mark.django_db(transaction=False)
 
@@ -105,14 +101,17 @@ def outcome(path, *, token_hash: str, node_id: UUID, capture) -> tuple[Any, ...]
     return report, session, commands, pulse, notices
 
 
+def _id(command: dict[str, Any]) -> Any:
+    return command["id"]
+
+
 def _state(**changes: Any) -> JoinState:
     """A left session on the reported version; the pulse heard a minute ago."""
     base = JoinState("left", True, -timedelta(minutes=1), True, (), -timedelta(minutes=1), {}, True)
     return JoinState(**{**vars(base), **changes})
 
 
-def test_the_statement_and_the_orm_path_agree(pool, django_capture_on_commit_callbacks):
-    assert connection.vendor == "postgresql"  # the join is the one statement only there
+def test_the_statement_follows_the_rules(pool, django_capture_on_commit_callbacks):
     node, _ = make_node(pool, "me")
     node_id, token_hash = node.id, node.agent_token_hash
     interval = timedelta(seconds=heartbeat_seconds())
@@ -131,10 +130,15 @@ def test_the_statement_and_the_orm_path_agree(pool, django_capture_on_commit_cal
             write(state, node_id)
             token = token_hash if state.known_token else "0" * 64
             kwargs = {"token_hash": token, "node_id": node_id, "capture": django_capture_on_commit_callbacks}
+            before = rows_before(node_id)
             by_statement = outcome(agent_session_report_for_token, **kwargs)
-            by_orm = outcome(_report_orm, **kwargs)
             transaction.set_rollback(True)
-        assert by_statement == by_orm
+        if state.known_token:
+            expected = join_after(node_id, state.spec, before)
+        else:  # an unknown token: nothing answered, nothing written, nobody told
+            unchanged = [{"state": c["state"], "completed_at": c["completed_at"]} for c in sorted(before[1], key=_id)]
+            expected = (None, before[0], unchanged, before[2], [])
+        assert by_statement == expected
         report, session, commands, _, notices = by_statement
         seen.add(("answered", report is not None))
         seen.add(("joined", report is not None and report.joined))
@@ -146,12 +150,12 @@ def test_the_statement_and_the_orm_path_agree(pool, django_capture_on_commit_cal
     seen: set[tuple[str, bool]] = set()
     same_state()
     assert not NodeSession.objects.exists()  # every example rolled its savepoint back
-    # Both sides of every rule were reached: the agreement is not that of two paths that never write.
+    # Both sides of every rule were reached: the agreement is not that of a statement that never writes.
     assert seen == {(what, done) for what, _ in seen for done in (False, True)}, sorted(seen)
 
 
 @pytest.mark.parametrize("session", ["open", "left", "none", "unknown token"])
-def test_a_leave_is_one_statement_with_the_orm_path_s_outcome(pool, session, django_assert_num_queries):
+def test_a_leave_is_one_statement(pool, session, django_assert_num_queries):
     """``agent_session_leave_for_token``: None for an unknown token, else whether an open session was closed."""
     node, _ = make_node(pool, "me")
     if session != "none":
@@ -169,7 +173,7 @@ def test_a_leave_is_one_statement_with_the_orm_path_s_outcome(pool, session, dja
         with django_assert_num_queries(1):
             agent_session_leave_for_token(token_hash=token, now=NOW)
         transaction.set_rollback(True)
-    orm = leave(_leave_orm)
-    assert leave(agent_session_leave_for_token) == orm
-    expected = {"open": True, "left": False, "none": False, "unknown token": None}[session]
-    assert orm[0] is expected
+    answer, left_at = leave(agent_session_leave_for_token)
+    assert answer is {"open": True, "left": False, "none": False, "unknown token": None}[session]
+    # An open session is closed now; a left one keeps when it left; none stays none.
+    assert left_at == {"open": NOW, "left": NOW - timedelta(minutes=1), "none": None, "unknown token": None}[session]

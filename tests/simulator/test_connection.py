@@ -4,6 +4,7 @@ connection for its calls, every way an HTTP/1.1 answer may be framed, and httpx'
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import socket
@@ -29,6 +30,7 @@ class Server:
         self.connections = 0
         self.requests: list[tuple[bytes, bytes]] = []
         self.server: asyncio.Server | None = None
+        self.closed = asyncio.Event()  # set once the server has closed a connection (its socket shut)
 
     async def __aenter__(self) -> Server:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -65,6 +67,9 @@ class Server:
             pass
         finally:
             writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+            self.closed.set()
 
 
 def run(scenario: Callable[..., Awaitable[None]]) -> Callable[..., None]:
@@ -147,7 +152,7 @@ async def test_a_connection_the_server_closed_while_idle_is_replaced_once_unnoti
     async with Server(ok, close_after_each=True) as server:
         agent = connection(server.url)
         assert (await agent.request("GET", "/")).content == b"ok"
-        await asyncio.sleep(0.1)  # the server has closed it
+        await asyncio.wait_for(server.closed.wait(), timeout=5)  # the server has closed it
         assert (await agent.request("POST", "/", json={})).content == b"ok"
         agent.close()
     assert server.connections == 2

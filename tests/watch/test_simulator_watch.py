@@ -1,9 +1,7 @@
-"""The simulator's ``--watch`` against the real web tier: agents hold their session requests, send almost nothing
-while nothing changes, and see a new spec within a second of its commit."""
+"""The simulator's ``--watch`` against the real web tier: agents hold their session requests, send nothing more
+while nothing changes, and see a new spec in the answer to the request they hold."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 
@@ -28,12 +26,10 @@ def test_watching_agents_are_quiet_until_a_change_then_see_it_at_once(server, ag
         assert running.wait_for(lambda f: f.online_count() == 20, timeout=15)
         server.wait_held(20)
         quiet_from = fleet.stats.heartbeats
-        time.sleep(1.5)  # a window in which polling agents would have beaten; watching ones send nothing
-        assert fleet.stats.heartbeats == quiet_from
-        committed_at = time.monotonic()
         nodes_set_daemon(node_ids=[agent.node.id for agent in made], daemon=DAEMON)
         assert running.wait_for(lambda f: all(a.spec == {"daemon": DAEMON} for a in f.agents), timeout=5)
-        seen_after = time.monotonic() - committed_at
+        # Each agent got the change in the answer to the request it held, and sent nothing else meanwhile.
+        assert fleet.stats.heartbeats - quiet_from == 20
         server.wait_held(20)  # and they watch again
-    assert seen_after < 1.0, f"all 20 agents had the new spec {seen_after:.3f} s after the commit"
+    # How soon a held agent sees a commit is measured, not asserted: `python -m benchmarks watch` (its wake).
     assert fleet.stats.errors == 0
