@@ -2,7 +2,7 @@
 
 ``fleet/services/sessions.py`` runs the first three (``agent_heartbeat``, ``agent_session_report_for_token``,
 ``agent_session_leave_for_token``), ``fleet/services/watch.py`` the others. Their rules are written here once:
-when ``last_seen_at`` is written (``LAST_SEEN_DUE``), and the fleet pulse (``fleet/services/liveness.py``
+when ``last_seen_at`` is written (``last_seen_due_sql``), and the fleet pulse (``fleet/services/liveness.py``
 ``pulse_ctes``). tests/fleet/test_heartbeat_paths.py and tests/fleet/test_join_paths.py hold the statements to
 those rules over generated states. Why one statement: a fleet's agents call these constantly (a heartbeat each
 interval, a join after every restart), and each query through the ORM costs the web tier more CPU than

@@ -19,7 +19,7 @@ commands to that version (self-terminating), and sends
 ``fleet.plugins.node_session_reported`` after the commit: one statement too
 (``agent_session_report_for_token``; ``agent_session_report`` for a node already
 loaded, which also takes refusals). The statements are in ``session_statements.py``;
-the "``last_seen_at`` is due" rule is written once there (``LAST_SEEN_DUE``), and
+the "``last_seen_at`` is due" rule is written once there (``last_seen_due_sql``), and
 ``last_seen_due`` reads it over a session already in memory (the async front's).
 """
 
@@ -70,7 +70,7 @@ class SessionReport:
 
 def last_seen_due(*, last_seen_at: datetime, now: datetime) -> bool:
     """Whether a plain heartbeat at ``now`` writes ``last_seen_at``, for a session read already (the async front's):
-    ``session_statements.LAST_SEEN_DUE`` with ``due`` one heartbeat interval before ``now``."""
+    ``session_statements.last_seen_due_sql`` with ``due`` one heartbeat interval before ``now``."""
     return last_seen_at <= now - timedelta(seconds=heartbeat_seconds()) or last_seen_at > now
 
 
