@@ -4,7 +4,7 @@
 Django's views) download a binary through nginx while 40 simulated agents heartbeat every second: every
 agent heartbeats twice while the downloads run and none fails, every download completes with the right bytes,
 and no download held the application server for more than a moment (nginx's account of each request's upstream
-time: X-Accel-Redirect, not the transfer). How fast the heartbeats stay meanwhile (their p99, their rate against
+time: X-Accel-Redirect, a fraction of the transfer's). How fast the heartbeats stay meanwhile (their p99, their rate against
 a calm window) is measured, not asserted: `python -m benchmarks delivery` (docs/benchmarks.md).
 
 Scaled down from the rule's 24 MiB to 8 MiB (the transfers last 8 s) to finish in well under a
@@ -84,4 +84,7 @@ def test_downloads_through_nginx_leave_heartbeats_on_time(web_tier, delivery_set
         held = [seconds for path, seconds in map(upstream_seconds, log) if path == binary.path]
     assert len(held) == CLIENTS
     assert None not in held, "a download answered by nginx alone, not handed over by Django"
-    assert max(held) < 1.0, f"a download held the application server {max(held):.3f} s"
+    # Handed over, not streamed: each transfer takes BINARY_MIB seconds at RATE; Django holds a request for far less
+    # (a moment when the machine is idle; its time, under load, is the benchmarks' to measure).
+    transfer = (BINARY_MIB << 20) / RATE
+    assert max(held) < transfer / 4, f"a download held the application server {max(held):.3f} s of {transfer:.0f} s"
