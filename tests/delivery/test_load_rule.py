@@ -4,8 +4,8 @@
 Django's views) download a binary through nginx while 40 simulated agents heartbeat every second: every
 agent heartbeats twice while the downloads run and none fails, every download completes with the right bytes,
 and no download held the application server for more than a moment (nginx's account of each request's upstream
-time: X-Accel-Redirect, a fraction of the transfer's). How fast the heartbeats stay meanwhile (their p99, their rate against
-a calm window) is measured, not asserted: `python -m benchmarks delivery` (docs/benchmarks.md).
+time: X-Accel-Redirect, a fraction of the transfer's). How fast the heartbeats stay meanwhile (their p99, their
+rate against a calm window) is measured, not asserted: `python -m benchmarks delivery` (docs/benchmarks.md).
 
 Scaled down from the rule's 24 MiB to 8 MiB (the transfers last 8 s) to finish in well under a
 minute; the property is the same: with no offload, each download holds one of Django's threads for
