@@ -179,3 +179,43 @@ def test_the_dry_run_checks_gates_too(api, tenant, releases):
     fleet(tenant, {"a": (2, "0.5")})
     response = api.post(f"{URL}?dryRun=true", {"version": "1.0.0", "gates": [PROM]}, format="json")
     assert (response.status_code, response.json()["code"]) == (400, "invalid_gate")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://93.184.215.14/health",
+        "https://[2606:2800:21f:cb07:6820:80da:af6b:8b2c]/health",
+        "https://10.0.0.1/",
+        "https://[fd00:ec2::254]/",
+        "https://[64:ff9b::a9fe:a9fe]/",  # NAT64 of the metadata address
+        "https://0x7f.1/",
+        "https://user:pw@93.184.215.14/",
+        "https://93.184.215.14/#frag",
+        "https://93.184.215.14:0/",
+        "https://vm/",
+        "https://localhost./",
+        "http://93.184.215.14/",
+    ],
+)
+def test_an_http_gate_is_refused_exactly_when_a_webhook_would_be(module_settings, url):
+    """One implementation: the gate's URL check is the webhooks' shape check and their resolution check."""
+    from core.errors import InvalidInput
+    from rollout.services.gate_spec import gate_url_check
+    from rollout.webhooks.safety import UnsafeURL, check_url, parse_url, resolve_checked
+
+    module_settings.ROLLOUT_WEBHOOKS_ALLOW_HTTP = False
+    module_settings.ROLLOUT_GATE_URL_ALLOW = ["https://", "http://"]
+    try:
+        check_url(url, allow_http=False)
+        target = parse_url(url, allow_http=False)
+        resolve_checked(target.host, target.port, allow_private=False)
+        webhook_refused = False
+    except UnsafeURL:
+        webhook_refused = True
+    if webhook_refused:
+        with pytest.raises(InvalidInput) as refused:
+            gate_url_check(url, name="h")
+        assert refused.value.code == "invalid_gate"
+    else:
+        assert gate_url_check(url, name="h") == url
