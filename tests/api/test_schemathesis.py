@@ -86,6 +86,7 @@ def seeded(live_server, settings, tenant, tmp_path):
                 "/api/compute/rollouts/{id}/": str(rollout.id),
                 "/api/compute/rollouts/{id}/nodes/": str(rollout.id),
                 "/api/compute/rollouts/{id}/events/": str(rollout.id),
+                "/api/compute/rollouts/{id}/gates/": str(rollout.id),
                 "/api/compute/rollouts/{id}/pause/": str(rollout.id),
                 "/api/compute/rollouts/{id}/resume/": str(rollout.id),
                 "/api/compute/rollouts/{id}/abort/": str(rollout.id),
