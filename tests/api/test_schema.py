@@ -255,6 +255,8 @@ def test_every_list_under_api_compute_is_paginated(schema):
     """A GET answering an array is a list: it must be one of LISTS (a new list must paginate)."""
     for path, item in schema["paths"].items():
         if path in BARE_ARRAYS:
+            body = item["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+            assert body["type"] == "array", path  # described as the plain list it is
             continue
         operation = item.get("get")
         if not path.startswith(API_PREFIX) or operation is None or "200" not in operation["responses"]:

@@ -199,7 +199,7 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
         responses={200: RolloutGateSerializer(many=True), **error_responses("RolloutGates", not_found=["not_found"])},
         description="Each gate's latest result, in the order given at create (at most 8: not paged).",
     )
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None)  # a plain list: at most 8 gates
     def gates(self, request: Request, pk: str | None = None) -> Response:
         return Response([gate_json(gate) for gate in gates_of(self.get_object())])
 
