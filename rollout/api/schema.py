@@ -72,7 +72,9 @@ register_codes(
         },
         "binary_missing": {
             "platforms": serializers.ListField(
-                child=serializers.CharField(), help_text="`linux-<arch>` platforms with no stored binary."
+                child=serializers.CharField(),
+                required=False,  # the create's 400 body is one schema for every code: only binary_missing has it
+                help_text="`linux-<arch>` platforms with no stored binary.",
             )
         },
         "sequence_not_increasing": {"highestSequence": serializers.IntegerField(required=False)},
