@@ -20,8 +20,9 @@ from demo.processes import wait_until
 pytestmark = pytest.mark.integration
 
 BASE_DIR = Path(__file__).resolve().parents[2]
-# Nothing from the test run: no DATABASE_URL (the demo starts its own PostgreSQL), no Redis, no PGHOST.
-ENV = {"PATH": "/usr/bin:/bin"}
+# Nothing from the test run (no Redis, no PGHOST), and a DATABASE_URL where no server listens: the demo and its
+# processes use the PostgreSQL it starts, never the machine's (nor whatever the caller's environment names).
+ENV = {"PATH": "/usr/bin:/bin", "DATABASE_URL": "postgres://postgres@127.0.0.1:9/not_the_demos"}
 
 
 @pytest.fixture
