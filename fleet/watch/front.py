@@ -389,7 +389,8 @@ class AgentSessionFront:
             with self.hub.holding(node_id):
                 while True:
                     remaining = deadline - loop.time()
-                    if remaining > 0 and not self.hub.notified_since(node_id, since):
+                    fresh_enough = not self.hub.notified_since(node_id, since) and not self.hub.relistened_since(since)
+                    if remaining > 0 and fresh_enough:
                         wake = self.hub.next_wake(node_id)
                         done, _ = await asyncio.wait({wake, hung_up}, timeout=remaining, return_when="FIRST_COMPLETED")
                         self.hub.forget(node_id, wake)

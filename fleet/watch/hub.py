@@ -210,6 +210,11 @@ class WatchHub:
         live all along (never in poll mode); or the process is stopping (answer now)."""
         return self.closing or self._listening_since <= moment
 
+    def relistened_since(self, moment: float) -> bool:
+        """Whether the hub listens again since ``moment`` (a read that began before may have missed a change that
+        the resync's wake, which found no waiter for it then, was for)."""
+        return self.listening and self.conninfo is not None and self._listening_since > moment
+
     def remember(self, token_hash: str, known: Known) -> None:
         """Keep a plain heartbeat's read, to hold the token's next arrival on (fleet/watch/known.py): only when the
         subscription has been live since before the read began and brought nothing for the node since."""

@@ -95,7 +95,9 @@ def test_make_web_serves_everything_heals_killed_parts_and_stops_only_on_sigterm
         "ROLLOUT_RELEASE_PINS": pin(0),
         "WEB_PORT": str(port),
         "LOG_LEVEL": "WARNING",
-        "WEB_WORKERS": "2",  # a restarted gunicorn answers once one worker loaded Django: fewer compete for 2 cores
+        # One web process: a restarted gunicorn answers once its worker loaded Django, which takes seconds of CPU;
+        # more workers loading at once on the test machine's 2 busy cores only delay the first.
+        "WEB_WORKERS": "1",
     }
     env.pop("ROLLOUT_DOWNLOADS_OFFLOAD", None)  # make web's own default: accel
     make = subprocess.Popen(

@@ -106,8 +106,13 @@ def test_listening_again_touches_the_held_nodes_then_wakes_every_held_request():
         hub._set_listening(False)  # the subscription is lost: nothing wakes them
         await asyncio.sleep(0.01)
         assert not any(wait.done() for wait in waits)
+        read_began = asyncio.get_running_loop().time()  # a request reading meanwhile, not waiting: no waiter
+        assert not hub.relistened_since(read_began)
+        await asyncio.sleep(0.001)
         hub._set_listening(True)
         await asyncio.sleep(0.01)
+        assert hub.relistened_since(read_began)  # it reads again before it waits
+        assert not hub.relistened_since(asyncio.get_running_loop().time())
         assert touched_while_held == [True]
         assert all(wait.done() for wait in waits)
         assert hub._waiters == {}
