@@ -76,6 +76,14 @@ def close_sessions(db_url: str) -> None:
         conn.execute("UPDATE fleet_nodesession SET left_at = now()")
 
 
+def held_now(port: int) -> int:
+    """The tier's held requests; 0 while its /metrics does not answer (gunicorn starting, or swamped)."""
+    try:
+        return held_gauge(port)
+    except Exception:  # httpx's errors, nginx's 503 page
+        return 0
+
+
 def tier_cpu_seconds(pid: int) -> float:
     ticks = sum(cpu_ticks(child) or 0 for child in ProcessSampler.tree(pid))
     return ticks / os.sysconf("SC_CLK_TCK")
@@ -107,9 +115,9 @@ def one_run(name: str, options: argparse.Namespace, env: dict, db_url: str, toke
         ).start(timeout=3600)
         with fleet:
             deadline = time.monotonic() + 600
-            while held_gauge(port) < len(tokens):
+            while held_now(port) < len(tokens):
                 if time.monotonic() > deadline:
-                    raise SystemExit(f"{name}: only {held_gauge(port)} of {len(tokens)} held before the restart")
+                    raise SystemExit(f"{name}: only {held_now(port)} of {len(tokens)} held before the restart")
                 time.sleep(0.5)
             before = Counter(fleet.stats.answers)
             errors_before = Counter(fleet.stats.errors_by_kind)
@@ -120,14 +128,9 @@ def one_run(name: str, options: argparse.Namespace, env: dict, db_url: str, toke
             restarted = time.monotonic()
             deadline = restarted + 600
             held = 0
-            while held < len(tokens):
+            while held < len(tokens) and time.monotonic() < deadline:
                 time.sleep(0.25)
-                try:
-                    held = held_gauge(port)
-                except Exception:  # noqa: S112 - the tier is still starting (nginx's 503)
-                    continue
-                if time.monotonic() > deadline:
-                    break
+                held = held_now(port)
             result["back"] = time.monotonic() - restarted
             result["held"] = held
             result["cpu"] = tier_cpu_seconds(tier.processes["gunicorn"].pid)
@@ -136,6 +139,7 @@ def one_run(name: str, options: argparse.Namespace, env: dict, db_url: str, toke
             errors = Counter(fleet.stats.errors_by_kind) - errors_before
             result["timeouts"] = sum(count for kind, count in errors.items() if "Timeout" in kind)
             result["errors"] = errors
+            print(f"{name}: {result}", flush=True)
     finally:
         tier.stop()
     return result
