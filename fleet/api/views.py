@@ -26,7 +26,7 @@ from fleet.services.audit import Actor
 from fleet.services.commands import command_ack
 from fleet.services.iam import Principal
 from fleet.services.labels import node_labels_set, node_selector_q, nodes_label
-from fleet.services.nodes import node_create
+from fleet.services.nodes import node_create, node_list_q
 from fleet.services.pools import pool_create, pool_update
 from fleet.services.sessions import SessionReport, agent_heartbeat, agent_session_leave, agent_session_report
 from fleet.services.watch import session_hold
@@ -52,6 +52,15 @@ def _query_id(request: Request, name: str) -> UUID | None:
         return UUID(value)
     except ValueError as exc:
         raise InvalidInput(f"{name} must be a UUID.", code="invalid_input") from exc
+
+
+def _query_bool(request: Request, name: str) -> bool | None:
+    value = request.query_params.get(name)
+    if value is None:
+        return None
+    if value not in ("true", "false"):
+        raise InvalidInput(f"{name} must be true or false.", code="invalid_input", field=name)
+    return value == "true"
 
 
 def _valid(serializer_class, request: Request) -> dict:
@@ -143,6 +152,8 @@ class NodeViewSet(TenantViewSet):
         parameters=[
             OpenApiParameter("poolId", str, description="only the nodes of this pool"),
             OpenApiParameter("selector", str, description="only the nodes whose labels match this selector"),
+            OpenApiParameter("daemonVersion", str, description="only the nodes whose agent last reported this version"),
+            OpenApiParameter("online", bool, description="`true`: only the online nodes; `false`: only the others"),
         ],
         responses={
             200: s.NodeSerializer(many=True),
@@ -151,10 +162,16 @@ class NodeViewSet(TenantViewSet):
     )
     def list(self, request: Request) -> Response:
         nodes = self._nodes().filter(node_selector_q(request.query_params.get("selector")))
-        pool_id = _query_id(request, "poolId")
-        if pool_id is not None:
-            nodes = nodes.filter(pool_id=pool_id)
         now = timezone.now()
+        # Filters combine (all must hold) and keep working across pages (docs/api.md#nodes).
+        nodes = nodes.filter(
+            node_list_q(
+                pool_id=_query_id(request, "poolId"),
+                daemon_version=request.query_params.get("daemonVersion"),
+                online=_query_bool(request, "online"),
+                now=now,
+            )
+        )
         return self.paginated_response(nodes, lambda page: s.NodeSerializer(page, many=True, context={"now": now}).data)
 
     @extend_schema(responses={200: s.NodeSerializer, **error_responses("NodeRetrieve", not_found=["not_found"])})

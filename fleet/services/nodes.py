@@ -57,6 +57,23 @@ def online_node_q(*, now: datetime) -> Q:
     )
 
 
+def node_list_q(
+    *, pool_id: UUID | None = None, daemon_version: str | None = None, online: bool | None = None, now: datetime
+) -> Q:
+    """The node list's filters (docs/api.md#nodes), each left out when None; combined, they all hold.
+
+    ``daemon_version``: the version the node's agent last reported; ``online``: the rule of ``online_node_q``.
+    """
+    q = Q()
+    if pool_id is not None:
+        q &= Q(pool_id=pool_id)
+    if daemon_version is not None:
+        q &= Q(session__daemon_version=daemon_version)
+    if online is not None:
+        q &= online_node_q(now=now) if online else ~online_node_q(now=now)
+    return q
+
+
 def node_session(node: Node) -> NodeSession | None:
     """The node's session, or None (no query when loaded with select_related("session"))."""
     try:
