@@ -254,6 +254,7 @@ class NodeUpgrade(models.Model):
         REFUSED_EXPIRED = "refused:expired", "the node refused it: the release has expired"
         REFUSED_SEQUENCE_ROLLBACK = "refused:sequence_rollback", "the node refused it: older than a release it ran"
         REFUSED_DIGEST_MISMATCH = "refused:digest_mismatch", "the node refused it: the bytes are not the signed ones"
+        REFUSED_DOWNLOAD_FAILED = "refused:download_failed", "the node could not download the binary"
 
     id = models.BigAutoField(primary_key=True)
     rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="node_upgrades")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 import random
@@ -10,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from rollout.release.agent import Refused, TrustedRelease
+from rollout.release.agent import DOWNLOAD_FAILED, Refused, TrustedRelease
 from simulator.agent_fleet import AgentFleet
 from simulator.config import (
     ACK_PATH,
@@ -22,11 +23,23 @@ from simulator.config import (
     AgentConfig,
     AgentState,
 )
+from simulator.downloads import Fetched
 from simulator.retry import FIXED, backoff
 from simulator.stats import Refusal, Upgrade
 from simulator.trust import RootsUnavailable, Trust
 
 logger = logging.getLogger(__name__)
+
+#: Downloads of one binary whose bytes are not the spec's before the agent reports ``download_failed``.
+DOWNLOAD_ATTEMPTS = 3
+#: The first pause between them (seconds), doubled each time, jittered.
+DOWNLOAD_BACKOFF = 0.5
+#: 4xx answers that say "later", not "never": retried at the next beat like a 5xx.
+RETRIED_4XX = (408, 429)
+
+
+class _Corrupt(Exception):
+    """The bytes received were not the spec's in DOWNLOAD_ATTEMPTS downloads."""
 
 
 class _Verdict(enum.Enum):
@@ -278,7 +291,10 @@ class Agent:
         if verdict is _Verdict.RETRY:
             return None
         if verdict is _Verdict.REFUSED:
-            await self._ack(command_id, ok=False, error=self._given_up.get(_section_key(section), "refused"))
+            # Given up for good, or (a failed download) the refusal just recorded.
+            last = self.refusals[-1] if self.refusals else None
+            why = self._given_up.get(_section_key(section)) or (f"{last.reason}: {last.detail}" if last else "refused")
+            await self._ack(command_id, ok=False, error=why)
             return None
         await self._ack(command_id, ok=True)
         return section if verdict is _Verdict.GO else None
@@ -296,12 +312,14 @@ class Agent:
 
     # -- upgrades ------------------------------------------------------------------------
 
-    def _refuse(self, section: Any, reason: str, detail: str, *, report: bool = False) -> _Verdict:
-        """Never run this section; with ``report``, say so on the next session call (docs/signing.md)."""
+    def _refuse(self, section: Any, reason: str, detail: str, *, report: bool = False, final: bool = True) -> _Verdict:
+        """Never run this section; with ``report``, say so on the next session call (docs/signing.md). Not
+        ``final`` (a download that failed): the same section offered again later is tried again."""
         version = section.get("version") if isinstance(section, dict) else None
         if report and isinstance(version, str):
             self._refused = {"version": version, "code": reason, "detail": detail[:1000]}
-        self._given_up[_section_key(section)] = f"{reason}: {detail}"
+        if final:
+            self._given_up[_section_key(section)] = f"{reason}: {detail}"
         self.refusals.append(Refusal(version=str(version), reason=reason, detail=detail, at=time.time()))
         self.fleet.stats.refusals += 1
         logger.info("simulated agent %s refuses %s: %s (%s)", self.name, version, reason, detail)
@@ -330,13 +348,19 @@ class Agent:
             return _Verdict.RETRY
         previous_state, self.state = self.state, AgentState.UPGRADING
         try:  # the digest and size of the bytes this agent received (simulator/downloads.py)
-            fetched = await self.fleet.fetch_binary(self, url, binary.sha256)
+            fetched = await self._download(url, expected=str(section.get("sha256") or binary.sha256))
         except httpx.HTTPStatusError as exc:
-            self._failed("download", f"{exc.response.status_code} for {url}")
-            return _Verdict.RETRY
+            status = exc.response.status_code
+            self._failed("download", f"{status} for {url}")
+            if 400 <= status < 500 and status not in RETRIED_4XX:  # no retry can help: say so (docs/simulator.md)
+                return self._refuse(section, DOWNLOAD_FAILED, f"HTTP {status}", report=True, final=False)
+            return _Verdict.RETRY  # a 5xx: the server may recover
         except httpx.HTTPError as exc:
             self._failed("download", f"{type(exc).__name__} for {url}")
-            return _Verdict.RETRY
+            return _Verdict.RETRY  # a cut connection: resumed at the next beat
+        except _Corrupt as exc:
+            self._failed("download", str(exc))
+            return self._refuse(section, DOWNLOAD_FAILED, str(exc), report=True, final=False)
         finally:
             self.state = previous_state
         try:  # the bytes against the signed manifest's entry, not spec.daemon.sha256
@@ -345,6 +369,18 @@ class Agent:
             return self._refuse(section, refused.code, refused.detail, report=True)
         self._installing = trusted
         return _Verdict.GO
+
+    async def _download(self, url: str, *, expected: str) -> Fetched:
+        """The bytes at ``url``; bytes whose sha256 is not ``expected`` (the spec's, what the server meant to send)
+        are fetched again, up to DOWNLOAD_ATTEMPTS in all with backoff, then ``_Corrupt``. Bytes the server meant
+        (the spec's sha256) but the release keys did not sign are the trust check's (``digest_mismatch``)."""
+        for attempt in range(DOWNLOAD_ATTEMPTS):
+            fetched = await self.fleet.fetch_binary(self, url, expected)
+            if fetched.sha256 == expected.lower():
+                return fetched
+            if attempt + 1 < DOWNLOAD_ATTEMPTS:
+                await asyncio.sleep(DOWNLOAD_BACKOFF * 2**attempt * self._rng.uniform(0.5, 1.5))
+        raise _Corrupt(f"the bytes do not match sha256 {expected} after {DOWNLOAD_ATTEMPTS} attempts")
 
     def _learn_running(self, section: dict) -> None:
         """Its spec names the version it runs: once that release verifies, its sequence is confirmed.

@@ -12,8 +12,8 @@ from simulator.config import AgentState
 @dataclass(frozen=True)
 class Refusal:
     """A binary the agent would not run. ``reason``: a refusal code it reported (rollout.release.agent.REFUSAL_CODES:
-    bad_root, bad_signature, wrong_version, expired, sequence_rollback, digest_mismatch), or invalid_section
-    (no version to report it for)."""
+    bad_root, bad_signature, wrong_version, expired, sequence_rollback, digest_mismatch, download_failed), or
+    invalid_section (no version to report it for)."""
 
     version: str
     reason: str

@@ -42,8 +42,11 @@ WRONG_VERSION = "wrong_version"
 EXPIRED = "expired"
 SEQUENCE_ROLLBACK = "sequence_rollback"
 DIGEST_MISMATCH = "digest_mismatch"
+#: Not a check of the release: the agent could not get its bytes (a 4xx answer, or bytes unlike the spec's sha256
+#: in 3 attempts). A 5xx or a cut connection is retried, never reported (docs/signing.md#what-an-agent-checks).
+DOWNLOAD_FAILED = "download_failed"
 #: Every code an agent may report in ``refused.code``, in the order of the checks.
-REFUSAL_CODES = (BAD_ROOT, BAD_SIGNATURE, WRONG_VERSION, EXPIRED, SEQUENCE_ROLLBACK, DIGEST_MISMATCH)
+REFUSAL_CODES = (BAD_ROOT, BAD_SIGNATURE, WRONG_VERSION, EXPIRED, SEQUENCE_ROLLBACK, DOWNLOAD_FAILED, DIGEST_MISMATCH)
 #: The longest ``refused.detail`` the server accepts.
 MAX_DETAIL = 1000
 

@@ -283,3 +283,17 @@ def test_convergence_and_pool_defaults_never_send_an_expired_release(tenant, exp
     assert late.spec["daemon"] is None
     early, _ = node_create(tenant=tenant, name="early", pool_id=node.pool_id, arch="amd64")
     assert early.spec["daemon"]["version"] == "2.0.0"  # before it expired
+
+
+def test_a_failed_download_fails_the_upgrade_at_once(tenant, releases, pool, api):
+    """``download_failed`` (docs/signing.md#what-an-agent-checks): reported as any refusal, settled the same way."""
+    _, client = agent_client(tenant, pool)
+    client.post(SESSION, {"daemonVersion": "0.9.0", "protocolVersion": 3}, format="json")
+    rollout = rollout_create(tenant=tenant, spec=rollout_spec(version="1.0.0", waves=[100]))
+    tick(rollout)
+    refused = {"version": "1.0.0", "code": "download_failed", "detail": "HTTP 404"}
+    answer = client.post(SESSION, {"daemonVersion": "0.9.0", "protocolVersion": 3, "refused": refused}, format="json")
+    assert answer.status_code == 200
+    assert answer.json()["spec"]["daemon"]["version"] == "0.9.0"
+    row = api.get(f"/api/compute/rollouts/{rollout.id}/nodes/").json()["results"][0]
+    assert (row["state"], row["reason"]) == ("failed", "refused:download_failed")

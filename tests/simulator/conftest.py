@@ -49,8 +49,9 @@ class BinaryServer:
 
     def __init__(self) -> None:
         self.files: dict[str, bytes] = {}
+        self.statuses: dict[str, int] = {}  # a path answered with this status instead (its body empty)
         self.hits: Counter = Counter()
-        files, hits = self.files, self.hits
+        files, hits, statuses = self.files, self.hits, self.statuses
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -58,8 +59,8 @@ class BinaryServer:
             def do_GET(self) -> None:
                 hits[self.path] += 1
                 data = files.get(self.path)
-                if data is None:
-                    self.send_response(404)
+                if data is None or self.path in statuses:
+                    self.send_response(statuses.get(self.path, 404))
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return

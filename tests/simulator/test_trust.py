@@ -3,6 +3,7 @@ agent API (httpx.MockTransport). Every code against a live server: tests/integra
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
 
 import httpx
@@ -54,9 +55,20 @@ def section_of(version: str = "2.0.0", data: bytes = b"new", *, sequence: int = 
         (lambda: section_of(expires=PAST), "expired"),
         (lambda: section_of(sequence=4), "sequence_rollback"),
         (lambda: section_of(arch="arm64"), "digest_mismatch"),
-        (lambda: section_of(data=b"signed"), "digest_mismatch"),
+        # Bytes unlike the spec's sha256 (and the manifest's): fetched 3 times, then reported as a failed download.
+        (lambda: section_of(data=b"signed"), "download_failed"),
+        # Bytes the spec names (the server meant them) that the release keys did not sign: no retry can help.
+        (lambda: {**section_of(data=b"signed"), "sha256": hashlib.sha256(b"new").hexdigest()}, "digest_mismatch"),
     ],
-    ids=["no-envelope", "wrong-version", "expired", "rollback", "no-binary-for-the-platform", "other-bytes"],
+    ids=[
+        "no-envelope",
+        "wrong-version",
+        "expired",
+        "rollback",
+        "no-binary-for-the-platform",
+        "bytes-unlike-the-spec",
+        "bytes-not-signed",
+    ],
 )
 def test_each_check_refuses_with_its_code_and_the_agent_never_runs_the_bytes(section, code):
     server = FakeServer()

@@ -235,11 +235,13 @@ def test_an_old_agent_acks_a_bad_binary_as_failed_and_a_good_one_before_restarti
     )
     agent = fleet.agents[0]
     assert agent.acked == {"c-bad": False, "c-odd": False, "c-good": True}
-    assert [r.reason for r in agent.refusals] == ["digest_mismatch"]  # spec.daemon is ignored at protocol 1
+    # The command's bytes are not what its sha256 says, 3 times: a failed download (spec.daemon is ignored at
+    # protocol 1).
+    assert [r.reason for r in agent.refusals] == ["download_failed"]
     acks = [(path.split("/")[-2], body) for _, path, body in server.calls if path.endswith("/ack")]
     assert [command_id for command_id, _ in acks] == ["c-bad", "c-odd", "c-good"]
     assert acks[0][1]["ok"] is False
-    assert "digest_mismatch" in acks[0][1]["error"]
+    assert "download_failed" in acks[0][1]["error"]
     assert acks[1][1] == {"ok": False, "error": "unknown command kind 'node.reboot'"}
     assert acks[2][1] == {"ok": True}
     # The good command: acked ok, then DELETE session, then the rejoin on the new version.
