@@ -37,7 +37,8 @@ _.registered_at, _.recorded_at, _.delivered_at, _.revoked_at, _.last_heard_at  #
 _.timeouts_due_at  # TickRequest's, written and read through querysets only (rollout/services/timeouts.py)
 _.MAINTENANCE  # a Workflow.Kind choice
 _.REFUSED_BAD_ROOT, _.REFUSED_BAD_SIGNATURE, _.REFUSED_WRONG_VERSION, _.REFUSED_EXPIRED
-_.REFUSED_SEQUENCE_ROLLBACK, _.REFUSED_DIGEST_MISMATCH, _.REFUSED_DOWNLOAD_FAILED  # NodeUpgrade.Reason choices, stored as "refused:<code>"
+_.REFUSED_SEQUENCE_ROLLBACK, _.REFUSED_DIGEST_MISMATCH  # NodeUpgrade.Reason choices, stored as "refused:<code>"
+_.REFUSED_DOWNLOAD_FAILED
 _.crontab, _.expire_seconds, _.enabled  # django-celery-beat's PeriodicTask fields
 _.help, _.requires_system_checks  # BaseCommand
 _.label_from_instance, _.clean_waves, _.clean_maintenance_windows, _.required, _.envelope_file, _.envelope_text

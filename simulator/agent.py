@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import logging
 import random
@@ -23,23 +22,15 @@ from simulator.config import (
     AgentConfig,
     AgentState,
 )
-from simulator.downloads import Fetched
+from simulator.downloads import Corrupt, fetch_expected
 from simulator.retry import FIXED, backoff
 from simulator.stats import Refusal, Upgrade
 from simulator.trust import RootsUnavailable, Trust
 
 logger = logging.getLogger(__name__)
 
-#: Downloads of one binary whose bytes are not the spec's before the agent reports ``download_failed``.
-DOWNLOAD_ATTEMPTS = 3
-#: The first pause between them (seconds), doubled each time, jittered.
-DOWNLOAD_BACKOFF = 0.5
 #: 4xx answers that say "later", not "never": retried at the next beat like a 5xx.
 RETRIED_4XX = (408, 429)
-
-
-class _Corrupt(Exception):
-    """The bytes received were not the spec's in DOWNLOAD_ATTEMPTS downloads."""
 
 
 class _Verdict(enum.Enum):
@@ -348,7 +339,8 @@ class Agent:
             return _Verdict.RETRY
         previous_state, self.state = self.state, AgentState.UPGRADING
         try:  # the digest and size of the bytes this agent received (simulator/downloads.py)
-            fetched = await self._download(url, expected=str(section.get("sha256") or binary.sha256))
+            expected = str(section.get("sha256") or binary.sha256)  # what the server meant to send
+            fetched = await fetch_expected(lambda: self.fleet.fetch_binary(self, url, expected), expected, self.rng)
         except httpx.HTTPStatusError as exc:
             status = exc.response.status_code
             self._failed("download", f"{status} for {url}")
@@ -358,7 +350,7 @@ class Agent:
         except httpx.HTTPError as exc:
             self._failed("download", f"{type(exc).__name__} for {url}")
             return _Verdict.RETRY  # a cut connection: resumed at the next beat
-        except _Corrupt as exc:
+        except Corrupt as exc:
             self._failed("download", str(exc))
             return self._refuse(section, DOWNLOAD_FAILED, str(exc), report=True, final=False)
         finally:
@@ -369,18 +361,6 @@ class Agent:
             return self._refuse(section, refused.code, refused.detail, report=True)
         self._installing = trusted
         return _Verdict.GO
-
-    async def _download(self, url: str, *, expected: str) -> Fetched:
-        """The bytes at ``url``; bytes whose sha256 is not ``expected`` (the spec's, what the server meant to send)
-        are fetched again, up to DOWNLOAD_ATTEMPTS in all with backoff, then ``_Corrupt``. Bytes the server meant
-        (the spec's sha256) but the release keys did not sign are the trust check's (``digest_mismatch``)."""
-        for attempt in range(DOWNLOAD_ATTEMPTS):
-            fetched = await self.fleet.fetch_binary(self, url, expected)
-            if fetched.sha256 == expected.lower():
-                return fetched
-            if attempt + 1 < DOWNLOAD_ATTEMPTS:
-                await asyncio.sleep(DOWNLOAD_BACKOFF * 2**attempt * self._rng.uniform(0.5, 1.5))
-        raise _Corrupt(f"the bytes do not match sha256 {expected} after {DOWNLOAD_ATTEMPTS} attempts")
 
     def _learn_running(self, section: dict) -> None:
         """Its spec names the version it runs: once that release verifies, its sequence is confirmed.

@@ -22,11 +22,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import random
 import socket
 import ssl
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -37,6 +38,10 @@ import httpx
 from simulator.connection import AgentConnection
 from simulator.stats import FleetStats
 
+#: Downloads of one binary whose bytes are not the spec's before the agent reports ``download_failed``.
+DOWNLOAD_ATTEMPTS = 3
+#: The first pause between them (seconds), doubled each time, jittered.
+DOWNLOAD_BACKOFF = 0.5
 CHUNK = 64 << 10  # what one read of the socket brings at most (httpcore): the most a cut may cost twice
 MIN_WINDOW = 64 << 10
 
@@ -217,6 +222,23 @@ class AgentDownloads:
                 ahead = got / self._rate - (time.monotonic() - began)
                 if ahead > 0:
                     await asyncio.sleep(ahead)
+
+
+class Corrupt(Exception):
+    """The bytes received were not the expected ones in DOWNLOAD_ATTEMPTS downloads."""
+
+
+async def fetch_expected(fetch: Callable[[], Awaitable[Fetched]], expected: str, rng: random.Random) -> Fetched:
+    """``fetch()`` until its bytes hash to ``expected`` (the spec's sha256: what the server meant to send), at most
+    DOWNLOAD_ATTEMPTS times with backoff, else ``Corrupt`` (the agent reports ``download_failed``). Bytes that are
+    the spec's but not the signed manifest's are the trust check's to refuse (``digest_mismatch``)."""
+    for attempt in range(DOWNLOAD_ATTEMPTS):
+        fetched = await fetch()
+        if fetched.sha256 == expected.lower():
+            return fetched
+        if attempt + 1 < DOWNLOAD_ATTEMPTS:
+            await asyncio.sleep(DOWNLOAD_BACKOFF * 2**attempt * rng.uniform(0.5, 1.5))
+    raise Corrupt(f"the bytes do not match sha256 {expected} after {DOWNLOAD_ATTEMPTS} attempts")
 
 
 class SharedDownloads:

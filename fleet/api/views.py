@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 from typing import cast
-from uuid import UUID
 
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
@@ -20,6 +19,7 @@ from core.pagination import PaginatedViewMixin
 from fleet.api import serializers as s
 from fleet.api.agent_auth import AgentTokenAuthentication, IsAgent
 from fleet.api.agent_session import ANSWER_AT_ONCE_SCOPE_KEY, session_answer, session_answer_bytes, session_request
+from fleet.api.params import path_id, query_bool, query_id
 from fleet.api.schema import error_responses
 from fleet.models import AuditEntry, Node, Pool, Tenant, Workflow
 from fleet.services.audit import Actor
@@ -35,32 +35,6 @@ from fleet.tokens import token_hash
 
 # Any path segment reaches the view, so a malformed id is a JSON 404 rather than an unmatched URL.
 ANY_SEGMENT = r"[^/]+"
-
-
-def _path_id(value: str, what: str) -> UUID:
-    try:
-        return UUID(value)
-    except ValueError as exc:
-        raise NotFound(f"No {what} {value!r}.", code="not_found") from exc
-
-
-def _query_id(request: Request, name: str) -> UUID | None:
-    value = request.query_params.get(name)
-    if value is None:
-        return None
-    try:
-        return UUID(value)
-    except ValueError as exc:
-        raise InvalidInput(f"{name} must be a UUID.", code="invalid_input") from exc
-
-
-def _query_bool(request: Request, name: str) -> bool | None:
-    value = request.query_params.get(name)
-    if value is None:
-        return None
-    if value not in ("true", "false"):
-        raise InvalidInput(f"{name} must be true or false.", code="invalid_input", field=name)
-    return value == "true"
 
 
 def _valid(serializer_class, request: Request) -> dict:
@@ -94,7 +68,7 @@ class PoolViewSet(TenantViewSet):
 
     @extend_schema(responses={200: s.PoolSerializer, **error_responses("PoolRetrieve", not_found=["not_found"])})
     def retrieve(self, request: Request, pk: str) -> Response:
-        pool = Pool.objects.filter(tenant=self.tenant, pk=_path_id(pk, "pool")).first()
+        pool = Pool.objects.filter(tenant=self.tenant, pk=path_id(pk, "pool")).first()
         if pool is None:
             raise NotFound(f"No pool {pk}.", code="not_found")
         return Response(s.PoolSerializer(pool).data)
@@ -131,7 +105,7 @@ class PoolViewSet(TenantViewSet):
     )
     def partial_update(self, request: Request, pk: str) -> Response:
         """The policy fields given replace the pool's; nothing changes on a refusal (docs/api.md#pools)."""
-        pool_id = _path_id(pk, "pool")
+        pool_id = path_id(pk, "pool")
         data = _valid(s.PoolPatchSerializer, request)
         # Windows pass through as JSON: the service validates them once, for the admin too.
         pool = pool_update(tenant=self.tenant, pool_id=pool_id, policy=data["policy"], actor=self.actor)
@@ -143,7 +117,7 @@ class NodeViewSet(TenantViewSet):
         return Node.objects.filter(tenant=self.tenant).select_related("session")
 
     def _node(self, pk: str) -> Response:
-        node = self._nodes().filter(pk=_path_id(pk, "node")).first()
+        node = self._nodes().filter(pk=path_id(pk, "node")).first()
         if node is None:
             raise NotFound(f"No node {pk}.", code="not_found")
         return Response(s.NodeSerializer(node, context={"now": timezone.now()}).data)
@@ -166,9 +140,9 @@ class NodeViewSet(TenantViewSet):
         # Filters combine (all must hold) and keep working across pages (docs/api.md#nodes).
         nodes = nodes.filter(
             node_list_q(
-                pool_id=_query_id(request, "poolId"),
+                pool_id=query_id(request, "poolId"),
                 daemon_version=request.query_params.get("daemonVersion"),
-                online=_query_bool(request, "online"),
+                online=query_bool(request, "online"),
                 now=now,
             )
         )
@@ -189,7 +163,7 @@ class NodeViewSet(TenantViewSet):
     )
     def partial_update(self, request: Request, pk: str) -> Response:
         """``labels`` replaces the node's whole label map; nothing changes on a refusal (docs/api.md#labels)."""
-        node_id = _path_id(pk, "node")
+        node_id = path_id(pk, "node")
         data = _valid(s.NodePatchSerializer, request)
         node_labels_set(tenant=self.tenant, node_id=node_id, labels=data["labels"], actor=self.actor)
         return self._node(pk)
@@ -247,7 +221,7 @@ class NodeViewSet(TenantViewSet):
 
 class WorkflowViewSet(TenantViewSet):
     def _workflow(self, pk: str) -> Workflow:
-        workflow = Workflow.objects.filter(tenant=self.tenant, pk=_path_id(pk, "workflow")).first()
+        workflow = Workflow.objects.filter(tenant=self.tenant, pk=path_id(pk, "workflow")).first()
         if workflow is None:
             raise NotFound(f"No workflow {pk}.", code="not_found")
         return workflow
@@ -264,7 +238,7 @@ class WorkflowViewSet(TenantViewSet):
     )
     def list(self, request: Request) -> Response:
         workflows = Workflow.objects.filter(tenant=self.tenant)
-        node_id = _query_id(request, "nodeId")
+        node_id = query_id(request, "nodeId")
         if node_id is not None:
             workflows = workflows.filter(node_id=node_id)
         state = request.query_params.get("state")
@@ -306,7 +280,7 @@ class WorkflowViewSet(TenantViewSet):
     )
     @action(detail=True, methods=["post"])
     def finish(self, request: Request, pk: str) -> Response:
-        workflow = workflow_finish(tenant=self.tenant, workflow_id=_path_id(pk, "workflow"), actor=self.actor)
+        workflow = workflow_finish(tenant=self.tenant, workflow_id=path_id(pk, "workflow"), actor=self.actor)
         return Response(s.WorkflowSerializer(workflow).data)
 
 
@@ -458,7 +432,7 @@ class AgentCommandAckView(AgentView):
         },
     )
     def post(self, request: Request, command_id: str) -> Response:
-        command_uuid = _path_id(command_id, "command")
+        command_uuid = path_id(command_id, "command")
         data = _valid(s.CommandAckInSerializer, request)
         command = command_ack(
             node_id=_agent_node(request).id, command_id=command_uuid, ok=data["ok"], error=data.get("error", "")

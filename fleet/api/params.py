@@ -1,0 +1,35 @@
+"""Reading ids and flags from a request's path and query string: a JSON 400 or 404 for a malformed one."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from rest_framework.request import Request
+
+from core.errors import InvalidInput, NotFound
+
+
+def path_id(value: str, what: str) -> UUID:
+    try:
+        return UUID(value)
+    except ValueError as exc:
+        raise NotFound(f"No {what} {value!r}.", code="not_found") from exc
+
+
+def query_id(request: Request, name: str) -> UUID | None:
+    value = request.query_params.get(name)
+    if value is None:
+        return None
+    try:
+        return UUID(value)
+    except ValueError as exc:
+        raise InvalidInput(f"{name} must be a UUID.", code="invalid_input") from exc
+
+
+def query_bool(request: Request, name: str) -> bool | None:
+    value = request.query_params.get(name)
+    if value is None:
+        return None
+    if value not in ("true", "false"):
+        raise InvalidInput(f"{name} must be true or false.", code="invalid_input", field=name)
+    return value == "true"
