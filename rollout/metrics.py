@@ -10,7 +10,16 @@ from prometheus_client import Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 #: The rollout blocker codes (rollout.services.blockers.ROLLOUT_CODES, repeated: no service import here).
-ROLLOUT_CODES = ("no_controller", "paused", "gate", "soaking", "outside_window", "budget_full", "awaiting_nodes")
+ROLLOUT_CODES = (
+    "no_controller",
+    "scheduled",
+    "paused",
+    "gate",
+    "soaking",
+    "outside_window",
+    "budget_full",
+    "awaiting_nodes",
+)
 #: ``rollout_blockers(rollouts, now=...) -> {rollout id: blocker with .code, or None}``.
 BlockersOf = Callable[..., Mapping[Any, Any]]
 

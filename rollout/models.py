@@ -122,8 +122,11 @@ class Rollout(models.Model):
         PAUSED = "paused", "paused"
         COMPLETED = "completed", "completed"
         ABORTED = "aborted", "aborted"
+        # Created with a startAt ahead: its nodes are held, nothing starts until then (docs/controller.md#schedules).
+        SCHEDULED = "scheduled", "scheduled"
 
-    ACTIVE_STATES = (State.ACTIVE, State.PAUSED)
+    # The states that hold their nodes (a create over them is a conflict) and that the tick visits.
+    ACTIVE_STATES = (State.ACTIVE, State.PAUSED, State.SCHEDULED)
     TERMINAL_STATES = (State.COMPLETED, State.ABORTED)
 
     class PausedReason(models.TextChoices):
@@ -131,6 +134,14 @@ class Rollout(models.Model):
         OPERATOR = "operator", "paused by an operator"
         RELEASE_BLOCKED = "release_blocked", "the release is blocked in this tenant"
         RELEASE_EXPIRED = "release_expired", "the release has expired"
+        DEADLINE = "deadline", "its endBy passed"
+
+    class EndBehavior(models.TextChoices):
+        """What a rollout does at its ``endBy`` (docs/controller.md#schedules)."""
+
+        PAUSE = "pause", "pause"
+        ABORT = "abort", "abort"
+        ABORT_ROLLBACK = "abort_rollback", "abort with rollback"
 
     #: ``pausedReason`` of a pause by a gate: this prefix and the gate's name.
     GATE_FAILED_PREFIX = "gate_failed:"
@@ -161,6 +172,10 @@ class Rollout(models.Model):
     # pools it covered only in part (their default version does not move on completion).
     selector = models.TextField(null=True, blank=True)
     partly_covered_pool_ids = models.JSONField(default=list, blank=True)
+    # docs/controller.md#schedules: when it starts (null: at once), its deadline and what happens then.
+    start_at = models.DateTimeField(null=True, blank=True)
+    end_by = models.DateTimeField(null=True, blank=True)
+    end_behavior = models.CharField(max_length=16, choices=EndBehavior.choices, null=True, blank=True)
     # Gates (rollout/gate_models.py): how often each is asked, and how many failures in a row pause.
     gate_interval_seconds = models.PositiveIntegerField(default=30)
     gate_failure_limit = models.PositiveIntegerField(default=3)
@@ -342,6 +357,8 @@ class RolloutEvent(models.Model):
         COMPLETED = "rollout.completed", "rollout.completed"
         ABORTED = "rollout.aborted", "rollout.aborted"
         GATE_FAILED = "rollout.gate_failed", "rollout.gate_failed"
+        STARTED = "rollout.started", "rollout.started"
+        DEADLINE = "rollout.deadline", "rollout.deadline"
         # A node's agent refused the release (docs/signing.md#what-an-agent-checks); not a webhook event.
         NODE_UPGRADE_REFUSED = "node_upgrade.refused", "node_upgrade.refused"
 
@@ -358,76 +375,9 @@ class RolloutEvent(models.Model):
         return f"{self.kind} at {self.at:%Y-%m-%d %H:%M:%S}"
 
 
-# --- webhooks (docs/webhooks.md) ----------------------------------------------------------------
-class Webhook(models.Model):
-    """A tenant's subscription: ``events`` (rollout event kinds) are POSTed to ``url``, signed with ``secret``."""
-
-    EVENTS = (
-        "rollout.created",
-        "rollout.wave",
-        "rollout.paused",
-        "rollout.resumed",
-        "rollout.promoted",
-        "rollout.completed",
-        "rollout.aborted",
-        "rollout.gate_failed",
-    )
-
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="webhooks")
-    url = models.CharField(max_length=2000)
-    events = models.JSONField(default=list)
-    # Stored in clear: the HMAC needs it. Shown once, at creation; never in lists, the admin or logs.
-    secret = models.CharField(max_length=200)
-    created_at = models.DateTimeField()
-
-    class Meta:
-        ordering = ["tenant_id", "created_at"]
-
-    def __str__(self) -> str:
-        return self.url
-
-
-class WebhookDelivery(models.Model):
-    """One event to one webhook. Transitions: pending -> delivered | failed (attempts exhausted).
-
-    ``id`` is the delivery id (``X-Rollout-Delivery``), the same on every attempt; ``body`` holds
-    the exact bytes sent, built at the first attempt, so every retry sends (and signs) the same.
-    ``next_attempt_at`` is when a worker may try next: a claim pushes it past the attempt's end.
-    """
-
-    class Status(models.TextChoices):
-        PENDING = "pending", "pending"
-        DELIVERED = "delivered", "delivered"
-        FAILED = "failed", "failed"
-
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
-    rollout_event = models.ForeignKey(RolloutEvent, on_delete=models.CASCADE, related_name="deliveries")
-    event = models.CharField(max_length=32)
-    body = models.TextField(blank=True)
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
-    attempts = models.PositiveIntegerField(default=0)
-    last_status_code = models.PositiveIntegerField(null=True, blank=True)
-    last_error = models.CharField(max_length=200, blank=True)
-    created_at = models.DateTimeField()
-    delivered_at = models.DateTimeField(null=True, blank=True)
-    next_attempt_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at"]
-        verbose_name_plural = "webhook deliveries"
-        indexes = [
-            models.Index(fields=["next_attempt_at"], condition=Q(status="pending"), name="webhook_delivery_due"),
-            models.Index(fields=["webhook", "-created_at"], name="webhook_delivery_recent"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.event} -> {self.webhook_id} ({self.status})"
-
-
 from rollout.gate_models import RolloutGate  # noqa: E402 - its own module; Django finds models through this one
 from rollout.health_models import ControllerBeat  # noqa: E402 - the same
+from rollout.webhook_models import Webhook, WebhookDelivery  # noqa: E402 - the same
 
 __all__ = [
     "ControllerBeat",

@@ -74,6 +74,7 @@ _.createdAt, _.completedAt, _.inUse, _.estimatedSeconds, _.previousVersion, _.la
 _.excluded, _.lastTickAt
 _.deliveredAt
 _.gateIntervalSeconds, _.gateFailureLimit, _.consecutiveFailures
+_.startAt, _.endBy, _.endBehavior  # RolloutSerializer and ResumeSerializer fields (the schema reads them)
 
 # Celery: a task class's options; a bootstep's (rollout/tasks.py TickOnConnect).
 _.acks_late, _.autoretry_for, _.retry_backoff, _.retry_backoff_max, _.retry_jitter

@@ -56,6 +56,10 @@ register_codes(
         "invalid_gate": "A gate is not valid: more than 8, a bad name, PromQL over 4 KiB, no Prometheus configured, "
         "or an HTTP gate's URL outside ROLLOUT_GATE_URL_ALLOW or resolving to an address gates may not call.",
         "release_blocked": "The release is blocked in this tenant (`POST /releases/{version}/unblock/` lifts it).",
+        "invalid_schedule": "`startAt` or `endBy` is not an RFC 3339 time with an offset, `startAt` is more than a "
+        "minute past, `endBy` is not after now and after `startAt`, or `endBehavior` is not `pause`, `abort` or "
+        "`abort_rollback` (`field` names it).",
+        "deadline_passed": "The rollout's `endBy` has passed: resume with a later `endBy` in the body.",
         # webhooks
         "invalid_url": "The webhook URL is not https:// (http:// needs ROLLOUT_WEBHOOKS_ALLOW_HTTP=1) or points "
         "at an address webhooks may not call (link-local, metadata, private).",
@@ -77,6 +81,8 @@ register_codes(
                 help_text="`linux-<arch>` platforms with no stored binary.",
             )
         },
+        "invalid_schedule": {"field": serializers.CharField(required=False, help_text="The schedule field.")},
+        "deadline_passed": {"endBy": serializers.DateTimeField(required=False, help_text="The deadline that passed.")},
         "sequence_not_increasing": {"highestSequence": serializers.IntegerField(required=False)},
         "root_version": {"currentVersion": serializers.IntegerField(required=False)},
     },

@@ -23,9 +23,10 @@ from core.fields import (
     StrictSerializer,
 )
 from rollout import conf
+from rollout.api.blocker_serializers import NodeBlockerSerializer, RolloutBlockerSerializer
 from rollout.api.schema import ReleaseBinarySerializer
 from rollout.models import NodeUpgrade, Release, ReleaseRoot, Rollout, RolloutEvent, Webhook, WebhookDelivery
-from rollout.services.blockers import NODE_CODES, ROLLOUT_CODES, node_blockers
+from rollout.services.blockers import node_blockers
 from rollout.services.blocks import block_json, blocks_for
 from rollout.services.plan import MAX_POOL_IDS, MAX_WAVES, RolloutPlan, RolloutSpec, rollout_spec
 from rollout.services.representation import blocker_json, rollouts_json
@@ -129,6 +130,15 @@ class RawSelectorField(serializers.JSONField):
     """Passed through as JSON; parsed once (fleet.selectors): anything else is 400 ``invalid_selector``."""
 
 
+@extend_schema_field({"type": "string"})
+class RawTimeField(serializers.JSONField):
+    """Passed through as JSON; checked once by rollout.services.plan.schedule_validate (400 ``invalid_schedule``)."""
+
+
+class ResumeSerializer(StrictSerializer):
+    endBy = RawTimeField(required=False, help_text="A later deadline: needed to resume past the rollout's endBy.")
+
+
 class RolloutCreateSerializer(StrictSerializer):
     version = StrictCharField(max_length=64, trim_whitespace=False)
     # Bounded: an unbounded list costs a query parameter per id and echoes back in errors.
@@ -153,6 +163,9 @@ class RolloutCreateSerializer(StrictSerializer):
         required=False, help_text="Failures in a row of one gate that pause: 1 to 100 (3)."
     )
     selector = RawSelectorField(required=False, help_text="Only the nodes whose labels match (docs/api.md#selectors).")
+    startAt = RawTimeField(required=False, help_text="Start then (RFC 3339); ahead: the rollout is `scheduled`.")
+    endBy = RawTimeField(required=False, help_text="The deadline (RFC 3339): after now and after startAt.")
+    endBehavior = RawTimeField(required=False, help_text="At endBy: `pause` (default), `abort` or `abort_rollback`.")
 
     def spec(self) -> RolloutSpec:
         """The service's spec (the one validation of the options: rollout.services.plan.rollout_spec)."""
@@ -170,6 +183,9 @@ class RolloutCreateSerializer(StrictSerializer):
             gate_interval_seconds=data.get("gateIntervalSeconds"),
             gate_failure_limit=data.get("gateFailureLimit"),
             selector=data.get("selector"),
+            start_at=data.get("startAt"),
+            end_by=data.get("endBy"),
+            end_behavior=data.get("endBehavior"),
         )
 
 
@@ -181,44 +197,6 @@ class ReleaseBlockSerializer(StrictSerializer):
 
 class AbortSerializer(StrictSerializer):
     rollback = StrictBooleanField(required=False, default=False)
-
-
-class NodeBlockerSerializer(serializers.Serializer):
-    """What a node waits for (docs/controller.md#why-not-yet): ``code``, ``detail`` and the code's extra fields."""
-
-    code = serializers.ChoiceField(choices=NODE_CODES)
-    detail = serializers.CharField(help_text="A human sentence.")
-    lastTickAt = serializers.DateTimeField(required=False, allow_null=True, help_text="no_controller")
-    pausedReason = serializers.CharField(required=False, help_text="rollout_paused")
-    name = serializers.CharField(required=False, help_text="gate: the gate that holds")
-    state = serializers.CharField(required=False, help_text="gate: its latest state")
-    at = serializers.DateTimeField(required=False, allow_null=True, help_text="gate: when it was taken")
-    wave = serializers.IntegerField(required=False, help_text="wave_not_started: the current wave")
-    until = serializers.DateTimeField(required=False, help_text="soaking, proving_ready")
-    nextWindowAt = serializers.DateTimeField(required=False, help_text="outside_window")
-    lastSeenAt = serializers.DateTimeField(required=False, allow_null=True, help_text="offline")
-    poolId = serializers.CharField(required=False, help_text="budget_full")
-    disrupted = serializers.IntegerField(required=False, help_text="budget_full")
-    allowed = serializers.IntegerField(required=False, help_text="budget_full")
-    deadline = serializers.DateTimeField(required=False, help_text="awaiting_rejoin")
-
-
-class RolloutBlockerSerializer(serializers.Serializer):
-    """What holds a rollout (docs/controller.md#why-not-yet); null while nodes are moving."""
-
-    code = serializers.ChoiceField(choices=ROLLOUT_CODES)
-    detail = serializers.CharField(help_text="A human sentence.")
-    lastTickAt = serializers.DateTimeField(required=False, allow_null=True, help_text="no_controller")
-    pausedReason = serializers.CharField(required=False, help_text="paused")
-    name = serializers.CharField(required=False, help_text="gate: the gate that holds")
-    state = serializers.CharField(required=False, help_text="gate: its latest state")
-    at = serializers.DateTimeField(required=False, allow_null=True, help_text="gate: when it was taken")
-    until = serializers.DateTimeField(required=False, help_text="soaking")
-    nextWindowAt = serializers.DateTimeField(required=False, help_text="outside_window")
-    poolIds = serializers.ListField(
-        child=serializers.CharField(), required=False, help_text="outside_window, budget_full"
-    )
-    inFlight = serializers.IntegerField(required=False, help_text="awaiting_nodes: nodes in flight")
 
 
 class RolloutWaveSerializer(serializers.Serializer):
@@ -256,7 +234,10 @@ class RolloutSerializer(ResponseModelSerializer):
     id = serializers.CharField()
     version = serializers.CharField(source="release.version")
     poolIds = serializers.ListField(child=serializers.CharField(), read_only=True)
-    selector = serializers.CharField(allow_null=True, help_text="The label selector of the snapshot, as parsed.")
+    selector = serializers.CharField(allow_null=True, help_text="The label selector of the snapshot, as given.")
+    startAt = serializers.DateTimeField(source="start_at", allow_null=True)
+    endBy = serializers.DateTimeField(source="end_by", allow_null=True)
+    endBehavior = serializers.CharField(source="end_behavior", allow_null=True)
     waves = RolloutWaveSerializer(many=True, read_only=True)
     currentWave = serializers.IntegerField(source="current_wave")
     maxFailureRatio = serializers.FloatField(source="max_failure_ratio")
@@ -287,6 +268,9 @@ class RolloutSerializer(ResponseModelSerializer):
             "state",
             "poolIds",
             "selector",
+            "startAt",
+            "endBy",
+            "endBehavior",
             "waves",
             "currentWave",
             "maxFailureRatio",

@@ -17,6 +17,7 @@ whatever its size:
 Node blockers, first that applies wins:
 
 pending  ``no_controller``     the rollout is active and no tick reconciled it for max(3 x every, 10 s)
+         ``scheduled``         the rollout is scheduled: nothing starts before its ``startAt``
          ``rollout_paused``    the rollout is paused
          ``gate``              a gate's latest result is not a fresh pass (its wave is the current one)
          ``wave_not_started``  its wave is later than the startable wave, and no soak holds the rollout
@@ -62,6 +63,7 @@ State = NodeUpgrade.State
 #: Node blocker codes, in the order of precedence (docs/controller.md#why-not-yet).
 NODE_CODES = (
     "no_controller",
+    "scheduled",
     "rollout_paused",
     "gate",
     "wave_not_started",
@@ -74,7 +76,16 @@ NODE_CODES = (
     "proving_ready",
 )
 #: Rollout blocker codes (docs/controller.md#why-not-yet, the rollout representation); rollout.metrics repeats them.
-ROLLOUT_CODES = ("no_controller", "paused", "gate", "soaking", "outside_window", "budget_full", "awaiting_nodes")
+ROLLOUT_CODES = (
+    "no_controller",
+    "scheduled",
+    "paused",
+    "gate",
+    "soaking",
+    "outside_window",
+    "budget_full",
+    "awaiting_nodes",
+)
 
 
 #: An extra field of a blocker: a time, a reason, a count, an id, ids.
@@ -125,6 +136,13 @@ def no_controller_blocker(rollout: Rollout, *, now: datetime) -> Blocker | None:
     )
 
 
+def scheduled_blocker(rollout: Rollout) -> Blocker:
+    """``scheduled``: the rollout holds its nodes and starts none before ``startAt`` (docs/controller.md#schedules)."""
+    return Blocker(
+        "scheduled", f"The rollout is scheduled to start at {_at(rollout.start_at)}.", {"startAt": rollout.start_at}
+    )
+
+
 # --- node blockers -----------------------------------------------------------------------------
 
 
@@ -166,6 +184,8 @@ def node_blocker(
         return _in_flight_blocker(row)
     if row.state != State.PENDING or rollout.state not in Rollout.ACTIVE_STATES:
         return None  # settled; pending rows of a finished rollout do not exist (abort cancels them)
+    if rollout.state == Rollout.State.SCHEDULED:
+        return scheduled_blocker(rollout)
     if decision is None:
         return Blocker("next_tick", "It is decided at the next tick.")
     if decision == WAIT_PAUSED:
@@ -286,6 +306,8 @@ def rollout_blocker(rollout: Rollout, *, facts: RolloutFacts | None, pools: Mapp
     there (``poolIds``: those; a budget its own upgrades fill frees itself as they settle);
     ``awaiting_nodes`` when nodes are in flight and nothing else can start; else None.
     """
+    if rollout.state == Rollout.State.SCHEDULED:
+        return scheduled_blocker(rollout)
     if rollout.state == Rollout.State.PAUSED:
         return Blocker(
             "paused", f"The rollout is paused ({_paused_why(rollout)}).", {"pausedReason": rollout.paused_reason}

@@ -38,6 +38,7 @@ from rollout.models import NodeUpgrade, ReleaseBlock, Rollout, RolloutGate, Roll
 from rollout.services.events import Paused
 from rollout.services.gates import with_gate_verdicts
 from rollout.services.health import controller_beat_record, rollout_ticked
+from rollout.services.scheduled import rollout_deadline, rollout_start_due
 from rollout.services.settle import (
     node_upgrades_settle_overdue,
     node_upgrades_settle_ready,
@@ -228,6 +229,11 @@ def _rollout_tick_unless_held(*, rollout_id: UUID | str) -> TickResult | None:
             return None
         rollout_ticked(rollout=rollout, at=now)
         result = TickResult()
+        # Schedules (docs/controller.md#schedules): the deadline first, then a start that has come.
+        if rollout_deadline(rollout=rollout, now=now):
+            result.paused = rollout.state == Rollout.State.PAUSED
+        else:
+            rollout_start_due(rollout=rollout, now=now)
         if rollout.state == Rollout.State.ACTIVE and release_blocked(rollout):
             # First: a release blocked in the tenant pauses its rollouts; nodes in flight settle.
             pause_rollout(rollout=rollout, at=now, paused=Paused(reason=Rollout.PausedReason.RELEASE_BLOCKED))

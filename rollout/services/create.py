@@ -279,6 +279,8 @@ def rollout_create(
     now = timezone.now()
     with transaction.atomic():
         snapshot = _snapshot(tenant=tenant, spec=spec)
+        # A startAt ahead: the nodes are held now, nothing starts before then (docs/controller.md#schedules).
+        scheduled = spec.schedule.start_at is not None and spec.schedule.start_at > now
         options = snapshot.options
         rollout = Rollout.objects.create(
             tenant=tenant,
@@ -294,7 +296,10 @@ def rollout_create(
             excluded_newer=snapshot.excluded_newer,
             selector=spec.selector_text,
             partly_covered_pool_ids=list(snapshot.partly_covered),
-            state=Rollout.State.ACTIVE,
+            state=Rollout.State.SCHEDULED if scheduled else Rollout.State.ACTIVE,
+            start_at=spec.schedule.start_at,
+            end_by=spec.schedule.end_by,
+            end_behavior=spec.schedule.end_behavior,
             current_wave=0,
             created_by=created_by,
             created_at=now,
@@ -311,7 +316,7 @@ def rollout_create(
                 index=wave.index,
                 percent=wave.percent,
                 total=wave.total,
-                started_at=now if wave.index == 0 else None,
+                started_at=now if wave.index == 0 and not scheduled else None,
             )
             for wave in waves_planned
         )
@@ -347,6 +352,9 @@ def rollout_create(
                 "state": rollout.state,
                 "poolIds": [str(pool.id) for pool in snapshot.pools],
                 "selector": rollout.selector,
+                "startAt": spec.schedule.start_at,
+                "endBy": spec.schedule.end_by,
+                "endBehavior": spec.schedule.end_behavior,
                 "waves": list(options.waves),
                 "maxFailureRatio": options.max_failure_ratio,
                 "soakSeconds": options.soak_seconds,

@@ -87,6 +87,24 @@ class GateFailed(EventPayload):
 
 
 @dataclass(frozen=True)
+class Started(EventPayload):
+    """A scheduled rollout became active: at its ``startAt`` (actor "schedule") or started by an operator."""
+
+    kind = Kind.STARTED
+    actor: str
+    start_at: datetime | None
+
+
+@dataclass(frozen=True)
+class DeadlinePassed(EventPayload):
+    """The rollout's ``endBy`` came before it finished: it stops starting nodes and does ``endBehavior``."""
+
+    kind = Kind.DEADLINE
+    end_by: datetime | None
+    end_behavior: str
+
+
+@dataclass(frozen=True)
 class Resumed(EventPayload):
     kind = Kind.RESUMED
     actor: str

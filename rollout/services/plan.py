@@ -12,10 +12,13 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from operator import attrgetter
 from uuid import UUID
+
+from django.utils import timezone
 
 from core.errors import InvalidInput
 from fleet.interface import Selector, selector_validate
@@ -142,6 +145,56 @@ def _min_settled(value: object) -> int:
     return value
 
 
+#: How far in the past a ``startAt`` may be (a clock a little behind, a request a little slow).
+START_AT_SLACK = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """When a rollout starts and must stop (docs/controller.md#schedules); None: at once, no deadline."""
+
+    start_at: datetime | None = None
+    end_by: datetime | None = None
+    end_behavior: str | None = None  # a Rollout.EndBehavior value; "pause" when endBy is given without it
+
+
+def schedule_time(value: object, name: str) -> datetime | None:
+    """An RFC 3339 time with its offset, or 400 ``invalid_schedule`` naming the field."""
+    if value is None:
+        return None
+    parsed = None
+    if isinstance(value, str) and len(value) <= 64 and "T" in value.upper():
+        try:
+            parsed = datetime.fromisoformat(value.replace("z", "Z"))
+        except ValueError:
+            parsed = None
+    if parsed is None or parsed.tzinfo is None:
+        raise InvalidInput(
+            f"{name} must be an RFC 3339 time with an offset, e.g. 2026-06-01T09:00:00Z.",
+            code="invalid_schedule",
+            field=name,
+        )
+    return parsed
+
+
+def schedule_validate(*, start_at: object, end_by: object, end_behavior: object, now: datetime) -> Schedule:
+    """``startAt`` not more than a minute past, ``endBy`` after it and after now; 400 ``invalid_schedule``."""
+    start = schedule_time(start_at, "startAt")
+    end = schedule_time(end_by, "endBy")
+    if start is not None and start < now - START_AT_SLACK:
+        raise InvalidInput("startAt is in the past.", code="invalid_schedule", field="startAt")
+    if end is not None and (end <= now or (start is not None and end <= start)):
+        raise InvalidInput("endBy must be after now and after startAt.", code="invalid_schedule", field="endBy")
+    behaviors = ("pause", "abort", "abort_rollback")
+    if end_behavior is not None and end_behavior not in behaviors:
+        raise InvalidInput(
+            f"endBehavior is one of {', '.join(behaviors)}.", code="invalid_schedule", field="endBehavior"
+        )
+    if end is not None and end_behavior is None:
+        end_behavior = "pause"
+    return Schedule(start_at=start, end_by=end, end_behavior=end_behavior if isinstance(end_behavior, str) else None)
+
+
 @dataclass(frozen=True)
 class RolloutSpec:
     """A rollout as asked for (docs/api.md#rollouts), its options checked; pools and release are checked at create."""
@@ -153,6 +206,7 @@ class RolloutSpec:
     #: A label selector (docs/api.md#rollouts-to-a-selection), parsed; None: every node of the pools.
     selector: Selector | None = None
     selector_text: str | None = None  # as given: what the representation shows
+    schedule: Schedule = field(default_factory=Schedule)
 
 
 def rollout_spec(
@@ -169,6 +223,9 @@ def rollout_spec(
     gate_interval_seconds: object = None,
     gate_failure_limit: object = None,
     selector: object = None,
+    start_at: object = None,
+    end_by: object = None,
+    end_behavior: object = None,
 ) -> RolloutSpec:
     """Check what can be checked without the database; raises InvalidInput (400) naming the field."""
     options = options_validate(
@@ -197,6 +254,7 @@ def rollout_spec(
         gates=checked_gates,
         selector=None if selector is None else selector_validate(selector),
         selector_text=selector if isinstance(selector, str) else None,
+        schedule=schedule_validate(start_at=start_at, end_by=end_by, end_behavior=end_behavior, now=timezone.now()),
     )
 
 

@@ -24,6 +24,8 @@ from rollout.models import Rollout
 from rollout.services.controller import release_blocked, release_expired, wave_failures
 from rollout.services.events import Paused
 from rollout.services.gates import gates_counts_clear
+from rollout.services.plan import schedule_time
+from rollout.services.scheduled import start_scheduled_rollout
 from rollout.services.settle import node_upgrades_roll_back
 from rollout.services.ticks import rollout_request_tick
 from rollout.services.transitions import (
@@ -75,12 +77,32 @@ def rollout_pause(*, rollout_id: UUID | str, tenant: Tenant | None = None, actor
     return rollout
 
 
-def rollout_resume(*, rollout_id: UUID | str, tenant: Tenant | None = None, actor: Actor | None = None) -> Rollout:
-    """paused -> active. Failures seen so far in the current wave are accepted; only new ones re-pause."""
+def rollout_resume(
+    *,
+    rollout_id: UUID | str,
+    tenant: Tenant | None = None,
+    actor: Actor | None = None,
+    end_by: object = None,
+) -> Rollout:
+    """paused -> active (scheduled while its startAt is ahead). Failures seen so far in the current wave are
+    accepted; only new ones re-pause. Past its ``endBy``: 409 ``deadline_passed`` unless ``end_by`` moves it."""
+    now = timezone.now()
+    new_end_by = schedule_time(end_by, "endBy")
+    if new_end_by is not None and new_end_by <= now:
+        raise InvalidInput("endBy must be after now.", code="invalid_schedule", field="endBy")
     with transaction.atomic():
         rollout = _locked(tenant=tenant, rollout_id=rollout_id)
         acknowledged = rollout.acknowledged_failures
-        before = _state(rollout)
+        before: dict[str, Any] = _state(rollout)
+        if new_end_by is not None and rollout.start_at is not None and new_end_by <= rollout.start_at:
+            raise InvalidInput("endBy must be after startAt.", code="invalid_schedule", field="endBy")
+        past = rollout.end_by is not None and rollout.end_by <= now
+        if rollout.state == Rollout.State.PAUSED and past and new_end_by is None:
+            raise Conflict(
+                "The rollout's deadline (endBy) has passed: resume with a later endBy.",
+                code="deadline_passed",
+                endBy=rollout.end_by.isoformat().replace("+00:00", "Z") if rollout.end_by else None,
+            )
         if rollout.state == Rollout.State.PAUSED and release_blocked(rollout):
             raise Conflict(
                 f"Release {rollout.release.version} is blocked in this tenant: unblock it first.",
@@ -96,12 +118,32 @@ def rollout_resume(*, rollout_id: UUID | str, tenant: Tenant | None = None, acto
             # The operator saw these failures and chose to go on; failures that came while
             # an operator's pause was on were seen by no one, and are judged as usual.
             acknowledged = wave_failures(rollout)
+        ahead = rollout.start_at is not None and rollout.start_at > now
         resume_rollout(
-            rollout=rollout, at=timezone.now(), acknowledged_failures=acknowledged, actor=_event_actor(actor)
+            rollout=rollout,
+            at=now,
+            acknowledged_failures=acknowledged,
+            actor=_event_actor(actor),
+            state=Rollout.State.SCHEDULED if ahead else Rollout.State.ACTIVE,
         )
+        if new_end_by is not None:
+            Rollout.objects.filter(pk=rollout.pk).update(end_by=new_end_by)
+            before["endBy"], rollout.end_by = rollout.end_by, new_end_by
         gates_counts_clear(rollout=rollout, now=timezone.now())
         rollout_request_tick(rollout_id=rollout.id)
-        audit_rollout(rollout, actor, "rollout.resume", before=before, after=_state(rollout))
+        after = {**_state(rollout), **({"endBy": new_end_by} if new_end_by is not None else {})}
+        audit_rollout(rollout, actor, "rollout.resume", before=before, after=after)
+    return rollout
+
+
+def rollout_start(*, rollout_id: UUID | str, tenant: Tenant | None = None, actor: Actor | None = None) -> Rollout:
+    """scheduled -> active now (``rollout.started``, docs/controller.md#schedules); 409 unless scheduled."""
+    with transaction.atomic():
+        rollout = _locked(tenant=tenant, rollout_id=rollout_id)
+        before = _state(rollout)
+        start_scheduled_rollout(rollout=rollout, at=timezone.now(), actor=_event_actor(actor))
+        rollout_request_tick(rollout_id=rollout.id)
+        audit_rollout(rollout, actor, "rollout.start", before=before, after=_state(rollout))
     return rollout
 
 

@@ -76,10 +76,10 @@ def _move_rollout(rollout: Rollout, *, sources: Sequence[str], action: str, **ch
 
 
 def pause_rollout(*, rollout: Rollout, at: datetime, paused: Paused) -> None:
-    """active -> paused (``rollout.paused``, for ``paused.reason``). In-flight nodes still settle; nothing starts."""
+    """active|scheduled -> paused (``rollout.paused``, for ``paused.reason``). In-flight nodes settle; none starts."""
     _move_rollout(
         rollout,
-        sources=[Rollout.State.ACTIVE],
+        sources=[Rollout.State.ACTIVE, Rollout.State.SCHEDULED],
         action="paused",
         state=Rollout.State.PAUSED,
         paused_reason=paused.reason,
@@ -87,13 +87,16 @@ def pause_rollout(*, rollout: Rollout, at: datetime, paused: Paused) -> None:
     event_record(rollout=rollout, payload=paused, at=at)
 
 
-def resume_rollout(*, rollout: Rollout, at: datetime, acknowledged_failures: int, actor: str) -> None:
-    """paused -> active (``rollout.resumed``), accepting ``acknowledged_failures`` of the current wave."""
+def resume_rollout(
+    *, rollout: Rollout, at: datetime, acknowledged_failures: int, actor: str, state: str = Rollout.State.ACTIVE
+) -> None:
+    """paused -> active, or scheduled while its startAt is ahead (``rollout.resumed``), accepting
+    ``acknowledged_failures`` of the current wave."""
     _move_rollout(
         rollout,
         sources=[Rollout.State.PAUSED],
         action="resumed",
-        state=Rollout.State.ACTIVE,
+        state=state,
         paused_reason=None,
         acknowledged_failures=acknowledged_failures,
     )

@@ -27,6 +27,7 @@ from rollout.api.schema import (
 from rollout.api.serializers import (
     AbortSerializer,
     NodeUpgradeSerializer,
+    ResumeSerializer,
     RolloutCreateSerializer,
     RolloutEventSerializer,
     RolloutGateSerializer,
@@ -38,7 +39,14 @@ from rollout.models import NodeUpgrade, Rollout
 from rollout.services.create import rollout_create, rollout_plan
 from rollout.services.gates import gate_json, gates_of
 from rollout.services.representation import rollouts_json
-from rollout.services.rollouts import rollout_abort, rollout_pause, rollout_promote, rollout_resume, rollouts_for
+from rollout.services.rollouts import (
+    rollout_abort,
+    rollout_pause,
+    rollout_promote,
+    rollout_resume,
+    rollout_start,
+    rollouts_for,
+)
 
 
 def _is_true(value: str | None) -> bool:
@@ -52,7 +60,13 @@ ROLLOUT_ACTION_RESPONSES = {
 }
 ROLLOUT_RESUME_RESPONSES = {
     200: RolloutSerializer,
-    **error_responses("RolloutResume", not_found=["not_found"], conflict=["invalid_state", "release_blocked"]),
+    **error_responses(
+        "RolloutResume",
+        json_body=True,
+        bad_request=["invalid_input", "invalid_schedule"],
+        not_found=["not_found"],
+        conflict=["invalid_state", "release_blocked", "deadline_passed"],
+    ),
 }
 
 
@@ -116,6 +130,7 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
                     "binary_missing",
                     "sequence_rollback",
                     "invalid_selector",
+                    "invalid_schedule",
                 ],
                 conflict=["conflict"],
                 unavailable=["no_downloads_url"],
@@ -211,10 +226,28 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
         )
         return Response(self._fresh(rollout.id))
 
-    @extend_schema(request=None, parameters=[ROLLOUT_ID], responses=ROLLOUT_RESUME_RESPONSES)
+    @extend_schema(request=ResumeSerializer, parameters=[ROLLOUT_ID], responses=ROLLOUT_RESUME_RESPONSES)
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str | None = None) -> Response:
+        serializer = ResumeSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
         rollout = rollout_resume(
+            rollout_id=self.get_object().id,
+            tenant=caller_principal(request).tenant,
+            actor=caller_actor(request),
+            end_by=serializer.validated_data.get("endBy"),
+        )
+        return Response(self._fresh(rollout.id))
+
+    @extend_schema(
+        request=None,
+        parameters=[ROLLOUT_ID],
+        responses=ROLLOUT_ACTION_RESPONSES,
+        description="Start a scheduled rollout now (`rollout.started`); 409 `invalid_state` unless it is scheduled.",
+    )
+    @action(detail=True, methods=["post"])
+    def start(self, request: Request, pk: str | None = None) -> Response:
+        rollout = rollout_start(
             rollout_id=self.get_object().id, tenant=caller_principal(request).tenant, actor=caller_actor(request)
         )
         return Response(self._fresh(rollout.id))

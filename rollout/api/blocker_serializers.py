@@ -1,0 +1,47 @@
+"""The shapes of "why not yet" (docs/controller.md#why-not-yet): a node row's blocker and a rollout's."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from rollout.services.blockers import NODE_CODES, ROLLOUT_CODES
+
+
+class NodeBlockerSerializer(serializers.Serializer):
+    """What a node waits for (docs/controller.md#why-not-yet): ``code``, ``detail`` and the code's extra fields."""
+
+    code = serializers.ChoiceField(choices=NODE_CODES)
+    detail = serializers.CharField(help_text="A human sentence.")
+    lastTickAt = serializers.DateTimeField(required=False, allow_null=True, help_text="no_controller")
+    pausedReason = serializers.CharField(required=False, help_text="rollout_paused")
+    startAt = serializers.DateTimeField(required=False, help_text="scheduled: when the rollout starts")
+    name = serializers.CharField(required=False, help_text="gate: the gate that holds")
+    state = serializers.CharField(required=False, help_text="gate: its latest state")
+    at = serializers.DateTimeField(required=False, allow_null=True, help_text="gate: when it was taken")
+    wave = serializers.IntegerField(required=False, help_text="wave_not_started: the current wave")
+    until = serializers.DateTimeField(required=False, help_text="soaking, proving_ready")
+    nextWindowAt = serializers.DateTimeField(required=False, help_text="outside_window")
+    lastSeenAt = serializers.DateTimeField(required=False, allow_null=True, help_text="offline")
+    poolId = serializers.CharField(required=False, help_text="budget_full")
+    disrupted = serializers.IntegerField(required=False, help_text="budget_full")
+    allowed = serializers.IntegerField(required=False, help_text="budget_full")
+    deadline = serializers.DateTimeField(required=False, help_text="awaiting_rejoin")
+
+
+class RolloutBlockerSerializer(serializers.Serializer):
+    """What holds a rollout (docs/controller.md#why-not-yet); null while nodes are moving."""
+
+    code = serializers.ChoiceField(choices=ROLLOUT_CODES)
+    detail = serializers.CharField(help_text="A human sentence.")
+    lastTickAt = serializers.DateTimeField(required=False, allow_null=True, help_text="no_controller")
+    pausedReason = serializers.CharField(required=False, help_text="paused")
+    startAt = serializers.DateTimeField(required=False, help_text="scheduled: when the rollout starts")
+    name = serializers.CharField(required=False, help_text="gate: the gate that holds")
+    state = serializers.CharField(required=False, help_text="gate: its latest state")
+    at = serializers.DateTimeField(required=False, allow_null=True, help_text="gate: when it was taken")
+    until = serializers.DateTimeField(required=False, help_text="soaking")
+    nextWindowAt = serializers.DateTimeField(required=False, help_text="outside_window")
+    poolIds = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="outside_window, budget_full"
+    )
+    inFlight = serializers.IntegerField(required=False, help_text="awaiting_nodes: nodes in flight")
