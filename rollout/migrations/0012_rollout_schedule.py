@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('rollout', '0010_rollout_selector'),
+        ('rollout', '0011_download_failed'),
     ]
 
     operations = [
