@@ -9,6 +9,7 @@ admin shows the same codes as the API.
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, cast
 
@@ -73,6 +74,22 @@ class RolloutCreateForm(forms.Form):
         required=False,
         widget=forms.CheckboxSelectMultiple,
         help_text="None ticked: every pool of the tenant.",
+    )
+    selector = forms.CharField(
+        required=False,
+        strip=False,
+        max_length=4096,
+        help_text="Only the nodes whose labels match, e.g. ring=canary (empty: every node of the pools). "
+        "The preview counts the matching nodes per pool before anything is created.",
+    )
+    start_at = forms.DateTimeField(
+        label="Start at", required=False, help_text="UTC, e.g. 2026-06-01 09:00. Ahead: the rollout is scheduled."
+    )
+    end_by = forms.DateTimeField(label="End by", required=False, help_text="UTC: the deadline.")
+    end_behavior = forms.ChoiceField(
+        label="At the deadline",
+        required=False,
+        choices=[("", "pause (default)"), ("abort", "abort"), ("abort_rollback", "abort with rollback")],
     )
     waves = forms.CharField(
         initial=",".join(str(p) for p in DEFAULT_WAVES),
@@ -151,4 +168,13 @@ class RolloutCreateForm(forms.Form):
             upgrade_timeout_seconds=data["upgrade_timeout_seconds"],
             min_ready_seconds=data.get("min_ready_seconds"),
             failure_ratio_min_settled=data.get("failure_ratio_min_settled"),
+            selector=data.get("selector") or None,
+            start_at=_rfc3339(data.get("start_at")),
+            end_by=_rfc3339(data.get("end_by")),
+            end_behavior=data.get("end_behavior") or None,
         )
+
+
+def _rfc3339(value: datetime | None) -> str | None:
+    """A form's (aware) time as the API takes it: the service checks it once (``schedule_validate``)."""
+    return value.isoformat() if value is not None else None

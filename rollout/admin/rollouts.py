@@ -60,6 +60,7 @@ class RolloutAdmin(TenantScopedAdmin):
         "state_badge",
         "wave_position",
         "progress",
+        "start_at",
         "created_at",
         "finished",
     ]
@@ -69,7 +70,8 @@ class RolloutAdmin(TenantScopedAdmin):
     ordering = ["-created_at"]
     actions = [action.admin_action for action in ACTIONS.values()]
     fieldsets = [
-        (None, {"fields": ["id", "version", "tenant", "pool_names", "state_badge", "paused_reason"]}),
+        (None, {"fields": ["id", "version", "tenant", "pool_names", "selector", "state_badge", "paused_reason"]}),
+        ("Schedule", {"fields": ["start_at", "end_by", "end_behavior"]}),
         (
             "Plan",
             {
