@@ -24,7 +24,7 @@ from simulator.config import (
     SimulatorError,
     build_agent_configs,
 )
-from simulator.enrolment import enroll, read_tokens, write_tokens
+from simulator.enrolment import enroll, labels_for, parse_label_shares, read_tokens, write_tokens
 from simulator.fleet import Fleet
 from simulator.retry import BACKOFF, FIXED
 from simulator.shards import ShardedFleet
@@ -85,6 +85,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--create-pools", action="store_true", help="create the --pools that do not exist")
     parser.add_argument("--tokens-file", help="agent tokens: read from it, or written to it with --enroll")
     parser.add_argument("--enroll", action="store_true", help="create --count nodes through the API first")
+    parser.add_argument(
+        "--labels",
+        help="with --enroll: key=value:share,... gives that share of the nodes (seeded) each label, "
+        "e.g. ring=canary:0.05,zone=a:0.5",
+    )
     parser.add_argument("--name-prefix", help="node name prefix for --enroll (default sim-<random>-)")
     parser.add_argument("--arch", default="amd64", help="the agents' arch (node arch for --enroll)")
     parser.add_argument("--daemon-version", default=DEFAULT_DAEMON_VERSION, help="version the agents start on")
@@ -173,11 +178,14 @@ async def run_cli(options: argparse.Namespace, out: IO[str] | io.TextIOBase | No
             out.flush()
 
     pools = [name.strip() for name in (options.pools or "").split(",") if name.strip()]
+    if options.labels and not options.enroll:
+        raise SimulatorError("--labels needs --enroll (labels are set when the nodes are created)")
     if options.enroll:
         if not options.api_key:
             raise SimulatorError("--enroll needs --api-key")
         if not options.count:
             raise SimulatorError("--enroll needs --count")
+        shares = parse_label_shares(options.labels) if options.labels else []
         nodes = await enroll(
             options.server,
             options.api_key,
@@ -186,6 +194,7 @@ async def run_cli(options: argparse.Namespace, out: IO[str] | io.TextIOBase | No
             create_pools=options.create_pools,
             name_prefix=options.name_prefix,
             arch=options.arch,
+            labels=labels_for(options.count, shares, seed=options.seed) if shares else None,
         )
         if options.tokens_file:
             write_tokens(options.tokens_file, nodes)

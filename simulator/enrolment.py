@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,43 @@ async def ensure_pools(
     return {name: ids[name] for name in names}
 
 
+@dataclass(frozen=True)
+class LabelShare:
+    """``key=value:share``: that share of the enrolled nodes carries the label (``--labels``)."""
+
+    key: str
+    value: str
+    share: float
+
+
+def parse_label_shares(text: str) -> list[LabelShare]:
+    """``ring=canary:0.05,zone=a:0.5`` -> the shares; SimulatorError naming a malformed one.
+
+    The server checks the keys and values (400 ``invalid_labels``); here only the shape and the share."""
+    shares = []
+    for item in (part.strip() for part in text.split(",")):
+        label, colon, share = item.rpartition(":")
+        key, equals, value = label.partition("=")
+        try:
+            fraction = float(share)
+        except ValueError:
+            fraction = -1.0
+        if not (colon and equals and key) or not 0 <= fraction <= 1:
+            raise SimulatorError(f"--labels: {item!r} is not key=value:share (a share in [0, 1])")
+        shares.append(LabelShare(key=key, value=value, share=fraction))
+    return shares
+
+
+def labels_for(count: int, shares: Sequence[LabelShare], *, seed: int = 0) -> list[dict[str, str]]:
+    """Each of ``count`` nodes' labels: per share, round(share x count) nodes chosen by the seed and the key."""
+    labels: list[dict[str, str]] = [{} for _ in range(count)]
+    for share in shares:
+        chosen = random.Random(f"{seed}:{share.key}").sample(range(count), round(share.share * count))  # noqa: S311
+        for index in chosen:
+            labels[index][share.key] = share.value
+    return labels
+
+
 async def enroll(
     base_url: str,
     api_key: str,
@@ -85,6 +123,7 @@ async def enroll(
     arch: str = "amd64",
     concurrency: int = 16,
     client: httpx.AsyncClient | None = None,
+    labels: Sequence[Mapping[str, str]] | None = None,
 ) -> list[EnrolledNode]:
     """Create ``count`` nodes through ``POST /api/compute/nodes/``, round-robin over ``pools``.
 
@@ -106,11 +145,12 @@ async def enroll(
         async def one(index: int) -> EnrolledNode:
             name = f"{prefix}{index:05d}"
             pool_id = pool_ids[pools[index % len(pools)]]
+            node_labels = dict(labels[index]) if labels else {}
             async with gate:
                 response = await client.post(
                     base_url + NODES_PATH,
                     headers=_operator_headers(api_key),
-                    json={"name": name, "poolId": pool_id, "arch": arch},
+                    json={"name": name, "poolId": pool_id, "arch": arch, "labels": node_labels},
                 )
             if response.status_code != 201:
                 raise SimulatorError(f"enrolling {name} failed: {_detail(response)}")
