@@ -31,6 +31,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's files served by us (no CDN): /api/docs/ works offline
     "django_celery_beat",
     "fleet",
     "rollout",
@@ -161,6 +162,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Signed bcd releases and wave rollouts.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # /api/docs/ loads Swagger UI from our own static files (drf-spectacular-sidecar), never from a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "rollout.api.schema.postprocess_schema",

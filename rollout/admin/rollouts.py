@@ -36,6 +36,7 @@ from rollout.selectors import rollout_waves
 from rollout.services.blockers import rollout_blocker_words
 from rollout.services.create import rollout_create, rollout_plan
 from rollout.services.gates import gates_of
+from rollout.services.health import BEAT_COMMAND, WORKER_COMMAND, controller_stale_after, rollouts_without_controller
 from rollout.services.plan import RolloutPlan
 
 
@@ -182,8 +183,31 @@ class RolloutAdmin(TenantScopedAdmin):
     def waves_requested(self, rollout: Rollout) -> str:
         return ", ".join(str(percent) for percent in rollout.waves)
 
+    # a controller that does not run (docs/controller.md#no-controller): a banner above the list and the page
+    def controller_banner(self, request: HttpRequest) -> None:
+        stalled = rollouts_without_controller(self.get_queryset(request), now=timezone.now())
+        if stalled:
+            messages.warning(
+                request,
+                format_html(
+                    "No controller is running: {} active rollout(s) have not been ticked for {} s. Start a Celery "
+                    "worker and beat: <code>{}</code> and <code>{}</code>.",
+                    stalled,
+                    int(controller_stale_after().total_seconds()),
+                    WORKER_COMMAND,
+                    BEAT_COMMAND,
+                ),
+            )
+
+    def changelist_view(self, request: HttpRequest, extra_context=None):
+        if request.method == "GET":
+            self.controller_banner(request)
+        return super().changelist_view(request, extra_context)
+
     # the detail page
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context=None):
+        if request.method == "GET":
+            self.controller_banner(request)
         rollout = self.get_object(request, unquote(object_id))
         if rollout is not None:
             extra_context = {**(extra_context or {}), **self.detail_context(request, rollout)}

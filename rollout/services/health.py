@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import connection
+from django.db.models import QuerySet
+from django.db.models.functions import Coalesce
 
 from rollout import conf
 from rollout.models import ControllerBeat, Rollout
@@ -56,6 +58,17 @@ def controller_missing(rollout: Rollout, *, now: datetime) -> bool:
         return False
     since = rollout.last_tick_at or rollout.created_at
     return now - since > controller_stale_after()
+
+
+def rollouts_without_controller(rollouts: QuerySet[Rollout], *, now: datetime) -> int:
+    """How many of ``rollouts`` are active and held by a missing controller (``controller_missing``): one count."""
+    since = Coalesce("last_tick_at", "created_at")
+    return (
+        rollouts.filter(state=Rollout.State.ACTIVE)
+        .annotate(since=since)
+        .filter(since__lt=now - controller_stale_after())
+        .count()
+    )
 
 
 @dataclass(frozen=True)
