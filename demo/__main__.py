@@ -8,9 +8,9 @@ and a rollout with short soak and timeout. Under a minute for the first rollout 
 then waits for a maintenance window that opens 15 to 75 s later (at a minute boundary): 3 min 3 s in all,
 measured on a loaded 2-core machine. The demo prints how long it took.
 
-``--fail-canary``: the new release's agents come back on the old version, the canary fails,
-the rollout pauses; the demo aborts it with rollback and rolls forward to a
-fixed release with a higher sequence, which completes.
+The first rollout is the canary ring's (ring=canary, scheduled to start seconds later), then the rest's.
+``--fail-canary``: the new release's agents come back on the old version, the canary ring's rollout pauses;
+the demo aborts it with rollback and rolls forward to a fixed release with a higher sequence, which completes.
 
 Then the rollout policy: one pool gets a maintenance window opening at a coming
 minute boundary (its nodes wait for it while the other pools go ahead), and the
@@ -29,7 +29,7 @@ import secrets
 import shutil
 import sys
 import time
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,6 +44,7 @@ RUN_DIR = BASE_DIR / ".run" / "demo"  # inside the checkout, git-ignored; `make 
 POOLS = ("gpu-a", "gpu-b", "cpu-a", "cpu-b")
 NODES_PER_POOL = 50
 BUDGET = 0.1
+CANARY_EVERY = 20  # the canary ring: one node in 20 (5 %), labelled ring=canary
 ADMIN_USER = "admin"
 
 
@@ -153,6 +154,7 @@ class Demo:
             pool.raise_for_status()
             for i in range(self.args.agents_per_pool):
                 body = {"name": f"{pool_name}-{i:03d}", "poolId": pool.json()["id"], "arch": "amd64"}
+                body["labels"] = {"ring": "canary" if i % CANARY_EVERY == 0 else "main"}
                 node = self.api.post("/api/compute/nodes/", json=body)
                 node.raise_for_status()
                 agents.append((node.json()["name"], node.json()["agentToken"]))
@@ -409,10 +411,17 @@ def _run(args: argparse.Namespace, run_dir: Path, env: dict[str, str]) -> str:
         with fleet.start_thread(timeout=args.timeout + 200) as running:
             running.wait_for(lambda f: f.online_count() == len(configs), timeout=30)
             say(f"{fleet.online_count()} agents online on bcd 1.0.0, watching their sessions\n")
-            # A bad release fails fast (10 s timeout) so the demo shows the pause quickly.
-            first = demo.rollout("1.1.0", upgradeTimeoutSeconds=10 if args.fail_canary else 30)
+            start_at = datetime.now(UTC) + timedelta(seconds=8)
+            canary = {"selector": "ring=canary", "startAt": start_at.isoformat().replace("+00:00", "Z")}
+            first = demo.rollout("1.1.0", upgradeTimeoutSeconds=10 if args.fail_canary else 30, **canary)
+            say(f"the canary ring (one node in {CANARY_EVERY}) is scheduled to start at {start_at:%H:%M:%S}")
             rollouts.append(first)
             state = demo.watch(first, {"completed", "paused"}, deadline)
+            if state == "completed":
+                say("the canary ring completed: the rest of the fleet now\n")
+                rest = demo.rollout("1.1.0", selector="ring!=canary")
+                rollouts.append(rest)
+                state = demo.watch(rest, {"completed", "paused"}, deadline)
             if state == "paused":
                 say("the canary failed and the rollout paused: aborting it with rollback, then rolling forward\n")
                 demo.api.post(f"/api/compute/rollouts/{first}/abort/", json={"rollback": True}).raise_for_status()
