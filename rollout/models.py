@@ -3,6 +3,7 @@
 State machines (transitions live in rollout/services, one function each):
 
 Rollout:     active -> paused -> active;  active|paused -> completed | aborted
+             scheduled -> active (startAt, start) | paused | aborted;  paused -> scheduled (startAt ahead)
 NodeUpgrade: pending -> in_flight -> succeeded | failed | rolled_back
              pending -> skipped | cancelled
 """
