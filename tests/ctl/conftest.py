@@ -1,7 +1,8 @@
-"""A real local HTTP server that answers as the API would, for the command line's requests and arguments.
+"""A real local HTTP server that answers as the API would, for what the live server cannot be made to answer on
+demand (a 503, a 429, a proxy's HTML page, a rollout that pauses and resumes between two reads) and for the
+arguments that must never reach a server.
 
-The end-to-end tests (tests/integration/test_ctl_end_to_end.py) run the command line against the live
-server; these check what it sends and how it reads answers, for every command, and run in a second.
+What each command sends and prints is tested against the live server: tests/integration/test_ctl_*.py.
 """
 
 from __future__ import annotations

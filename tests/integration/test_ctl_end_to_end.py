@@ -78,6 +78,7 @@ def test_create_by_pool_names_wait_times_out_promote_watch_to_completion_then_wa
         assert watched.returncode == 0, watched.stderr
         assert "completed" in watched.stdout
         assert "3/3" in watched.stdout
+        assert "━" in watched.stdout  # the waves' progress bars
 
     done = ctl(stack.url, key, "wait", rid)
     assert (done.returncode, done.stdout.strip()) == (0, f"{rid} completed  wave 2/2: 3/3 settled")
