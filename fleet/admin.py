@@ -18,7 +18,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from core.errors import DomainError
-from fleet.admin_base import ReadOnlyMixin, TenantScopedAdmin
+from fleet.admin_base import ReadOnlyMixin, TenantScopedAdmin, budget_percent
 from fleet.labels import labels_validate
 from fleet.models import ApiKey, AuditEntry, Command, Grant, Membership, Node, NodeSession, Pool, Tenant, Workflow
 from fleet.services.audit import Actor, audit_record
@@ -132,7 +132,7 @@ class PoolAdmin(TenantScopedAdmin):
     list_display = [
         "name",
         "tenant",
-        "disruption_budget",
+        "budget_percent",
         "node_count",
         "disruption",
         "next_window",
@@ -142,6 +142,10 @@ class PoolAdmin(TenantScopedAdmin):
     list_select_related = ["tenant"]
     search_fields = ["name", "tenant__slug"]
     fields = ["tenant", "name", "disruption_budget", "maintenance_windows", "default_daemon_version"]
+
+    @admin.display(description="disruption budget", ordering="disruption_budget")
+    def budget_percent(self, pool: Pool) -> str:
+        return budget_percent(pool.disruption_budget)
 
     @admin.display(description="next window")
     def next_window(self, pool: Pool) -> str:
@@ -283,6 +287,14 @@ class NodeAdmin(TenantScopedAdmin):
 
     def get_inlines(self, request: HttpRequest, obj=None):
         return self.inlines if obj is not None else []
+
+    def has_delete_permission(self, request: HttpRequest, obj: Node | None = None) -> bool:
+        """Not a node whose agent holds a session (joined and not left): delete it once its agent is gone."""
+        if obj is not None:
+            session = node_session(obj)
+            if session is not None and session.left_at is None:
+                return False
+        return super().has_delete_permission(request, obj)
 
     @admin.display(boolean=True)
     def online(self, node: Node) -> bool:

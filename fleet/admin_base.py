@@ -12,6 +12,7 @@ permissions still apply on top; viewing needs only the view permission.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import TYPE_CHECKING, cast
 
 from django.contrib import admin
@@ -128,3 +129,9 @@ class ReadOnlyMixin:
 def staff_user(request: HttpRequest) -> _User:
     """The logged-in staff user of an admin view (the admin site lets no anonymous user in)."""
     return cast("_User", request.user)
+
+
+def budget_percent(fraction: Decimal | float | str) -> str:
+    """A disruption budget as an operator reads it: ``5 %``, ``12.5 %`` (the API keeps the fraction)."""
+    value = (Decimal(str(fraction)) * 100).normalize()
+    return f"{value:f} %"

@@ -10,6 +10,7 @@ host's agent-token authentication. It never writes fleet rows any other way.
 from fleet.admin_base import (
     ReadOnlyMixin,
     TenantScopedAdmin,
+    budget_percent,
     in_tenant_scope,
     is_fleet_admin,
     staff_user,
@@ -60,6 +61,7 @@ __all__ = [
     "Tenant",
     "TenantScopedAdmin",
     "audit_record",
+    "budget_percent",
     "changed_fields",
     "commands_cancel",
     "commands_enqueue",

@@ -39,6 +39,8 @@ _RELEASE_BINARY_INLINE_FIELDS = (
 
 class ReleaseBinaryInline(admin.TabularInline):
     model = ReleaseBinary
+    verbose_name = "release binary"
+    verbose_name_plural = "release binaries"
     fields = _RELEASE_BINARY_INLINE_FIELDS
     readonly_fields = _RELEASE_BINARY_INLINE_FIELDS
     extra = 0

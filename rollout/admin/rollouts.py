@@ -20,7 +20,16 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from core.errors import DomainError
-from fleet.interface import Actor, Pool, Tenant, TenantScopedAdmin, pool_budgets, staff_user, tenant_id_of
+from fleet.interface import (
+    Actor,
+    Pool,
+    Tenant,
+    TenantScopedAdmin,
+    budget_percent,
+    pool_budgets,
+    staff_user,
+    tenant_id_of,
+)
 from rollout.admin.actions import ACTIONS, RolloutAction
 from rollout.admin.display import (
     counts_total,
@@ -86,7 +95,7 @@ class RolloutAdmin(TenantScopedAdmin):
                 ]
             },
         ),
-        ("History", {"fields": ["created_by", "created_at", "next_wave_at", "completed_at", "aborted_at"]}),
+        ("History", {"fields": ["created_by", "created_at", "next_wave", "completed_at", "aborted_at"]}),
     ]
     readonly_fields = [str(field) for _, options in fieldsets for field in options["fields"]]
     change_list_template = "admin/rollout/rollout/change_list.html"
@@ -126,6 +135,13 @@ class RolloutAdmin(TenantScopedAdmin):
         for rollout in rollouts:
             rollout.wave_stats = waves.get(rollout.id, [])
         return changelist
+
+    @admin.display(description="next wave at")
+    def next_wave(self, rollout: Rollout) -> str:
+        """Only while the rollout may still start a wave: never a stale time after an abort or completion."""
+        if rollout.state not in Rollout.ACTIVE_STATES or rollout.next_wave_at is None:
+            return "-"
+        return rollout.next_wave_at.strftime("%Y-%m-%d %H:%M:%S UTC")
 
     @admin.display(description="rollout", ordering="created_at")
     def short_id(self, rollout: Rollout) -> str:
@@ -248,7 +264,10 @@ class RolloutAdmin(TenantScopedAdmin):
             "total_bar": progress_bar(totals),
             "totals": totals,
             "total_nodes": sum(totals.values()),
-            "budget_rows": [{"pool": pool, "budget": budgets.get(pool.id)} for pool in pools],
+            "budget_rows": [
+                {"pool": pool, "budget": budgets.get(pool.id), "budget_percent": budget_percent(pool.disruption_budget)}
+                for pool in pools
+            ],
             "events": [
                 {"kind": event.kind, "at": event.at, "data": json.dumps(event.data, sort_keys=True, default=str)}
                 for event in rollout.events.all()
