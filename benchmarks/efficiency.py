@@ -39,7 +39,6 @@ from benchmarks.database import DEFAULT_DATABASE_URL, database_urls, recreate_da
 from benchmarks.heartbeat_probes import CpuSampler, ProcessSampler, percentile
 from benchmarks.polling_price import web_cpu_per_heartbeat
 from demo.processes import free_port
-from rollout.services.plan import rollout_spec
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 BENCH_DB = "rollout_bench_efficiency"
@@ -136,6 +135,7 @@ def run(
     from rollout.release.manifest import manifest_for, manifest_to_bytes
     from rollout.services.binaries import release_binary_store
     from rollout.services.create import rollout_create
+    from rollout.services.plan import rollout_spec
     from rollout.services.releases import release_register
     from simulator import ShardedFleet, build_agent_configs
 

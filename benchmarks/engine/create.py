@@ -8,7 +8,6 @@ from typing import Any
 
 from benchmarks.engine.measuring import Series, measure, print_profile, table
 from benchmarks.engine.setup import NEW, POOLS, drop_rollout, make_fleet, vacuum_all
-from rollout.services.plan import rollout_spec
 
 UPGRADE_COLUMNS = ("rollout_id", "node_id", "pool_id", "wave", "position", "state", "claims_node", "target_version")
 
@@ -115,6 +114,7 @@ class CreateResult:
 
 def bench_create(nodes: int, repeat: int, profile: bool) -> CreateResult:
     from rollout.services.create import rollout_create
+    from rollout.services.plan import rollout_spec
 
     start = time.perf_counter()
     tenant, pools = make_fleet("create", nodes)

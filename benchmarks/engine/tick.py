@@ -7,7 +7,6 @@ from typing import Any
 
 from benchmarks.engine.measuring import Sample, Series, measure, print_profile, table
 from benchmarks.engine.setup import BUDGET, NEW, OLD, POOLS, heartbeat_all, make_fleet, vacuum_all
-from rollout.services.plan import rollout_spec
 
 
 @dataclass
@@ -62,6 +61,7 @@ def bench_tick(nodes: int, repeat: int, profile: bool, fleet: tuple[Any, list] |
     from fleet.services.budget import budget_allowed
     from rollout.services.controller import rollout_tick
     from rollout.services.create import rollout_create
+    from rollout.services.plan import rollout_spec
 
     tenant, pools = fleet or make_fleet(f"tick-{nodes}", nodes)
     rollout = rollout_create(tenant=tenant, spec=rollout_spec(version=NEW, waves=[100], soak_seconds=0))
