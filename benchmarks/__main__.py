@@ -65,6 +65,11 @@ BENCHMARKS: dict[str, tuple[str, str, list[str]]] = {
         "10,000 watching agents rejoining after a 10 s restart of gunicorn: admission and backoff vs neither",
         [],  # the module's QUICK_ARGV
     ),
+    "labels": (
+        "benchmarks.labels",
+        "a create with a selector (10 % of 100,000 nodes) vs pools; bulk labelling vs the raw UPDATE",
+        ["--quick"],
+    ),
     "fleet10k": (
         "benchmarks.fleet10k",
         "a whole rollout over 10,000 simulated agents: efficiency, hb/s, p99, 5xx, worker RSS (~11 min)",

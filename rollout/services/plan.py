@@ -16,13 +16,16 @@ from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from operator import attrgetter
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 from django.utils import timezone
 
 from core.errors import InvalidInput
-from fleet.interface import Selector, selector_validate
 from rollout.services.gate_spec import GateOptions, gates_validate
+
+if TYPE_CHECKING:
+    from fleet.interface import Selector
 
 DEFAULT_WAVES = (1, 10, 50, 100)
 DEFAULT_MAX_FAILURE_RATIO = Decimal("0.1")
@@ -209,6 +212,13 @@ class RolloutSpec:
     schedule: Schedule = field(default_factory=Schedule)
 
 
+def _selector(text: object) -> Selector:
+    """The parsed selector (400 ``invalid_selector``); imported here: this module loads before Django's apps."""
+    from fleet.interface import selector_validate
+
+    return selector_validate(text)
+
+
 def rollout_spec(
     *,
     version: object,
@@ -252,7 +262,7 @@ def rollout_spec(
         pool_ids=pool_ids,
         options=options,
         gates=checked_gates,
-        selector=None if selector is None else selector_validate(selector),
+        selector=None if selector is None else _selector(selector),
         selector_text=selector if isinstance(selector, str) else None,
         schedule=schedule_validate(start_at=start_at, end_by=end_by, end_behavior=end_behavior, now=timezone.now()),
     )
