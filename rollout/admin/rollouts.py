@@ -50,6 +50,16 @@ from rollout.services.plan import RolloutPlan
 
 
 # --- rollouts --------------------------------------------------------------------------------
+def event_words(data: dict[str, Any], pool_names: dict[str, str]) -> str:
+    """An event's data as an operator reads it: pools by name (the API keeps their ids), keys in order."""
+    shown = dict(data)
+    if isinstance(shown.get("poolIds"), list):
+        shown["pools"] = [pool_names.get(str(pool_id), str(pool_id)) for pool_id in shown.pop("poolIds")]
+    if "poolId" in shown:
+        shown["pool"] = pool_names.get(str(shown.pop("poolId")), "?")
+    return ", ".join(f"{key}: {json.dumps(value, default=str)}" for key, value in sorted(shown.items()))
+
+
 @admin.register(Rollout)
 class RolloutAdmin(TenantScopedAdmin):
     """Rollouts are planned and operated here through the services; never edited by hand.
@@ -258,18 +268,20 @@ class RolloutAdmin(TenantScopedAdmin):
                 for slug, action in ACTIONS.items()
                 if rollout.state in action.states and (action.shown is None or action.shown(rollout))
             ]
+        pool_names = {str(pool.id): pool.name for pool in pools}
         return {
             "rollout_waves": wave_rows,
             "wave_count": len(wave_rows),
             "total_bar": progress_bar(totals),
             "totals": totals,
             "total_nodes": sum(totals.values()),
+            "pool_names": pool_names,
             "budget_rows": [
                 {"pool": pool, "budget": budgets.get(pool.id), "budget_percent": budget_percent(pool.disruption_budget)}
                 for pool in pools
             ],
             "events": [
-                {"kind": event.kind, "at": event.at, "data": json.dumps(event.data, sort_keys=True, default=str)}
+                {"kind": event.kind, "at": event.at, "data": event_words(event.data, pool_names)}
                 for event in rollout.events.all()
             ],
             "upgrades_url": filtered({}),

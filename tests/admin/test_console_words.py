@@ -58,3 +58,26 @@ def test_a_node_whose_agent_holds_a_session_cannot_be_deleted(root, tenant, rele
     assert root.get(f"/admin/fleet/node/{joined.pk}/delete/").status_code == 403
     assert b"deletelink" not in root.get(f"/admin/fleet/node/{joined.pk}/change/").content
     assert root.get(f"/admin/fleet/node/{gone.pk}/delete/").status_code == 200
+
+
+def test_events_name_pools_not_ids(root, tenant, releases):
+    rollout = make_rollout(tenant, {"gpu-a": (2, "1")})
+    pool = Pool.objects.get(name="gpu-a")
+    page = root.get(f"/admin/rollout/rollout/{rollout.pk}/change/").content.decode()
+    events = page[page.index('id="rollout-events"') :]
+    assert "gpu-a" in events
+    assert str(pool.pk) not in events
+
+
+def test_a_refused_console_page_is_styled_like_the_console():
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    user = get_user_model().objects.create_user("viewer", "v@example.com", None, is_staff=True)
+    client = Client()
+    client.force_login(user)
+    response = client.get("/admin/rollout/release/add/")
+    assert response.status_code == 403
+    page = response.content.decode()
+    assert "admin/css/base.css" in page
+    assert "Permission denied" in page
