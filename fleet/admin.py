@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from core.errors import DomainError
 from fleet.admin_base import ReadOnlyMixin, TenantScopedAdmin, budget_percent
+from fleet.admin_spec import desired, desired_state
 from fleet.labels import labels_validate
 from fleet.models import ApiKey, AuditEntry, Command, Grant, Membership, Node, NodeSession, Pool, Tenant, Workflow
 from fleet.services.audit import Actor, audit_record
@@ -266,7 +267,7 @@ class NodeAdmin(TenantScopedAdmin):
     """Nodes are created through the service so that the agent token is generated (and shown once) and the
     desired daemon follows the pool's default. The token hash is never shown."""
 
-    list_display = ["name", "pool", "tenant", "arch", "labels", "online", "daemon_version", "protocol_version", "spec"]
+    list_display = ["name", "pool", "tenant", "arch", "labels", "online", "daemon_version", "protocol_version", desired]
     list_filter = [("pool", admin.RelatedOnlyFieldListFilter), "arch", "tenant"]
     list_select_related = ["pool", "tenant", "session"]
     search_fields = ["name"]
@@ -279,11 +280,11 @@ class NodeAdmin(TenantScopedAdmin):
     def get_fields(self, request: HttpRequest, obj=None):
         if obj is None:
             return ["tenant", "pool", "name", "arch", "labels"]
-        return ["tenant", "pool", "name", "arch", "labels", "spec", "created_at"]
+        return ["tenant", "pool", "name", "arch", "labels", desired_state, "created_at"]
 
     def get_readonly_fields(self, request: HttpRequest, obj=None):
         # The pool and arch are fixed once created (workflows and rollouts recorded them).
-        return ["tenant", "pool", "arch", "spec", "created_at"] if obj is not None else []
+        return ["tenant", "pool", "arch", desired_state, "created_at"] if obj is not None else []
 
     def get_inlines(self, request: HttpRequest, obj=None):
         return self.inlines if obj is not None else []

@@ -81,3 +81,17 @@ def test_a_refused_console_page_is_styled_like_the_console():
     page = response.content.decode()
     assert "admin/css/base.css" in page
     assert "Permission denied" in page
+
+
+def test_the_node_page_folds_the_signed_envelope(root, tenant, releases):
+    from tests.rollout.helpers import tick
+
+    rollout = make_rollout(tenant, {"a": (1, "1")})
+    tick(rollout)  # the node's spec now carries the signed release
+    node = Node.objects.get()
+    page = root.get(f"/admin/fleet/node/{node.pk}/change/").content.decode()
+    assert "<details><summary>signed release envelope</summary>" in page
+    assert page.index("payloadType") > page.index("<details>")
+    listing = root.get("/admin/fleet/node/").content.decode()
+    assert "payloadType" not in listing
+    assert "1.0.0" in listing
