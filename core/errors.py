@@ -31,6 +31,13 @@ class InvalidInput(DomainError):
     code = "invalid_input"
 
 
+class Forbidden(DomainError):
+    """The caller may not do this, whatever the object's state (HTTP 403)."""
+
+    status = 403
+    code = "permission_denied"
+
+
 class NotFound(DomainError):
     status = 404
     code = "not_found"

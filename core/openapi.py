@@ -25,7 +25,8 @@ CODES: dict[str, str] = {
     "invalid_json": "The body is not valid UTF-8 JSON, nests deeper than 64 levels, or holds a lone surrogate.",
     "not_authenticated": "No `Authorization: Bearer` header.",
     "authentication_failed": "The bearer token is malformed, unknown or revoked.",
-    "permission_denied": "The API key has no `compute:fleet:admin` grant on its tenant's fleet scope.",
+    "permission_denied": "The API key has no `compute:fleet:admin` grant on its tenant's fleet scope (approving "
+    "and denying a rollout: no `compute:rollout:approve`).",
     "not_found": "No such object in the caller's tenant (another tenant's objects are not found either).",
     "unsupported_media_type": "The body is not `application/json`.",
     "too_large": "The body is larger than 1 MiB (refused before it is read).",
@@ -134,6 +135,7 @@ def error_responses(
     json_body: bool = False,
     body: bool | None = None,
     bad_request: Sequence[str] = (),
+    forbidden: Sequence[str] = (),
     not_found: Sequence[str] = (),
     conflict: Sequence[str] = (),
     unavailable: Sequence[str] = (),
@@ -144,6 +146,7 @@ def error_responses(
     ``"agent"`` (an agent token: 401) or None; a credential may be over its limit (429).
     ``json_body``: the view parses a JSON body (400 ``invalid_json``, 415).
     ``body``: the view reads a body (413 ``too_large``; defaults to ``json_body``).
+    ``forbidden``: 403 codes beside ``permission_denied`` (a rule about the caller, e.g. ``self_approval``).
     ``name`` prefixes the names of the components of sets of several codes (see ``error_serializer``).
     """
     responses: dict[int, OpenApiResponse] = {}
@@ -152,7 +155,9 @@ def error_responses(
         responses[400] = _response(400, f"{name}BadRequest", bad)
     if auth is not None:
         responses[401] = _response(401, "UnauthenticatedError", AUTH_CODES)
-    if auth == "key":
+    if auth == "key" and forbidden:
+        responses[403] = _response(403, f"{name}Forbidden", ("permission_denied", *forbidden))
+    elif auth == "key":
         responses[403] = _response(403, "PermissionDenied", ("permission_denied",))
     if not_found:
         responses[404] = _response(404, f"{name}NotFound", not_found)

@@ -24,6 +24,7 @@ from fleet.labels import labels_validate
 from fleet.models import ApiKey, AuditEntry, Command, Grant, Membership, Node, NodeSession, Pool, Tenant, Workflow
 from fleet.services.audit import Actor, audit_record
 from fleet.services.budget import pool_budgets
+from fleet.services.iam import tenant_set_rollout_approvals
 from fleet.services.labels import node_labels_set
 from fleet.services.nodes import node_create, node_is_online, node_session
 from fleet.services.pools import (
@@ -42,9 +43,26 @@ from fleet.windows import open_until
 # --- tenants and IAM -------------------------------------------------------------------------
 @admin.register(Tenant)
 class TenantAdmin(TenantScopedAdmin):
+    """Tenants. ``rollout_approvals`` is a superuser's to change (docs/controller.md#approvals): others see it."""
+
     tenant_path = "id"
-    list_display = ["slug", "name", "created_at"]
+    list_display = ["slug", "name", "rollout_approvals", "created_at"]
     search_fields = ["slug", "name"]
+    fields = ["slug", "name", "rollout_approvals"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj=None) -> list[str]:
+        return [] if request.user.is_superuser else ["rollout_approvals"]
+
+    def save_model(self, request: HttpRequest, obj: Tenant, form: forms.ModelForm, change: bool) -> None:
+        if not (change and "rollout_approvals" in form.changed_data):
+            super().save_model(request, obj, form, change)
+            return
+        # The other fields as usual; the approvals through the service, which audits the change.
+        wanted = obj.rollout_approvals
+        with transaction.atomic():
+            obj.rollout_approvals = form.initial["rollout_approvals"]
+            super().save_model(request, obj, form, change)
+            tenant_set_rollout_approvals(tenant=obj, approvals=wanted, actor=Actor.admin(request.user))
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return request.user.is_superuser

@@ -46,15 +46,15 @@ def in_tenant_scope(queryset: QuerySet, request: HttpRequest, tenant_path: str) 
     return queryset.filter(**{tenant_path: tenant_id})
 
 
-def is_fleet_admin(request: HttpRequest) -> bool:
-    """May this console user write? Superusers always; others need ``compute:fleet:admin`` on their tenant.
+def _granted(request: HttpRequest, permission: str) -> bool:
+    """Superusers always; other console users need ``permission`` on their tenant's fleet scope.
 
-    Decided once per request (a page asks several times) and never cached longer,
+    Decided once per request and permission (a page asks several times) and never cached longer,
     so a revoked grant takes effect on the next request.
     """
-    cached = getattr(request, "_is_fleet_admin", None)
-    if cached is not None:
-        return cached
+    decided: dict[str, bool] = request.__dict__.setdefault("_fleet_grants", {})
+    if permission in decided:
+        return decided[permission]
     user = request.user
     if not (user.is_authenticated and user.is_active):
         allowed = False
@@ -64,11 +64,22 @@ def is_fleet_admin(request: HttpRequest) -> bool:
         tenant_id = tenant_id_of(request)
         allowed = tenant_id is not None and (
             Grant.objects.filter(
-                tenant_id=tenant_id, user_id=user.pk, permission=Permission.FLEET_ADMIN, scope=FLEET_SCOPE
+                tenant_id=tenant_id, user_id=user.pk, permission=permission, scope=FLEET_SCOPE
             ).exists()
         )
-    request._is_fleet_admin = allowed  # type: ignore[attr-defined]  # decided once per request
+    decided[permission] = allowed
     return allowed
+
+
+def is_fleet_admin(request: HttpRequest) -> bool:
+    """May this console user write? Superusers always; others need ``compute:fleet:admin`` on their tenant."""
+    return _granted(request, Permission.FLEET_ADMIN)
+
+
+def can_approve(request: HttpRequest) -> bool:
+    """May this console user approve or deny rollouts? Superusers always; others need
+    ``compute:rollout:approve`` on their tenant (docs/controller.md#approvals). Nobody approves their own."""
+    return _granted(request, Permission.ROLLOUT_APPROVE)
 
 
 class TenantScopedAdmin(admin.ModelAdmin):

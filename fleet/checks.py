@@ -10,6 +10,7 @@
 | fleet.E006 | FLEET_WATCH_PING_SECONDS is not an integer >= 1 |
 | fleet.E007 | DATABASE_URL is not PostgreSQL (SQLite or any other engine): the project runs on PostgreSQL alone |
 | fleet.E008 | WEB_SESSIONS_IN_PROGRESS is not an integer >= 0 (docs/operations.md#admission-control) |
+| fleet.E009 | ROLLOUT_APPROVALS is not an integer from 0 to 5 (docs/controller.md#approvals) |
 | fleet.W001 | no CACHE_URL: each web process counts requests alone (``check --deploy`` only) |
 """
 
@@ -21,6 +22,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
 from core.ratelimit import parse_rate
+from fleet.models.iam import MAX_ROLLOUT_APPROVALS
 from fleet.services.nodes import heartbeat_seconds
 
 TAG = "fleet"
@@ -116,4 +118,18 @@ def check_database_engine(app_configs: Any = None, **kwargs: Any) -> list[CheckM
         )
         for alias, engine in engines.items()
         if engine != POSTGRESQL
+    ]
+
+
+@register(TAG)
+def check_rollout_approvals(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    value = getattr(settings, "ROLLOUT_APPROVALS", 0)
+    if type(value) is int and 0 <= value <= MAX_ROLLOUT_APPROVALS:
+        return []
+    return [
+        Error(
+            f"ROLLOUT_APPROVALS must be an integer from 0 to {MAX_ROLLOUT_APPROVALS}, not {value!r}.",
+            hint="Set ROLLOUT_APPROVALS to how many approvals a new tenant's rollouts need (default 0: none).",
+            id="fleet.E009",
+        )
     ]

@@ -11,12 +11,14 @@ from fleet.admin_base import (
     ReadOnlyMixin,
     TenantScopedAdmin,
     budget_percent,
+    can_approve,
     in_tenant_scope,
     is_fleet_admin,
     staff_user,
     tenant_id_of,
 )
 from fleet.api.agent_auth import AgentTokenAuthentication, IsAgent
+from fleet.api.permissions import FleetAdminOrApprover, RolloutApprover
 from fleet.models import Command, Node, NodeSession, Pool, Tenant
 from fleet.plugins import (
     node_daemon_refused,
@@ -48,6 +50,7 @@ __all__ = [
     "Actor",
     "AgentTokenAuthentication",
     "Command",
+    "FleetAdminOrApprover",
     "IsAgent",
     "MaintenanceWindow",
     "Node",
@@ -57,11 +60,13 @@ __all__ = [
     "PoolWindows",
     "Principal",
     "ReadOnlyMixin",
+    "RolloutApprover",
     "Selector",
     "Tenant",
     "TenantScopedAdmin",
     "audit_record",
     "budget_percent",
+    "can_approve",
     "changed_fields",
     "commands_cancel",
     "commands_enqueue",

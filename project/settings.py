@@ -270,6 +270,9 @@ FLEET_HEARTBEAT_SECONDS = env_int_or_raw("FLEET_HEARTBEAT_SECONDS", 10)
 FLEET_WATCH_RECONNECT_SECONDS = env_int_or_raw("FLEET_WATCH_RECONNECT_SECONDS", 1)
 # How long a web process's LISTEN connection may stay quiet before it must answer a SELECT 1 (within as long).
 FLEET_WATCH_PING_SECONDS = env_int_or_raw("FLEET_WATCH_PING_SECONDS", 30)
+# How many approvals a new tenant's rollouts need (0 to 5; docs/controller.md#approvals; fleet.E009). Each
+# tenant keeps its own setting afterwards (manage.py settenant, the admin).
+ROLLOUT_APPROVALS = env_int_or_raw("ROLLOUT_APPROVALS", 0)
 
 # --- The web tier (project/asgi.py) -------------------------------------------------
 # Threads per web process for Django's synchronous views, and as many for the agent sessions' statements.

@@ -11,6 +11,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 #: The rollout blocker codes (rollout.services.blockers.ROLLOUT_CODES, repeated: no service import here).
 ROLLOUT_CODES = (
+    "awaiting_approval",
     "no_controller",
     "scheduled",
     "paused",
@@ -73,7 +74,7 @@ class RolloutCollector:
 def _blocked(blockers_of: BlockersOf) -> GaugeMetricFamily:
     """``rollout_blocked{tenant,rollout,code}``: 1 for the code that holds the rollout now, 0 for the others.
 
-    Every active or paused rollout has a sample per code (all 0 while its nodes are moving), so an
+    Every active, paused or awaiting-approval rollout has a sample per code (all 0 while its nodes are moving), so an
     alert's ``for:`` sees one continuous series: "blocked by budget for 30 minutes".
     """
     from django.utils import timezone
@@ -82,12 +83,12 @@ def _blocked(blockers_of: BlockersOf) -> GaugeMetricFamily:
 
     family = GaugeMetricFamily(
         "rollout_blocked",
-        "1 when the rollout is held by this code (no_controller, paused, gate, soaking, outside_window, budget_full, "
-        "awaiting_nodes).",
+        "1 when the rollout is held by this code (awaiting_approval, no_controller, paused, gate, soaking, "
+        "outside_window, budget_full, awaiting_nodes).",
         labels=["tenant", "rollout", "code"],
     )
     rollouts = list(
-        Rollout.objects.filter(state__in=Rollout.ACTIVE_STATES).select_related("tenant").order_by("created_at")
+        Rollout.objects.filter(state__in=Rollout.HOLDING_STATES).select_related("tenant").order_by("created_at")
     )
     codes = blockers_of(rollouts, now=timezone.now())
     for rollout in rollouts:

@@ -2,7 +2,8 @@
 
 State machines (transitions live in rollout/services, one function each):
 
-Rollout:     active -> paused -> active;  active|paused -> completed | aborted
+Rollout:     awaiting_approval -> active | scheduled | denied | aborted   (only when its tenant requires approvals)
+             active -> paused -> active;  active|paused -> completed | aborted
              scheduled -> active (startAt, start) | paused | aborted;  paused -> scheduled (startAt ahead)
 NodeUpgrade: pending -> in_flight -> succeeded | failed | rolled_back
              pending -> skipped | cancelled
@@ -125,10 +126,16 @@ class Rollout(models.Model):
         ABORTED = "aborted", "aborted"
         # Created with a startAt ahead: its nodes are held, nothing starts until then (docs/controller.md#schedules).
         SCHEDULED = "scheduled", "scheduled"
+        # docs/controller.md#approvals: created in a tenant that requires approvals; nothing starts yet.
+        AWAITING_APPROVAL = "awaiting_approval", "awaiting approval"
+        DENIED = "denied", "denied"
 
     # The states that hold their nodes (a create over them is a conflict) and that the tick visits.
     ACTIVE_STATES = (State.ACTIVE, State.PAUSED, State.SCHEDULED)
-    TERMINAL_STATES = (State.COMPLETED, State.ABORTED)
+    #: Every state that holds its snapshotted nodes (the one-writer rule; a create over them is a 409
+    #: ``conflict``): the tick's, and awaiting approval, which the tick passes by.
+    HOLDING_STATES = (State.ACTIVE, State.PAUSED, State.SCHEDULED, State.AWAITING_APPROVAL)
+    TERMINAL_STATES = (State.COMPLETED, State.ABORTED, State.DENIED)
 
     class PausedReason(models.TextChoices):
         FAILURE_RATIO = "failure_ratio", "failure ratio exceeded"
@@ -161,7 +168,12 @@ class Rollout(models.Model):
     upgrade_timeout_seconds = models.PositiveIntegerField()
     # A node that rejoined on the target succeeds only after staying joined this long (minReadySeconds).
     min_ready_seconds = models.PositiveIntegerField(default=0)
-    state = models.CharField(max_length=16, choices=State.choices, default=State.ACTIVE)
+    state = models.CharField(max_length=32, choices=State.choices, default=State.ACTIVE)
+    # Approvals it needs from users other than its creator before it starts: its tenant's
+    # rollout_approvals when it was created (docs/controller.md#approvals).
+    approvals_required = models.PositiveSmallIntegerField(default=0)
+    # When its last approval made it active (the controller's staleness counts from then, not from creation).
+    approved_at = models.DateTimeField(null=True, blank=True)
     current_wave = models.PositiveIntegerField(default=0)
     # When the next wave may start: soakSeconds after the current wave's last node settled.
     next_wave_at = models.DateTimeField(null=True, blank=True)
@@ -201,6 +213,10 @@ class Rollout(models.Model):
             models.CheckConstraint(
                 condition=Q(state="paused", paused_reason__isnull=False) | ~Q(state="paused"),
                 name="rollout_paused_has_reason",
+            ),
+            models.CheckConstraint(
+                condition=~Q(state="awaiting_approval") | Q(approvals_required__gte=1),
+                name="rollout_awaiting_needs_approvals",
             ),
         ]
         indexes = [models.Index(fields=["state"], name="rollout_state_idx")]
@@ -262,6 +278,7 @@ class NodeUpgrade(models.Model):
         ROLLED_BACK = "rolled_back", "returned to its previous release"
         PREVIOUS_NOT_REGISTERED = "previous_not_registered", "no registered previous release to roll back to"
         SUPERSEDED = "superseded", "a newer rollout took the node after this one was aborted"
+        DENIED = "denied", "the rollout was denied"
         NOT_READY = "not_ready", "the node left, went offline or changed version before minReadySeconds passed"
         # The node's agent refused to run the release (docs/signing.md#what-an-agent-checks): "refused:<code>".
         REFUSED_BAD_ROOT = "refused:bad_root", "the node refused it: the server offered a root it could not verify"
@@ -360,6 +377,8 @@ class RolloutEvent(models.Model):
         GATE_FAILED = "rollout.gate_failed", "rollout.gate_failed"
         STARTED = "rollout.started", "rollout.started"
         DEADLINE = "rollout.deadline", "rollout.deadline"
+        APPROVED = "rollout.approved", "rollout.approved"
+        DENIED = "rollout.denied", "rollout.denied"
         # A node's agent refused the release (docs/signing.md#what-an-agent-checks); not a webhook event.
         NODE_UPGRADE_REFUSED = "node_upgrade.refused", "node_upgrade.refused"
 
@@ -376,9 +395,11 @@ class RolloutEvent(models.Model):
         return f"{self.kind} at {self.at:%Y-%m-%d %H:%M:%S}"
 
 
-from rollout.gate_models import RolloutGate  # noqa: E402 - its own module; Django finds models through this one
-from rollout.health_models import ControllerBeat  # noqa: E402 - the same
-from rollout.webhook_models import Webhook, WebhookDelivery  # noqa: E402 - the same
+# Models of their own modules; Django finds them through this one.
+from rollout.approval_models import RolloutApproval  # noqa: E402
+from rollout.gate_models import RolloutGate  # noqa: E402
+from rollout.health_models import ControllerBeat  # noqa: E402
+from rollout.webhook_models import Webhook, WebhookDelivery  # noqa: E402
 
 __all__ = [
     "ControllerBeat",
@@ -388,6 +409,7 @@ __all__ = [
     "ReleaseBlock",
     "ReleaseRoot",
     "Rollout",
+    "RolloutApproval",
     "RolloutEvent",
     "RolloutGate",
     "RolloutWave",

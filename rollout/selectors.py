@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from uuid import UUID
 
+from django.contrib.auth import get_user_model
 from django.db.models import Count
 
-from rollout.models import NodeUpgrade, Rollout, RolloutWave
+from rollout.models import NodeUpgrade, Rollout, RolloutApproval, RolloutWave
 
 State = NodeUpgrade.State
 
@@ -80,3 +81,31 @@ def rollout_waves(rollouts: Iterable[Rollout]) -> dict[UUID, list[WaveStats]]:
         stats.counts.update(counts[(wave.rollout_id, wave.index)])
         waves[wave.rollout_id].append(stats)
     return waves
+
+
+def rollout_approvals(rollouts: Iterable[Rollout]) -> dict[UUID, list[RolloutApproval]]:
+    """Per rollout, its approvals, oldest first: one query for any number of rollouts."""
+    approvals: dict[UUID, list[RolloutApproval]] = defaultdict(list)
+    ids = [rollout.id for rollout in rollouts]
+    if ids:
+        for approval in RolloutApproval.objects.filter(rollout_id__in=ids).order_by("at", "id"):
+            approvals[approval.rollout_id].append(approval)
+    return approvals
+
+
+def approval_counts(rollouts: Iterable[Rollout]) -> dict[UUID, int]:
+    """How many approvals each rollout awaiting approval has (one query; none for the others)."""
+    ids = [rollout.id for rollout in rollouts if rollout.state == Rollout.State.AWAITING_APPROVAL]
+    if not ids:
+        return {}
+    rows = RolloutApproval.objects.filter(rollout_id__in=ids).values("rollout_id").annotate(n=Count("id")).order_by()
+    return {row["rollout_id"]: row["n"] for row in rows}
+
+
+def creator_names(rollouts: Iterable[Rollout]) -> dict[int, str]:
+    """{user id: username} of the rollouts' creators (one query)."""
+    ids = {rollout.created_by_id for rollout in rollouts if rollout.created_by_id is not None}
+    if not ids:
+        return {}
+    User = get_user_model()
+    return dict(User.objects.filter(pk__in=ids).values_list("pk", User.USERNAME_FIELD))

@@ -24,6 +24,8 @@ class Webhook(models.Model):
         "rollout.gate_failed",
         "rollout.started",
         "rollout.deadline",
+        "rollout.approved",
+        "rollout.denied",
     )
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)

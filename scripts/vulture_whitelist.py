@@ -72,7 +72,7 @@ _.recordedAt, _.maxFailureRatio, _.soakSeconds, _.upgradeTimeoutSeconds, _.minRe
 _.failureRatioMinSettled, _.pausedReason, _.nextWindowAt, _.inFlight, _.rolledBack, _.settledAt, _.currentWave
 _.createdAt, _.completedAt, _.inUse, _.estimatedSeconds, _.previousVersion, _.lastStatusCode, _.lastError
 _.excluded, _.lastTickAt
-_.deliveredAt
+_.deliveredAt, _.createdBy, _.approvalsRequired, _.rolloutApprovals
 _.gateIntervalSeconds, _.gateFailureLimit, _.consecutiveFailures
 _.startAt, _.endBy, _.endBehavior  # RolloutSerializer and ResumeSerializer fields (the schema reads them)
 

@@ -1,4 +1,9 @@
-"""Every rollout, release and fleet method decides compute:fleet:admin on the tenant's fleet scope."""
+"""Every rollout, release and fleet method decides compute:fleet:admin on the tenant's fleet scope.
+
+Approving and denying a rollout decide compute:rollout:approve instead (``RolloutApprover``); reading
+rollouts and the tenant is open to either grant (``FleetAdminOrApprover``): an approver sees what
+they approve.
+"""
 
 from __future__ import annotations
 
@@ -16,3 +21,19 @@ class FleetAdmin(permissions.BasePermission):
         if not isinstance(principal, Principal):
             return False
         return principal.is_fleet_admin
+
+
+class RolloutApprover(permissions.BasePermission):
+    message = "This key has no compute:rollout:approve grant on the tenant's fleet scope."
+
+    def has_permission(self, request: Request, view: object) -> bool:
+        principal = request.auth
+        return isinstance(principal, Principal) and principal.can_approve
+
+
+class FleetAdminOrApprover(permissions.BasePermission):
+    message = "This key has neither compute:fleet:admin nor compute:rollout:approve on the tenant's fleet scope."
+
+    def has_permission(self, request: Request, view: object) -> bool:
+        principal = request.auth
+        return isinstance(principal, Principal) and (principal.is_fleet_admin or principal.can_approve)

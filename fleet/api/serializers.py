@@ -21,6 +21,7 @@ from fleet.api.agent_session import VERSION_REGEX
 from fleet.api.schema import AgentCommandSerializer, NodeSpecSerializer
 from fleet.models import Workflow
 from fleet.models.fleet import DEFAULT_DISRUPTION_BUDGET
+from fleet.models.iam import MAX_ROLLOUT_APPROVALS
 from fleet.plugins import refusal_codes
 from fleet.services.audit import entry_representation
 from fleet.services.nodes import node_is_online, node_session
@@ -279,3 +280,15 @@ class AuditEntrySerializer(serializers.Serializer):
 
     def to_representation(self, instance) -> dict:
         return entry_representation(instance)
+
+
+class TenantSerializer(serializers.Serializer):
+    """The caller's tenant (docs/api.md#the-tenant)."""
+
+    slug = serializers.CharField()
+    rolloutApprovals = serializers.IntegerField(
+        source="rollout_approvals",
+        min_value=0,
+        max_value=MAX_ROLLOUT_APPROVALS,
+        help_text="Approvals each new rollout needs from users other than its creator (0: none).",
+    )

@@ -2,13 +2,14 @@
 
 URL names: fleet-pool-list, fleet-pool-detail, fleet-node-list, fleet-node-detail,
 fleet-workflow-list, fleet-workflow-detail, fleet-workflow-finish,
-fleet-agent-session, fleet-agent-command-ack.
+fleet-agent-session, fleet-agent-command-ack, fleet-tenant, fleet-audit-list.
 """
 
 from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
 from fleet.api import views
+from fleet.api.tenant import TenantView
 
 router = SimpleRouter()
 router.register("pools", views.PoolViewSet, basename="fleet-pool")
@@ -17,6 +18,7 @@ router.register("workflows", views.WorkflowViewSet, basename="fleet-workflow")
 
 urlpatterns = [
     path("audit/", views.AuditListView.as_view(), name="fleet-audit-list"),
+    path("tenant/", TenantView.as_view(), name="fleet-tenant"),
     path("agent/session", views.AgentSessionView.as_view(), name="fleet-agent-session"),
     re_path(
         r"^agent/commands/(?P<command_id>[^/]+)/ack$",

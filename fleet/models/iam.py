@@ -3,16 +3,41 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from django.db.models import Q
+
+#: A tenant may require at most this many approvals of each rollout (docs/controller.md#approvals).
+MAX_ROLLOUT_APPROVALS = 5
+
+
+def default_rollout_approvals() -> int:
+    """A new tenant's ``rollout_approvals``: ``ROLLOUT_APPROVALS`` (0 unless set; fleet.E009 checks it)."""
+    value = getattr(settings, "ROLLOUT_APPROVALS", 0)
+    return value if type(value) is int and 0 <= value <= MAX_ROLLOUT_APPROVALS else 0
 
 
 class Tenant(models.Model):
     slug = models.SlugField(max_length=63, unique=True)
     name = models.CharField(max_length=200, blank=True)
+    # How many users other than its creator must approve each new rollout before it starts (0: none).
+    # Changed by a superuser (the admin) or ``manage.py settenant``, never through the tenant's API keys.
+    rollout_approvals = models.PositiveSmallIntegerField(
+        default=default_rollout_approvals,
+        validators=[MinValueValidator(0), MaxValueValidator(MAX_ROLLOUT_APPROVALS)],
+        help_text=f"Approvals (0 to {MAX_ROLLOUT_APPROVALS}) each new rollout needs from users other than its "
+        "creator before it starts. Only superusers change it.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["slug"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(rollout_approvals__gte=0) & Q(rollout_approvals__lte=MAX_ROLLOUT_APPROVALS),
+                name="tenant_rollout_approvals_range",
+            )
+        ]
 
     def __str__(self) -> str:
         return self.slug
@@ -30,6 +55,8 @@ class Membership(models.Model):
 
 class Permission(models.TextChoices):
     FLEET_ADMIN = "compute:fleet:admin", "compute:fleet:admin"
+    # Approving and denying rollouts (docs/controller.md#approvals); compute:fleet:admin alone does not.
+    ROLLOUT_APPROVE = "compute:rollout:approve", "compute:rollout:approve"
 
 
 class Grant(models.Model):

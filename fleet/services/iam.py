@@ -11,6 +11,7 @@ from django.db.models import Exists, OuterRef
 
 from core.errors import Conflict, InvalidInput
 from fleet.models import ApiKey, Grant, Membership, Permission, Tenant
+from fleet.models.iam import MAX_ROLLOUT_APPROVALS
 from fleet.services.audit import Actor, audit_record
 from fleet.tokens import new_token, token_hash
 
@@ -29,6 +30,8 @@ class Principal:
     user: _User
     api_key: ApiKey
     is_fleet_admin: bool
+    # compute:rollout:approve on the tenant's fleet scope: approving and denying rollouts.
+    can_approve: bool = False
 
 
 def tenant_create(*, slug: str, name: str = "") -> Tenant:
@@ -37,6 +40,35 @@ def tenant_create(*, slug: str, name: str = "") -> Tenant:
     if Tenant.objects.filter(slug=slug).exists():
         raise Conflict(f"Tenant {slug!r} already exists.", code="tenant_exists")
     tenant.save()
+    return tenant
+
+
+def tenant_set_rollout_approvals(*, tenant: Tenant, approvals: object, actor: Actor | None = None) -> Tenant:
+    """How many approvals the tenant's new rollouts need (docs/controller.md#approvals), audited ``tenant.update``.
+
+    Rollouts created before keep the number they were created with. Only a superuser (the admin) or
+    ``manage.py settenant`` calls this: no API key reaches it.
+    """
+    if type(approvals) is not int or not 0 <= approvals <= MAX_ROLLOUT_APPROVALS:
+        raise InvalidInput(
+            f"rolloutApprovals must be an integer from 0 to {MAX_ROLLOUT_APPROVALS}, not {approvals!r}.",
+            code="invalid_rollout_approvals",
+        )
+    with transaction.atomic():
+        locked = Tenant.objects.select_for_update().get(pk=tenant.pk)
+        before = locked.rollout_approvals
+        if before != approvals:
+            Tenant.objects.filter(pk=tenant.pk).update(rollout_approvals=approvals)
+            audit_record(
+                tenant=locked,
+                actor=actor,
+                action="tenant.update",
+                object_type="tenant",
+                object_id=locked.pk,
+                before={"rolloutApprovals": before},
+                after={"rolloutApprovals": approvals},
+            )
+    tenant.rollout_approvals = approvals
     return tenant
 
 
@@ -80,18 +112,26 @@ def api_key_create(
 
 def principal_for_key(plain_key: str) -> Principal | None:
     """The principal behind a plain key, in one query; None when unknown or revoked."""
-    fleet_admin = Grant.objects.filter(
-        tenant_id=OuterRef("tenant_id"),
-        user_id=OuterRef("user_id"),
-        permission=Permission.FLEET_ADMIN,
-        scope=FLEET_SCOPE,
-    )
+
+    def granted(permission: str) -> Exists:
+        return Exists(
+            Grant.objects.filter(
+                tenant_id=OuterRef("tenant_id"), user_id=OuterRef("user_id"), permission=permission, scope=FLEET_SCOPE
+            )
+        )
+
     api_key = (
         ApiKey.objects.select_related("tenant", "user")
-        .annotate(is_fleet_admin=Exists(fleet_admin))
+        .annotate(is_fleet_admin=granted(Permission.FLEET_ADMIN), can_approve=granted(Permission.ROLLOUT_APPROVE))
         .filter(key_hash=token_hash(plain_key), revoked_at__isnull=True, user__is_active=True)
         .first()
     )
     if api_key is None:
         return None
-    return Principal(tenant=api_key.tenant, user=api_key.user, api_key=api_key, is_fleet_admin=api_key.is_fleet_admin)
+    return Principal(
+        tenant=api_key.tenant,
+        user=api_key.user,
+        api_key=api_key,
+        is_fleet_admin=api_key.is_fleet_admin,
+        can_approve=api_key.can_approve,
+    )

@@ -66,7 +66,7 @@ ACTIONS: dict[str, RolloutAction] = {
             "abort",
             "Abort",
             "Aborted",
-            Rollout.ACTIVE_STATES,
+            Rollout.HOLDING_STATES,
             "Pending nodes are cancelled; nodes in flight go on and settle. Succeeded nodes are not touched. "
             "An aborted rollout cannot be resumed.",
             partial(rollout_abort, rollback=False),
@@ -76,7 +76,7 @@ ACTIONS: dict[str, RolloutAction] = {
             "abort-rollback",
             "Abort and roll back",
             "Aborted (with rollback)",
-            Rollout.ACTIVE_STATES,
+            Rollout.HOLDING_STATES,
             "Pending nodes are cancelled; nodes in flight go back to their previous release when that release "
             "is registered. Succeeded nodes are not touched: undo them by rolling forward to a higher sequence. "
             "An aborted rollout cannot be resumed.",

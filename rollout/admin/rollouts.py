@@ -31,14 +31,8 @@ from fleet.interface import (
     tenant_id_of,
 )
 from rollout.admin.actions import ACTIONS, RolloutAction
-from rollout.admin.display import (
-    counts_total,
-    duration_text,
-    progress_bar,
-    rollout_label,
-    short_id,
-    when,
-)
+from rollout.admin.approvals import ApprovalAdminMixin, ApprovalFilter
+from rollout.admin.display import counts_total, duration_text, progress_bar, rollout_label, short_id, when
 from rollout.forms import RolloutCreateForm
 from rollout.models import NodeUpgrade, Rollout
 from rollout.selectors import rollout_waves
@@ -61,13 +55,14 @@ def event_words(data: dict[str, Any], pool_names: dict[str, str]) -> str:
 
 
 @admin.register(Rollout)
-class RolloutAdmin(TenantScopedAdmin):
+class RolloutAdmin(ApprovalAdminMixin, TenantScopedAdmin):
     """Rollouts are planned and operated here through the services; never edited by hand.
 
     - list: progress of every rollout on the page from one ``rollout_waves`` call (constant queries);
     - add: a form, then a preview from ``rollout_plan`` (writes nothing), then ``rollout_create``;
     - detail (the read-only change view): waves, budget in use per pool, events, action buttons;
-    - actions: on the list (selected rollouts) and as buttons, each confirmed on an intermediate page.
+    - actions: on the list (selected rollouts) and as buttons, each confirmed on an intermediate page;
+    - approve and deny (with a comment) on a rollout awaiting approval: rollout/admin/approvals.py.
 
     The model permission ``change_rollout`` is what allows operating (pause, resume, abort);
     ``add_rollout`` allows creating.
@@ -84,7 +79,7 @@ class RolloutAdmin(TenantScopedAdmin):
         "created_at",
         "finished",
     ]
-    list_filter = ["state", "tenant"]
+    list_filter = ["state", ApprovalFilter, "tenant"]
     list_select_related = ["release", "tenant"]
     search_fields = ["release__version"]
     ordering = ["-created_at"]
@@ -105,6 +100,7 @@ class RolloutAdmin(TenantScopedAdmin):
                 ]
             },
         ),
+        ("Approvals", {"fields": ["approvals_required", "approval_list"]}),
         ("History", {"fields": ["created_by", "created_at", "next_wave", "completed_at", "aborted_at"]}),
     ]
     readonly_fields = [str(field) for _, options in fieldsets for field in options["fields"]]
@@ -286,6 +282,7 @@ class RolloutAdmin(TenantScopedAdmin):
             ],
             "upgrades_url": filtered({}),
             "rollout_actions": actions,
+            "decision_buttons": self.decision_buttons(request, rollout),
             # docs/controller.md#why-not-yet: what holds the rollout, in plain words (None while nodes are moving).
             "rollout_blocker": rollout_blocker_words(rollout, now=timezone.now()),
             # docs/controller.md#gates: each gate's latest result.
@@ -301,6 +298,7 @@ class RolloutAdmin(TenantScopedAdmin):
                 self.admin_site.admin_view(self.action_view),
                 name="rollout_rollout_action",
             ),
+            *self.approval_urls(),
             *super().get_urls(),
         ]
 

@@ -13,6 +13,11 @@ class NodeBlockerSerializer(serializers.Serializer):
     code = serializers.ChoiceField(choices=NODE_CODES)
     detail = serializers.CharField(help_text="A human sentence.")
     lastTickAt = serializers.DateTimeField(required=False, allow_null=True, help_text="no_controller")
+    approvals = serializers.IntegerField(required=False, help_text="awaiting_approval: approvals so far")
+    # The metaclass takes declared fields off the class, so this does not shadow Field.required at runtime.
+    required = serializers.IntegerField(  # type: ignore[assignment]
+        required=False, help_text="awaiting_approval: approvals it needs"
+    )
     pausedReason = serializers.CharField(required=False, help_text="rollout_paused")
     startAt = serializers.DateTimeField(required=False, help_text="scheduled: when the rollout starts")
     name = serializers.CharField(required=False, help_text="gate: the gate that holds")
@@ -34,6 +39,11 @@ class RolloutBlockerSerializer(serializers.Serializer):
     code = serializers.ChoiceField(choices=ROLLOUT_CODES)
     detail = serializers.CharField(help_text="A human sentence.")
     lastTickAt = serializers.DateTimeField(required=False, allow_null=True, help_text="no_controller")
+    approvals = serializers.IntegerField(required=False, help_text="awaiting_approval: approvals so far")
+    # The metaclass takes declared fields off the class, so this does not shadow Field.required at runtime.
+    required = serializers.IntegerField(  # type: ignore[assignment]
+        required=False, help_text="awaiting_approval: approvals it needs"
+    )
     pausedReason = serializers.CharField(required=False, help_text="paused")
     startAt = serializers.DateTimeField(required=False, help_text="scheduled: when the rollout starts")
     name = serializers.CharField(required=False, help_text="gate: the gate that holds")

@@ -60,6 +60,8 @@ register_codes(
         "minute past, `endBy` is not after now and after `startAt`, or `endBehavior` is not `pause`, `abort` or "
         "`abort_rollback` (`field` names it).",
         "deadline_passed": "The rollout's `endBy` has passed: resume with a later `endBy` in the body.",
+        "self_approval": "The rollout's creator cannot approve it: another user with `compute:rollout:approve` must.",
+        "already_approved": "This user already approved the rollout.",
         # webhooks
         "invalid_url": "The webhook URL is not https:// (http:// needs ROLLOUT_WEBHOOKS_ALLOW_HTTP=1) or points "
         "at an address webhooks may not call (link-local, metadata, private).",

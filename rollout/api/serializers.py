@@ -25,7 +25,7 @@ from core.fields import (
 from rollout import conf
 from rollout.api.blocker_serializers import NodeBlockerSerializer, RolloutBlockerSerializer
 from rollout.api.schema import ReleaseBinarySerializer
-from rollout.models import NodeUpgrade, Release, ReleaseRoot, Rollout, RolloutEvent, Webhook, WebhookDelivery
+from rollout.models import NodeUpgrade, Release, ReleaseRoot, Rollout, RolloutEvent
 from rollout.services.blockers import node_blockers
 from rollout.services.blocks import block_json, blocks_for
 from rollout.services.plan import MAX_POOL_IDS, MAX_WAVES, RolloutPlan, RolloutSpec, rollout_spec
@@ -199,6 +199,16 @@ class AbortSerializer(StrictSerializer):
     rollback = StrictBooleanField(required=False, default=False)
 
 
+class ApproveSerializer(StrictSerializer):
+    """Types only; the comment's rule is rollout.services.approvals'."""
+
+    comment = StrictCharField(required=False, allow_blank=True, trim_whitespace=False, help_text="0 to 500 characters.")
+
+
+class DenySerializer(StrictSerializer):
+    comment = StrictCharField(trim_whitespace=False, help_text="Why: 1 to 500 characters.")
+
+
 class RolloutWaveSerializer(serializers.Serializer):
     """One wave of a rollout with its nodes counted by upgrade state (a rollout.selectors.WaveStats)."""
 
@@ -222,6 +232,14 @@ class ExcludedSerializer(serializers.Serializer):
     newer = serializers.IntegerField(
         min_value=0, help_text="Nodes running a release of a higher sequence than the target: they would refuse it."
     )
+
+
+class RolloutApprovalSerializer(serializers.Serializer):
+    """One approval of a rollout (docs/controller.md#approvals)."""
+
+    user = serializers.CharField(help_text="The approver's username.")
+    at = serializers.DateTimeField()
+    comment = serializers.CharField(allow_blank=True)
 
 
 class RolloutSerializer(ResponseModelSerializer):
@@ -259,6 +277,11 @@ class RolloutSerializer(ResponseModelSerializer):
         allow_null=True,
         help_text="When a tick last reconciled the rollout; null before the first (blocker `no_controller`).",
     )
+    createdBy = serializers.CharField(allow_null=True, help_text="The username of the user who created it.")
+    approvalsRequired = serializers.IntegerField(
+        source="approvals_required", help_text="Approvals it needs from users other than its creator (0: none)."
+    )
+    approvals = RolloutApprovalSerializer(many=True, read_only=True)
 
     class Meta:
         model = Rollout
@@ -286,6 +309,9 @@ class RolloutSerializer(ResponseModelSerializer):
             "blocker",
             "excluded",
             "lastTickAt",
+            "createdBy",
+            "approvalsRequired",
+            "approvals",
         ]
 
     def to_representation(self, instance: Rollout) -> dict[str, Any]:
@@ -383,47 +409,3 @@ class RolloutEventSerializer(ResponseModelSerializer):
     class Meta:
         model = RolloutEvent
         fields = ["kind", "at", "data"]
-
-
-# --- webhooks (docs/webhooks.md) ---------------------------------------------------------------
-class WebhookCreateSerializer(StrictSerializer):
-    """Types only; the URL, events and secret rules are rollout.services.webhooks.webhook_create's."""
-
-    url = StrictCharField(max_length=2000, trim_whitespace=False)
-    events = serializers.ListField(child=StrictCharField(max_length=64), max_length=len(Webhook.EVENTS) * 2)
-    secret = StrictCharField(required=False, max_length=200, trim_whitespace=False)
-
-
-class WebhookSerializer(serializers.ModelSerializer):
-    """A webhook as listed: never its secret."""
-
-    id = serializers.CharField()
-    events = serializers.ListField(child=serializers.CharField())
-    createdAt = serializers.DateTimeField(source="created_at")
-
-    class Meta:
-        model = Webhook
-        fields = ["id", "url", "events", "createdAt"]
-
-
-class WebhookCreatedSerializer(WebhookSerializer):
-    """The answer of a create: the only time the secret is shown."""
-
-    class Meta(WebhookSerializer.Meta):
-        fields = ["id", "url", "events", "secret", "createdAt"]
-
-
-class WebhookDeliverySerializer(serializers.ModelSerializer):
-    id = serializers.CharField()
-    status = serializers.ChoiceField(choices=WebhookDelivery.Status.values)
-    lastStatusCode = serializers.IntegerField(source="last_status_code", allow_null=True)
-    lastError = serializers.SerializerMethodField()
-    createdAt = serializers.DateTimeField(source="created_at")
-    deliveredAt = serializers.DateTimeField(source="delivered_at", allow_null=True)
-
-    class Meta:
-        model = WebhookDelivery
-        fields = ["id", "event", "status", "attempts", "lastStatusCode", "lastError", "createdAt", "deliveredAt"]
-
-    def get_lastError(self, delivery: WebhookDelivery) -> str | None:
-        return delivery.last_error or None

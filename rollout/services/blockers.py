@@ -16,7 +16,8 @@ whatever its size:
 
 Node blockers, first that applies wins:
 
-pending  ``no_controller``     the rollout is active and no tick reconciled it for max(3 x every, 10 s)
+pending  ``awaiting_approval`` the rollout awaits its approvals (docs/controller.md#approvals): nothing starts
+         ``no_controller``     the rollout is active and no tick reconciled it for max(3 x every, 10 s)
          ``scheduled``         the rollout is scheduled: nothing starts before its ``startAt``
          ``rollout_paused``    the rollout is paused
          ``gate``              a gate's latest result is not a fresh pass (its wave is the current one)
@@ -40,6 +41,7 @@ from uuid import UUID
 
 from fleet.interface import pool_budgets
 from rollout.models import NodeUpgrade, Rollout, RolloutGate
+from rollout.selectors import approval_counts
 from rollout.services.health import BEAT_COMMAND, WORKER_COMMAND, controller_missing
 from rollout.services.start_plan import (
     SKIP_NO_BINARY,
@@ -62,6 +64,7 @@ State = NodeUpgrade.State
 
 #: Node blocker codes, in the order of precedence (docs/controller.md#why-not-yet).
 NODE_CODES = (
+    "awaiting_approval",
     "no_controller",
     "scheduled",
     "rollout_paused",
@@ -77,6 +80,7 @@ NODE_CODES = (
 )
 #: Rollout blocker codes (docs/controller.md#why-not-yet, the rollout representation); rollout.metrics repeats them.
 ROLLOUT_CODES = (
+    "awaiting_approval",
     "no_controller",
     "scheduled",
     "paused",
@@ -127,7 +131,12 @@ def no_controller_blocker(rollout: Rollout, *, now: datetime) -> Blocker | None:
     if not controller_missing(rollout, now=now):
         return None
     last = rollout.last_tick_at
-    since = f"since {_at(last)}" if last is not None else f"since it was created at {_at(rollout.created_at)}"
+    if last is not None:
+        since = f"since {_at(last)}"
+    elif rollout.approved_at is not None:
+        since = f"since it was approved at {_at(rollout.approved_at)}"
+    else:
+        since = f"since it was created at {_at(rollout.created_at)}"
     return Blocker(
         "no_controller",
         f"No controller has ticked this rollout {since}: start a Celery worker and beat "
@@ -153,12 +162,15 @@ def node_blockers(
 
     A constant number of queries whatever the number of rows (see the module's docstring).
     """
+    approvals = approval_counts({row.rollout_id: row.rollout for row in rows}.values())
     if facts is None:
-        pending = [row for row in rows if row.state == State.PENDING]
+        pending = [row for row in rows if row.state == State.PENDING and row.rollout_id not in approvals]
         facts = rollout_facts({row.rollout_id: row.rollout for row in pending}.values(), now=now) if pending else {}
     plan = rows_decisions(rows, facts=facts, now=now)
     return {
-        row.id: (row.state == State.PENDING and no_controller_blocker(row.rollout, now=now))
+        row.id: approval_blocker(row.rollout, approvals.get(row.rollout_id, 0))
+        if row.state == State.PENDING and row.rollout.state == Rollout.State.AWAITING_APPROVAL
+        else (row.state == State.PENDING and no_controller_blocker(row.rollout, now=now))
         or node_blocker(
             row,
             decision=plan.decisions.get(row.id),
@@ -168,6 +180,17 @@ def node_blockers(
         )
         for row in rows
     }
+
+
+def approval_blocker(rollout: Rollout, approvals: int) -> Blocker:
+    """``awaiting_approval``: the rollout, and each of its rows, until enough users approve it."""
+    required = rollout.approvals_required
+    return Blocker(
+        "awaiting_approval",
+        f"The rollout awaits approval ({approvals} of {required}): nothing starts until {required} user(s) other "
+        "than its creator approve it.",
+        {"approvals": approvals, "required": required},
+    )
 
 
 def node_blocker(
@@ -287,8 +310,11 @@ def _rollout_blockers(
     running = [rollout for rollout in rollouts if rollout.state == Rollout.State.ACTIVE]
     facts = rollout_facts(running, now=now)
     pools = pool_states({pool for f in facts.values() for pool in f.pending_pools()}, now=now)
+    approvals = approval_counts(rollouts)
     blockers = {
-        rollout.id: no_controller_blocker(rollout, now=now)
+        rollout.id: approval_blocker(rollout, approvals.get(rollout.id, 0))
+        if rollout.state == Rollout.State.AWAITING_APPROVAL
+        else no_controller_blocker(rollout, now=now)
         or rollout_blocker(rollout, facts=facts.get(rollout.id), pools=pools)
         for rollout in rollouts
     }
@@ -396,6 +422,8 @@ def rollout_blocker_words(rollout: Rollout, *, now: datetime) -> str | None:
         return f"held by gate {blocker.extra.get('name')} ({blocker.extra.get('state')})"
     if blocker.code == "no_controller":
         return blocker.detail
+    if blocker.code == "awaiting_approval":
+        return f"awaiting approval: {blocker.extra.get('approvals')} of {blocker.extra.get('required')}"
     if blocker.code == "soaking":
         return f"soaking until {_at(_time(blocker.extra.get('until')))}"
     in_flight = blocker.extra.get("inFlight")

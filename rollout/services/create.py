@@ -141,8 +141,10 @@ def _partly_covered(pools: list[Pool], nodes: list[tuple[UUID, UUID]]) -> tuple[
 
 
 def _conflicts(snapshot: Snapshot) -> Taken | None:
-    """Nodes of the snapshot that another holding rollout holds (409 ``conflict``, docs/api.md#rollouts)."""
-    holding = NodeUpgrade.objects.filter(claims_node=True, rollout__state__in=Rollout.ACTIVE_STATES)
+    """Nodes of the snapshot that another rollout holds (409 ``conflict``, docs/api.md#rollouts).
+
+    Holding: active, paused, scheduled or awaiting approval (``Rollout.HOLDING_STATES``)."""
+    holding = NodeUpgrade.objects.filter(claims_node=True, rollout__state__in=Rollout.HOLDING_STATES)
     if snapshot.selector is None:
         taken = holding.filter(node__pool__in=snapshot.pools)
     else:  # only the selected nodes: another rollout may hold the rest of the pools
@@ -275,13 +277,19 @@ def rollout_create(
     created_by: _User | None = None,
     actor: Actor | None = None,
 ) -> Rollout:
-    """Snapshot the nodes, shuffle them by the rollout id, split them into waves: in one transaction."""
+    """Snapshot the nodes, shuffle them by the rollout id, split them into waves: in one transaction.
+
+    In a tenant that requires approvals the rollout awaits them (docs/controller.md#approvals): its
+    nodes are held, nothing starts, no wave has started.
+    """
     now = timezone.now()
     with transaction.atomic():
         snapshot = _snapshot(tenant=tenant, spec=spec)
         # A startAt ahead: the nodes are held now, nothing starts before then (docs/controller.md#schedules).
         scheduled = spec.schedule.start_at is not None and spec.schedule.start_at > now
         options = snapshot.options
+        approvals_required = tenant.rollout_approvals
+        starts_now = approvals_required == 0
         rollout = Rollout.objects.create(
             tenant=tenant,
             release=snapshot.release,
@@ -296,7 +304,13 @@ def rollout_create(
             excluded_newer=snapshot.excluded_newer,
             selector=spec.selector_text,
             partly_covered_pool_ids=list(snapshot.partly_covered),
-            state=Rollout.State.SCHEDULED if scheduled else Rollout.State.ACTIVE,
+            # Approvals first (docs/controller.md#approvals); approved, a rollout whose startAt is ahead is scheduled.
+            state=Rollout.State.AWAITING_APPROVAL
+            if not starts_now
+            else Rollout.State.SCHEDULED
+            if scheduled
+            else Rollout.State.ACTIVE,
+            approvals_required=approvals_required,
             start_at=spec.schedule.start_at,
             end_by=spec.schedule.end_by,
             end_behavior=spec.schedule.end_behavior,
@@ -316,7 +330,7 @@ def rollout_create(
                 index=wave.index,
                 percent=wave.percent,
                 total=wave.total,
-                started_at=now if wave.index == 0 and not scheduled else None,
+                started_at=now if wave.index == 0 and starts_now and not scheduled else None,
             )
             for wave in waves_planned
         )
@@ -340,6 +354,7 @@ def rollout_create(
             nodes=len(order),
             waves=[wave.total for wave in waves_planned],
             pool_ids=[str(pool.id) for pool in snapshot.pools],
+            approvals_required=approvals_required or None,
         )
         event_record(rollout=rollout, payload=created, at=now)
         rollout_request_tick(rollout_id=rollout.id)
@@ -365,6 +380,7 @@ def rollout_create(
                 "gateIntervalSeconds": spec.gates.interval_seconds,
                 "gateFailureLimit": spec.gates.failure_limit,
                 "nodes": len(order),
+                "approvalsRequired": approvals_required,
             },
         )
     return rollout

@@ -49,6 +49,8 @@ class Created(EventPayload):
     nodes: int
     waves: list[int]  # nodes per wave
     pool_ids: list[str]
+    # Approvals it awaits before it starts (docs/controller.md#approvals); left out when none are required.
+    approvals_required: int | None = None
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,25 @@ class Aborted(EventPayload):
     rolled_back: int
     not_rolled_back: int
     still_in_flight: int
+
+
+@dataclass(frozen=True)
+class Approved(EventPayload):
+    """The last approval it needed: the rollout starts (docs/controller.md#approvals)."""
+
+    kind = Kind.APPROVED
+    actor: str  # who gave the last approval
+    approvals: list[str]  # every approver, oldest first
+
+
+@dataclass(frozen=True)
+class Denied(EventPayload):
+    """Denied while awaiting approval: it ends, its nodes are free (docs/controller.md#approvals)."""
+
+    kind = Kind.DENIED
+    actor: str
+    comment: str
+    cancelled: int
 
 
 @dataclass(frozen=True)

@@ -53,10 +53,11 @@ def controller_beat_record(*, at: datetime) -> None:
 
 
 def controller_missing(rollout: Rollout, *, now: datetime) -> bool:
-    """An active rollout not ticked for ``controller_stale_after()`` since its creation or its last tick."""
+    """An active rollout not ticked for ``controller_stale_after()`` since its creation (its approval, when it
+    awaited one: docs/controller.md#approvals) or its last tick."""
     if rollout.state != Rollout.State.ACTIVE:
         return False
-    since = rollout.last_tick_at or rollout.created_at
+    since = rollout.last_tick_at or rollout.approved_at or rollout.created_at
     return now - since > controller_stale_after()
 
 

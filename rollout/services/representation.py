@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-from rollout.models import Rollout
-from rollout.selectors import WaveStats, rollout_waves
+from rollout.models import Rollout, RolloutApproval
+from rollout.selectors import WaveStats, creator_names, rollout_approvals, rollout_waves
 from rollout.services.blockers import Blocker, rollout_blockers
 
 #: A JSON value as the API writes it.
@@ -54,8 +54,20 @@ def wave_json(wave: WaveStats) -> dict[str, JSON]:
     }
 
 
-def rollout_json(rollout: Rollout, *, waves: Sequence[WaveStats], blocker: Blocker | None) -> dict[str, JSON]:
-    """The rollout (loaded with ``release`` and ``pools``), its waves counted and its blocker."""
+def approval_json(approval: RolloutApproval) -> dict[str, JSON]:
+    return {"user": approval.username, "at": api_datetime(approval.at), "comment": approval.comment}
+
+
+def rollout_json(
+    rollout: Rollout,
+    *,
+    waves: Sequence[WaveStats],
+    blocker: Blocker | None,
+    approvals: Sequence[RolloutApproval] = (),
+    created_by: str | None = None,
+) -> dict[str, JSON]:
+    """The rollout (loaded with ``release`` and ``pools``), its waves counted, its blocker, its approvals
+    (oldest first) and its creator's username."""
     return {
         "id": str(rollout.id),
         "version": rollout.release.version,
@@ -80,6 +92,9 @@ def rollout_json(rollout: Rollout, *, waves: Sequence[WaveStats], blocker: Block
         "blocker": blocker_json(blocker),
         "excluded": {"newer": rollout.excluded_newer},
         "lastTickAt": api_datetime(rollout.last_tick_at),
+        "createdBy": created_by,
+        "approvalsRequired": rollout.approvals_required,
+        "approvals": [approval_json(approval) for approval in approvals],
     }
 
 
@@ -90,9 +105,19 @@ def rollouts_json(
     waves: Mapping[UUID, list[WaveStats]] | None = None,
     blockers: Mapping[UUID, Blocker | None] | None = None,
 ) -> list[dict[str, JSON]]:
-    """Many rollouts, their waves and blockers read at once (a constant number of queries) unless given."""
+    """Many rollouts, their waves, blockers, approvals and creators read at once (a constant number of
+    queries) unless given."""
     waves = rollout_waves(rollouts) if waves is None else waves
     blockers = rollout_blockers(rollouts, now=now) if blockers is None else blockers
+    approvals = rollout_approvals(rollouts)
+    creators = creator_names(rollouts)
     return [
-        rollout_json(rollout, waves=waves.get(rollout.id, []), blocker=blockers.get(rollout.id)) for rollout in rollouts
+        rollout_json(
+            rollout,
+            waves=waves.get(rollout.id, []),
+            blocker=blockers.get(rollout.id),
+            approvals=approvals.get(rollout.id, []),
+            created_by=creators.get(rollout.created_by_id) if rollout.created_by_id is not None else None,
+        )
+        for rollout in rollouts
     ]

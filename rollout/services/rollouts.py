@@ -1,4 +1,5 @@
-"""The operators' actions on a rollout: pause, resume, promote, abort (creating it: rollout/services/create.py).
+"""The operators' actions on a rollout: pause, resume, promote, abort (creating it: rollout/services/create.py;
+approving and denying it: rollout/services/approvals.py).
 
 The controller's steps live in rollout/services/controller.py.
 """
@@ -173,7 +174,7 @@ def rollout_promote(*, rollout_id: UUID | str, tenant: Tenant | None = None, act
 def rollout_abort(
     *, rollout_id: UUID | str, tenant: Tenant | None = None, rollback: bool = False, actor: Actor | None = None
 ) -> Rollout:
-    """active|paused -> aborted. Pending nodes are cancelled.
+    """active|paused|awaiting_approval -> aborted. Pending nodes are cancelled.
 
     With ``rollback``, in-flight nodes go back to their previous section when
     that release is registered (rolled_back); otherwise they stay in flight

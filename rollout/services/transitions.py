@@ -5,7 +5,8 @@ Rollout      active ──pause_rollout──► paused ──resume_rollout─�
              active ──start_next_wave──► active (next wave)
              active (soaking) ──promote_rollout──► active (soak over: next wave at the next tick)
              active ──complete_rollout──► completed
-             active|paused ──abort_rollout──► aborted
+             active|paused|awaiting_approval ──abort_rollout──► aborted
+             awaiting_approval ──approve_rollout──► active;  ──deny_rollout──► denied   (in approvals.py)
 
 NodeUpgrade  pending ──start_upgrades──► in_flight ──succeed_upgrades──► succeeded
              in_flight ──succeed_rejoined──► succeeded    (the join path's one statement)
@@ -113,13 +114,13 @@ def abort_rollout(
     rolled_back: int,
     not_rolled_back: int,
 ) -> None:
-    """active|paused -> aborted (``rollout.aborted``); its settled rows stop holding their nodes.
+    """active|paused|awaiting_approval -> aborted (``rollout.aborted``); its settled rows stop holding their nodes.
 
     ``cancelled``, ``rolled_back``, ``not_rolled_back``: what the abort did to its pending and in-flight rows.
     """
     _move_rollout(
         rollout,
-        sources=Rollout.ACTIVE_STATES,
+        sources=Rollout.HOLDING_STATES,
         action="aborted",
         state=Rollout.State.ABORTED,
         paused_reason=None,
@@ -386,10 +387,10 @@ def keep_in_flight(*, ids: Sequence[int], reason: str) -> int:
     return NodeUpgrade.objects.filter(id__in=ids, state=State.IN_FLIGHT).update(reason=reason)
 
 
-def cancel_pending_upgrades(*, rollout: Rollout, at: datetime) -> int:
-    """pending -> cancelled (abort): the rows stop holding their node."""
+def cancel_pending_upgrades(*, rollout: Rollout, at: datetime, reason: str = NodeUpgrade.Reason.ABORTED) -> int:
+    """pending -> cancelled (abort; deny: ``denied``): the rows stop holding their node."""
     cancelled = NodeUpgrade.objects.filter(rollout=rollout, state=State.PENDING).update(
-        state=State.CANCELLED, reason=NodeUpgrade.Reason.ABORTED, settled_at=at, claims_node=False
+        state=State.CANCELLED, reason=reason, settled_at=at, claims_node=False
     )
     if cancelled:
         log.info("node_upgrade.cancelled", tenant=rollout.tenant_id, rollout=str(rollout.id), count=cancelled)

@@ -154,7 +154,7 @@ def test_no_input_gets_a_server_error_and_every_answer_conforms_to_the_schema(li
             if failure:
                 failures.append(failure)
 
-    assert len(operations) == 42, [operation.label for operation in operations]
+    assert len(operations) == 45, [operation.label for operation in operations]
     assert calls >= len(operations) * MIN_EXAMPLES
     assert not failures, "\n\n".join(failures)
 

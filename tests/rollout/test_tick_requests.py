@@ -29,7 +29,8 @@ def test_the_statement_raises_only_an_idle_request_of_a_rollout_that_ticks(tenan
     fleet(tenant, {"a": (1, "1")})
     rollout = rollout_create(tenant=tenant, spec=rollout_spec(version="1.0.0", waves=[100], soak_seconds=0))
     reason = Rollout.PausedReason.OPERATOR if state == Rollout.State.PAUSED else None
-    Rollout.objects.filter(pk=rollout.pk).update(state=state, paused_reason=reason)
+    # approvals_required: a rollout awaiting approval needs some (rollout_awaiting_needs_approvals).
+    Rollout.objects.filter(pk=rollout.pk).update(state=state, paused_reason=reason, approvals_required=1)
     TickRequest.objects.filter(rollout=rollout).update(queued=queued)
     by_statement = outcome(tick_request_raise, rollout.id)
     raises = not queued and state in Rollout.ACTIVE_STATES

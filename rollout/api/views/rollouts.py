@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
@@ -19,6 +20,7 @@ from rest_framework.response import Response
 
 from core.errors import NotFound
 from core.pagination import PaginatedViewMixin
+from fleet.interface import FleetAdminOrApprover, RolloutApprover
 from rollout.api.filters import NodeUpgradeFilter, RolloutFilter
 from rollout.api.schema import (
     DRY_RUN,
@@ -26,6 +28,8 @@ from rollout.api.schema import (
 )
 from rollout.api.serializers import (
     AbortSerializer,
+    ApproveSerializer,
+    DenySerializer,
     NodeUpgradeSerializer,
     ResumeSerializer,
     RolloutCreateSerializer,
@@ -36,6 +40,7 @@ from rollout.api.serializers import (
 )
 from rollout.api.views.common import caller_actor, caller_principal, represent_upgrades
 from rollout.models import NodeUpgrade, Rollout
+from rollout.services.approvals import rollout_approve, rollout_deny
 from rollout.services.create import rollout_create, rollout_plan
 from rollout.services.gates import gate_json, gates_of
 from rollout.services.representation import rollouts_json
@@ -77,6 +82,18 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
     filter_backends = [DjangoFilterBackend]
     filterset_class = RolloutFilter
     lookup_value_regex = "[0-9a-fA-F-]{32,36}"
+
+    #: Approving and denying need compute:rollout:approve (compute:fleet:admin alone does not); an approver
+    #: reads what they approve. Everything else needs compute:fleet:admin (docs/api.md#credentials).
+    APPROVER_ACTIONS = frozenset({"approve", "deny"})
+    READ_ACTIONS = frozenset({"list", "retrieve", "nodes", "node", "events"})
+
+    def get_permissions(self) -> Sequence[Any]:
+        if self.action in self.APPROVER_ACTIONS:
+            return [RolloutApprover()]
+        if self.action in self.READ_ACTIONS:
+            return [FleetAdminOrApprover()]
+        return super().get_permissions()
 
     def get_queryset(self) -> QuerySet[Rollout]:
         if getattr(self, "swagger_fake_view", False):  # drf-spectacular: no caller, only the model
@@ -289,6 +306,65 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
             rollout_id=self.get_object().id,
             tenant=caller_principal(request).tenant,
             rollback=serializer.validated_data["rollback"],
+            actor=caller_actor(request),
+        )
+        return Response(self._fresh(rollout.id))
+
+    @extend_schema(
+        request=ApproveSerializer,
+        parameters=[ROLLOUT_ID],
+        responses={
+            200: RolloutSerializer,
+            **error_responses(
+                "RolloutApprove",
+                json_body=True,
+                bad_request=["invalid_input"],
+                forbidden=["self_approval"],
+                not_found=["not_found"],
+                conflict=["already_approved", "invalid_state"],
+            ),
+        },
+        description="Approve a rollout awaiting approval (needs `compute:rollout:approve`). When as many users "
+        "other than its creator as its `approvalsRequired` have approved, it starts (`rollout.approved`).",
+    )
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, pk: str | None = None) -> Response:
+        serializer = ApproveSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        principal = caller_principal(request)
+        rollout = rollout_approve(
+            rollout_id=self.get_object().id,
+            tenant=principal.tenant,
+            user=principal.user,
+            comment=serializer.validated_data.get("comment"),
+            actor=caller_actor(request),
+        )
+        return Response(self._fresh(rollout.id))
+
+    @extend_schema(
+        request=DenySerializer,
+        parameters=[ROLLOUT_ID],
+        responses={
+            200: RolloutSerializer,
+            **error_responses(
+                "RolloutDeny",
+                json_body=True,
+                bad_request=["invalid_input"],
+                not_found=["not_found"],
+                conflict=["invalid_state"],
+            ),
+        },
+        description="Deny a rollout awaiting approval (needs `compute:rollout:approve`): it ends `denied` and "
+        "its nodes are free (`rollout.denied`).",
+    )
+    @action(detail=True, methods=["post"])
+    def deny(self, request: Request, pk: str | None = None) -> Response:
+        serializer = DenySerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        rollout = rollout_deny(
+            rollout_id=self.get_object().id,
+            tenant=caller_principal(request).tenant,
+            comment=serializer.validated_data["comment"],
             actor=caller_actor(request),
         )
         return Response(self._fresh(rollout.id))

@@ -16,13 +16,13 @@ from core.pagination import PaginatedViewMixin
 from rollout.api.schema import (
     error_responses,
 )
-from rollout.api.serializers import (
+from rollout.api.views.common import caller_actor, caller_principal
+from rollout.api.webhook_serializers import (
     WebhookCreatedSerializer,
     WebhookCreateSerializer,
     WebhookDeliverySerializer,
     WebhookSerializer,
 )
-from rollout.api.views.common import caller_actor, caller_principal
 from rollout.models import Webhook
 from rollout.services.webhooks import deliveries_for, webhook_create, webhook_delete
 
