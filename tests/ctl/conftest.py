@@ -49,9 +49,6 @@ class FakeApi:
             return 404, {"code": "not_found", "detail": f"no route {method} {path} in the fake"}
         return answers.pop(0) if len(answers) > 1 else answers[0]
 
-    def posted(self) -> list[Seen]:
-        return [s for s in self.seen if s.method == "POST"]
-
 
 @pytest.fixture
 def api() -> Iterator[FakeApi]:

@@ -1,30 +1,11 @@
-"""Arguments that never reach a server, answers the live server cannot be made to give (a proxy's HTML), and
-the approval endpoints (built beside this), against a real local HTTP server answering as the API does."""
+"""Arguments that never reach a server, and answers the live server cannot be made to give (a proxy's HTML),
+against a real local HTTP server answering as the API does."""
 
 from __future__ import annotations
-
-import pytest
 
 from tests.ctl.conftest import KEY, rollout
 
 RID = rollout()["id"]
-
-
-@pytest.mark.parametrize(
-    ("argv", "path", "body"),
-    [
-        (["approve", RID], "approve", None),
-        (["approve", RID, "--comment", "looks good"], "approve", {"comment": "looks good"}),
-        (["deny", RID, "--comment", "not on a Friday"], "deny", {"comment": "not on a Friday"}),
-    ],
-)
-def test_each_action_posts_to_its_endpoint_with_its_body(api, ctl, argv, path, body):
-    api.on("POST", f"rollouts/{RID}/{path}/", (200, rollout("paused", pausedReason="manual")))
-    status, out, _ = ctl(*argv)
-    assert status == 0
-    (post,) = api.posted()
-    assert (post.path, post.body) == (f"/api/compute/rollouts/{RID}/{path}/", body)
-    assert out.strip() == f"{RID} paused  wave 2/2: 5/18 settled, 3 in flight  (manual)"
 
 
 def test_deny_needs_a_comment_and_a_usage_error_exits_1_not_2(api, ctl):

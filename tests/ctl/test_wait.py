@@ -13,21 +13,6 @@ RID = rollout()["id"]
 FAST = ("--interval", "0.01")
 
 
-@pytest.mark.parametrize(
-    ("states", "status"),
-    [
-        (["awaiting_approval", "active", "paused"], 2),
-        (["awaiting_approval", "denied"], 3),
-    ],
-)
-def test_wait_reads_until_a_verdict_and_exits_with_its_code(api, ctl, states, status):
-    api.on("GET", f"rollouts/{RID}/", *[(200, rollout(state)) for state in states])
-    code, out, _ = ctl("wait", RID, *FAST)
-    assert code == status
-    assert len(api.seen) == len(states)
-    assert [line.split()[1] for line in out.splitlines()] == states  # one line per change
-
-
 def test_wait_asks_again_after_a_transient_answer(api, ctl):
     busy = (503, {"code": "database_unavailable", "detail": "The database is unavailable."})
     api.on(
@@ -69,13 +54,3 @@ def test_a_timeout_that_is_no_number_of_seconds_is_a_usage_error(api, ctl, bad):
     assert code == 1
     assert "is not a number of seconds" in err
     assert api.seen == []
-
-
-def test_status_names_the_creator_and_the_approvals(api, ctl):
-    approvals = [{"user": "bob", "at": "2026-12-04T16:01:00Z", "comment": "ok"}]
-    body = rollout("awaiting_approval", createdBy="alice", approvalsRequired=2, approvals=approvals)
-    api.on("GET", f"rollouts/{RID}/", (200, body))
-    code, out, _ = ctl("status", RID)
-    assert code == 0
-    assert "alice" in out
-    assert "1 of 2: bob" in out
