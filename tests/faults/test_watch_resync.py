@@ -2,10 +2,12 @@
 process listens (PostgreSQL is back, the hub has not yet LISTENed again) reaches the held request as soon as the
 hub listens again, not at the end of its ``wait``.
 
-The web tier (gunicorn + uvicorn, project.asgi, as production runs it) runs on a database of the private cluster
-(tests/faults/conftest.py ``private_postgres``, never the shared one), migrated by tests/faults/seed.py. To
-commit the change before listening can resume, deterministically, the cluster first comes back on another port
-(where the web tier does not look), takes the change, and only then returns on its own port.
+The web tier is `make web`'s (``python -m demo.web``: nginx, with docker/nginx.conf, in front of gunicorn serving
+project.asgi, one process of 4 threads), so the held request also crosses nginx's proxy timeouts as the agents'
+does. It runs on a database of the private cluster (tests/faults/conftest.py ``private_postgres``, never the
+shared one), migrated by tests/faults/seed.py. To commit the change before listening can resume,
+deterministically, the cluster first comes back on another port (where the web tier does not look), takes the
+change, and only then returns on its own port.
 """
 
 from __future__ import annotations
@@ -13,16 +15,20 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
 
-from demo.processes import stop, wait_until, web_server
+from demo.processes import BASE_DIR, stop, wait_until
 from tests.faults.stack import PrivatePostgres, free_port, run_command
 
 pytestmark = pytest.mark.integration
@@ -52,13 +58,16 @@ class Tier:
 
 
 @pytest.fixture(scope="module")
-def tier(private_postgres: PrivatePostgres, tmp_path_factory) -> Iterator[Tier]:
-    """One web process on a fresh database of the private cluster, one node enrolled and joined."""
-    root = tmp_path_factory.mktemp("resync")
+def tier(private_postgres: PrivatePostgres) -> Iterator[Tier]:
+    """`make web` (nginx in front of one gunicorn process) on a fresh database of the private cluster, one node
+    enrolled and joined."""
+    root = Path(tempfile.mkdtemp(prefix="rollout-resync-"))
+    root.chmod(0o755)  # nginx's workers (nobody, under root) read the media root below it
     name = f"resync_{uuid.uuid4().hex[:8]}"
     private_postgres.create_database(name)
     port = free_port()
     env = {
+        **os.environ,
         "DATABASE_URL": private_postgres.url(name),
         "CELERY_BROKER_URL": "filesystem://",
         "ROLLOUT_RUN_DIR": str(root / "run"),
@@ -67,32 +76,46 @@ def tier(private_postgres: PrivatePostgres, tmp_path_factory) -> Iterator[Tier]:
         "METRICS_PUBLIC": "1",
         "LOG_LEVEL": "INFO",
         "TEST_DATABASE_NAME": "",
+        "WEB_WORKERS": "1",
+        "WEB_THREADS": "4",
     }
     (root / "seed.json").write_text(json.dumps({"releases": []}))
-    out = run_command([sys.executable, "-m", "tests.faults.seed", str(root / "seed.json")], env={**os.environ, **env})
+    out = run_command([sys.executable, "-m", "tests.faults.seed", str(root / "seed.json")], env=env)
     key = json.loads(out.strip().splitlines()[-1])["key"]
-    process = web_server(env, port=port, workers=1, threads=4, log_path=root / "web.log")
+    log = root / "web.log"
+    with log.open("ab") as stream:  # the seed migrated: `make web ARGS=--no-migrate`
+        process = subprocess.Popen(
+            [sys.executable, "-m", "demo.web", "--no-migrate", "--port", str(port)],
+            cwd=BASE_DIR,
+            env=env,
+            stdout=stream,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
 
         def answers() -> bool:
+            assert process.poll() is None, log.read_text(errors="replace")[-3000:]
             try:
                 return client.get("/api/compute/pools/", timeout=2).status_code == 200
             except httpx.HTTPError:
                 return False
 
-        wait_until(answers, timeout=90, what="the web tier")
+        wait_until(answers, timeout=90, what="make web")
+        assert client.get("/api/compute/pools/").headers["server"] == "nginx"  # the agents' way in
         pool = client.post("/api/compute/pools/", json={"name": "resync", "policy": {"disruptionBudget": 1}})
         assert pool.status_code == 201, pool.text
         node = client.post("/api/compute/nodes/", json={"name": "n1", "poolId": pool.json()["id"], "arch": "amd64"})
         assert node.status_code == 201, node.text
         yield Tier(url=url, db_name=name, token=node.json()["agentToken"], node_id=node.json()["id"])
     finally:
-        stop(process)
-        text = (root / "web.log").read_text(errors="replace")
-        if "Traceback" in text:
+        stop(process, timeout=30)  # SIGTERM: make web stops nginx and gunicorn, then exits
+        text = log.read_text(errors="replace")
+        if "Traceback" in text or "[emerg]" in text:
             print(f"--- web.log ---\n{text[-4000:]}")
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def listening(cluster: PrivatePostgres, db_name: str) -> bool:
