@@ -30,7 +30,7 @@ from fleet.interface import (
     staff_user,
     tenant_id_of,
 )
-from rollout.admin.actions import ACTIONS, RolloutAction
+from rollout.admin.actions import ACTIONS, RolloutAction, bulk_admin_action
 from rollout.admin.approvals import ApprovalAdminMixin, ApprovalFilter
 from rollout.admin.display import counts_total, duration_text, progress_bar, rollout_label, short_id, when
 from rollout.forms import RolloutCreateForm
@@ -83,7 +83,7 @@ class RolloutAdmin(ApprovalAdminMixin, TenantScopedAdmin):
     list_select_related = ["release", "tenant"]
     search_fields = ["release__version"]
     ordering = ["-created_at"]
-    actions = [action.admin_action for action in ACTIONS.values()]
+    actions = [bulk_admin_action(action) for action in ACTIONS.values()]
     fieldsets = [
         (None, {"fields": ["id", "version", "tenant", "pool_names", "selector", "state_badge", "paused_reason"]}),
         ("Schedule", {"fields": ["start_at", "end_by", "end_behavior"]}),
@@ -364,26 +364,6 @@ class RolloutAdmin(ApprovalAdminMixin, TenantScopedAdmin):
         if done:
             self.message_user(request, f"{action.done} {done} rollout(s).", messages.SUCCESS)
         return None
-
-    @admin.action(description="Pause the selected rollouts", permissions=["operate"])
-    def pause_selected(self, request: HttpRequest, queryset: QuerySet[Rollout]):
-        return self.run_bulk(request, queryset, "pause")
-
-    @admin.action(description="Resume the selected rollouts", permissions=["operate"])
-    def resume_selected(self, request: HttpRequest, queryset: QuerySet[Rollout]):
-        return self.run_bulk(request, queryset, "resume")
-
-    @admin.action(description="Promote the selected rollouts (end their soak now)", permissions=["operate"])
-    def promote_selected(self, request: HttpRequest, queryset: QuerySet[Rollout]):
-        return self.run_bulk(request, queryset, "promote")
-
-    @admin.action(description="Abort the selected rollouts", permissions=["operate"])
-    def abort_selected(self, request: HttpRequest, queryset: QuerySet[Rollout]):
-        return self.run_bulk(request, queryset, "abort")
-
-    @admin.action(description="Abort the selected rollouts and roll back nodes in flight", permissions=["operate"])
-    def abort_rollback_selected(self, request: HttpRequest, queryset: QuerySet[Rollout]):
-        return self.run_bulk(request, queryset, "abort-rollback")
 
     # creating: form -> preview (rollout_plan, writes nothing) -> confirm (rollout_create)
     def add_view(self, request: HttpRequest, form_url: str = "", extra_context=None) -> HttpResponse:
