@@ -25,6 +25,7 @@ from fleet.plugins import (
     node_session_reported,
     register_daemon_resolver,
     register_disruption_source,
+    register_node_links,
     register_refusal_codes,
     register_session_fields,
 )
@@ -88,6 +89,7 @@ __all__ = [
     "pools_set_default_daemon_version",
     "register_daemon_resolver",
     "register_disruption_source",
+    "register_node_links",
     "register_refusal_codes",
     "register_session_fields",
     "selector_q",

@@ -28,6 +28,9 @@ Plug-ins never reach into fleet internals; they use what is here:
   every session answer (the plain-heartbeat fast path included), such as
   ``{"rootVersion": 3}``. Called on every heartbeat: it must not query the
   database each time (cache, with a bound on staleness it documents).
+- ``register_node_links(fn)``: ``fn(node_id)`` returns ``(text, url)`` links the node's admin page
+  shows (for rollout: the node's current rollout and its upgrade history). The host never imports
+  the plug-in's admin; a link is all it knows of it.
 """
 
 from __future__ import annotations
@@ -45,11 +48,13 @@ node_daemon_refused = Signal()
 DisruptionSource = Callable[[UUID], QuerySet]
 DaemonResolver = Callable[[str, str], dict | None]
 SessionFields = Callable[[], dict[str, Any]]
+NodeLinks = Callable[[UUID], list[tuple[str, str]]]
 
 _disruption_sources: list[DisruptionSource] = []
 _daemon_resolvers: list[DaemonResolver] = []
 _refusal_codes: set[str] = set()
 _session_fields: list[SessionFields] = []
+_node_links: list[NodeLinks] = []
 
 
 def register_disruption_source(source: DisruptionSource) -> None:
@@ -93,3 +98,13 @@ def session_fields() -> dict[str, Any]:
     for fields in _session_fields:
         merged.update(fields())
     return merged
+
+
+def register_node_links(links: NodeLinks) -> None:
+    if links not in _node_links:
+        _node_links.append(links)
+
+
+def node_links(node_id: UUID) -> list[tuple[str, str]]:
+    """The plug-ins' links of a node's admin page (see ``register_node_links``), in registration order."""
+    return [link for links in _node_links for link in links(node_id)]

@@ -14,6 +14,7 @@ from fleet.interface import (
     node_session_reported,
     register_daemon_resolver,
     register_disruption_source,
+    register_node_links,
     register_refusal_codes,
     register_session_fields,
 )
@@ -61,10 +62,28 @@ def session_fields() -> dict[str, Any]:
     return {"rootVersion": root_version_cached()}
 
 
+def node_links(node_id: UUID) -> list[tuple[str, str]]:
+    """The node's admin page links to its current rollout (the one its upgrade claims it for) and its history."""
+    from django.urls import reverse
+
+    from rollout.admin.display import rollout_label
+
+    links = []
+    current = NodeUpgrade.objects.filter(node_id=node_id, claims_node=True).select_related("rollout__release").first()
+    if current is not None:
+        rollout = current.rollout
+        url = reverse("admin:rollout_rollout_change", args=[rollout.pk])
+        links.append((f"current rollout: {rollout_label(rollout)} ({rollout.state}, this node {current.state})", url))
+    history = reverse("admin:rollout_nodeupgrade_changelist")
+    links.append(("upgrade history", f"{history}?node__id__exact={node_id}"))
+    return links
+
+
 def connect() -> None:
     register_disruption_source(upgrades_disrupting)
     register_daemon_resolver(daemon_section_for)
     register_refusal_codes(REFUSAL_CODES)
     register_session_fields(session_fields)
+    register_node_links(node_links)
     node_session_reported.connect(on_node_session_reported, dispatch_uid="rollout.settle_on_join")
     node_daemon_refused.connect(on_node_daemon_refused, dispatch_uid="rollout.settle_on_refusal")

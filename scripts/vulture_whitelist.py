@@ -42,7 +42,7 @@ _.REFUSED_DOWNLOAD_FAILED
 _.crontab, _.expire_seconds, _.enabled  # django-celery-beat's PeriodicTask fields
 _.help, _.requires_system_checks  # BaseCommand
 _.label_from_instance, _.clean_waves, _.clean_maintenance_windows, _.required, _.envelope_file, _.envelope_text
-_.clean_labels  # NodeLabelsForm (fleet/admin.py)
+_.clean_labels  # NodeLabelsForm (fleet/admin_nodes.py)
 _.output_field, _.as_sql, _.arg_joiner  # Func expressions
 _.app_configs  # a system check's signature
 _.block_size, _._stream  # FileResponse's chunk size; WSGIRequest's body stream

@@ -145,6 +145,10 @@ class NodeUpgradeAdmin(ReadOnlyMixin, TenantScopedAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: NodeUpgrade | None = None) -> bool:
         return False
 
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
+        # One node's history, linked from its page (rollout/hooks.py node_links); the scope still applies.
+        return lookup == "node__id__exact" or super().lookup_allowed(lookup, value, request)
+
     def get_changelist_instance(self, request: HttpRequest):
         # Blockers for the page's rows at once (docs/controller.md#why-not-yet): a constant number of queries.
         changelist = super().get_changelist_instance(request)
