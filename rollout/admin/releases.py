@@ -18,6 +18,7 @@ from django.utils.safestring import SafeString
 
 from core.errors import DomainError
 from fleet.interface import Actor, Tenant, is_fleet_admin, staff_user, tenant_id_of
+from rollout.admin.binaries import BinaryUploadMixin
 from rollout.models import Release, ReleaseBinary, ReleaseBlock
 from rollout.services.blocks import release_block, release_unblock
 from rollout.services.releases import release_register
@@ -86,7 +87,7 @@ _RELEASE_ADMIN_FIELDS = (
 
 
 @admin.register(Release)
-class ReleaseAdmin(admin.ModelAdmin):
+class ReleaseAdmin(BinaryUploadMixin, admin.ModelAdmin):
     """Releases are immutable: they can be registered (verified) and viewed, never edited."""
 
     list_display = [
@@ -105,6 +106,7 @@ class ReleaseAdmin(admin.ModelAdmin):
     fields = _RELEASE_ADMIN_FIELDS
     readonly_fields = _RELEASE_ADMIN_FIELDS
     change_list_template = "admin/rollout/release/change_list.html"
+    change_form_template = "admin/rollout/release/change_form.html"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Release]:
         # The acting tenant's view of each release: its block, and whether this user may change it.
@@ -227,8 +229,15 @@ class ReleaseAdmin(admin.ModelAdmin):
                 self.admin_site.admin_view(partial(self.block_view, unblock=True)),
                 name="rollout_release_unblock",
             ),
+            *self.upload_urls(),
             *super().get_urls(),
         ]
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context=None):
+        release = self.get_object(request, unquote(object_id))
+        if release is not None:
+            extra_context = {**(extra_context or {}), **self.upload_context(request, release)}
+        return super().change_view(request, object_id, form_url, extra_context)
 
     def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
         extra_context = {**(extra_context or {}), "can_register": self.can_register(request)}
