@@ -36,10 +36,11 @@ CHROMIUM_ARGS = [
 
 
 @pytest.fixture
-def browser_page(tmp_path):
+def browser_page(tmp_path, monkeypatch):
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium package")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's sync API runs an event loop in this thread
+    # Playwright's sync API runs an event loop in this thread; only for this test (a leak fails check --deploy).
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
