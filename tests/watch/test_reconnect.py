@@ -18,7 +18,10 @@ from tests.watch.conftest import THREADS, Server, answering, bulk_agents, web_en
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
 AGENTS = 300
-HEARTBEAT_SECONDS = 30  # the agents' wait and their backoff's cap
+# The agents' wait and their backoff's cap: far above the few seconds the tier is down, so that what the test
+# sees is the backoff's jitter after a short outage, not its cap (a slow restart on a busy machine lets some
+# agents reach the 16 s window; a 30 s cap then let one draw 26 s).
+HEARTBEAT_SECONDS = 60
 
 
 def test_after_a_restart_of_the_web_tier_every_agent_is_back_within_a_heartbeat(tenant, tmp_path):
@@ -52,7 +55,7 @@ def test_after_a_restart_of_the_web_tier_every_agent_is_back_within_a_heartbeat(
             nodes.update(spec={"daemon": None, "after": "restart"})
             assert running.wait_for(lambda f: all((a.answered_at or 0) > back for a in f.agents), timeout=10)
             assert fleet.online_count() == AGENTS
-        assert slowest < HEARTBEAT_SECONDS / 2, slowest  # none waited a whole heartbeat (fixed retry: 27-33 s)
+        assert slowest < HEARTBEAT_SECONDS / 2, slowest  # none waited half a heartbeat (fixed retry: a whole one)
         assert fleet.stats.errors_by_kind.keys() <= {"session_ConnectError"}, fleet.stats.errors_by_kind
     finally:
         stop(process)
