@@ -45,8 +45,10 @@ def admin_pages(rollout: Rollout) -> list[str]:
     return pages
 
 
-def test_api_docs_and_every_admin_page_load_nothing_from_another_host(live_server, tenant, releases):
+def test_api_docs_and_every_admin_page_load_nothing_from_another_host(live_server, tenant, releases, monkeypatch):
     from playwright.sync_api import sync_playwright
+
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs an event loop in this thread
 
     get_user_model().objects.create_superuser("operator", "op@example.com", "correct horse battery")
     fleet(tenant, {"gpu-a": (4, "0.5")})
