@@ -25,6 +25,15 @@ def errors_seen(running: Any) -> Counter:
     return Counter(dict(running.fleet.stats.errors_by_kind))
 
 
+def answers_seen(running: Any) -> Counter:
+    """A copy of the simulated fleet's answers by HTTP status (each try counted: a 503 with Retry-After is waited
+    out and sent again, not an error: simulator/retry.py), taken from another thread than the fleet's."""
+    for _ in range(20):
+        with contextlib.suppress(RuntimeError):  # the fleet's loop changed the Counter while we copied it
+            return Counter(dict(running.fleet.stats.answers))
+    return Counter(dict(running.fleet.stats.answers))
+
+
 def server_errors(errors: Counter) -> Counter:
     """Only the 5xx answers (kinds are "<call>_<status>" or "<call>_<ExceptionName>")."""
     return Counter({kind: n for kind, n in errors.items() if kind.rsplit("_", 1)[-1].startswith("5")})
