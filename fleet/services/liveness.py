@@ -25,7 +25,6 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
-from core.database import RETRY_AFTER_SECONDS
 from core.statements import prepared_cursor
 from fleet.models import FleetPulse
 from fleet.services.nodes import ONLINE_HEARTBEATS, heartbeat_seconds, online_since
@@ -40,10 +39,6 @@ _last_written_at: datetime | None = None  # this process's last pulse attempt; a
 
 def _online_window() -> timedelta:
     return timedelta(seconds=ONLINE_HEARTBEATS * heartbeat_seconds())
-
-
-def _told_to_wait() -> timedelta:
-    return timedelta(seconds=int(RETRY_AFTER_SECONDS) + 1)
 
 
 def pulse_ctes(source: str) -> str:
@@ -103,9 +98,8 @@ def offline_verdicts_trusted(*, now: datetime | None = None) -> bool:
 
     False during the first online window after a gap in what the server heard
     (its database or web tier was down): agents that kept running have not all
-    been heard again yet, nor those the outage's 503 told to wait ``Retry-After`` (plus the up to 1 s of
-    jitter an agent adds: docs/fleet.md#retries) before their next heartbeat.
+    been heard again yet.
     """
     now = now or timezone.now()
     listening_since = FleetPulse.objects.filter(pk=1).values_list("listening_since", flat=True).first()
-    return listening_since is None or now - listening_since >= _online_window() + _told_to_wait()
+    return listening_since is None or now - listening_since >= _online_window()
