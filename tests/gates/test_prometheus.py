@@ -81,7 +81,7 @@ def exporter(serve) -> Server:
 @pytest.fixture
 def prometheus(exporter: Server, tmp_path: Path, module_settings) -> Iterator[Prometheus]:
     if not Path(PROMETHEUS).exists():
-        pytest.skip("Debian's prometheus is not installed: bash scripts/system-deps.sh prometheus")
+        pytest.fail("Debian's prometheus is missing: `make test` installs it (scripts/system-deps.sh)")
     port = _free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(
