@@ -191,10 +191,10 @@ def main(argv: list[str] | None = None) -> int:
     from fleet.services.iam import tenant_create
     from fleet.services.pools import pool_create
     from fleet.tokens import new_token, token_hash
+    from rollout.registry.binaries import release_binary_store
+    from rollout.registry.releases import release_register
     from rollout.release.dsse import envelope_to_bytes, sign_envelope
     from rollout.release.manifest import manifest_for, manifest_to_bytes
-    from rollout.services.binaries import release_binary_store
-    from rollout.services.releases import release_register
 
     call_command("migrate", verbosity=0)
     binary = os.urandom(options.binary_mib << 20)

@@ -131,12 +131,12 @@ def run(
     from fleet.services.pools import pool_create
     from fleet.tokens import new_token, token_hash
     from rollout.models import NodeUpgrade, Rollout
+    from rollout.registry.binaries import release_binary_store
+    from rollout.registry.releases import release_register
     from rollout.release.dsse import envelope_to_bytes, sign_envelope
     from rollout.release.manifest import manifest_for, manifest_to_bytes
-    from rollout.services.binaries import release_binary_store
-    from rollout.services.create import rollout_create
-    from rollout.services.plan import rollout_spec
-    from rollout.services.releases import release_register
+    from rollout.rollouts.create import rollout_create
+    from rollout.rollouts.spec import rollout_spec
     from simulator import ShardedFleet, build_agent_configs
 
     call_command("migrate", verbosity=0)

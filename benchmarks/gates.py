@@ -81,7 +81,7 @@ def _make_rollouts(count: int, port: int) -> None:
 
     from fleet.services.iam import tenant_create
     from rollout.models import Release, Rollout, RolloutGate
-    from rollout.services.releases import release_register
+    from rollout.registry.releases import release_register
     from tests.factories import manifest, signed
 
     release_register(envelope=signed(manifest("1.0.0", 1)))
@@ -175,8 +175,8 @@ def _measure(rollouts: int, rounds: int) -> int:
     from django.db.models import Count
     from django.utils import timezone
 
+    from rollout.controller.gate_evaluation import gates_evaluate_due
     from rollout.models import RolloutGate
-    from rollout.services.gate_checks import gates_evaluate_due
 
     gates = rollouts * 2
     print(f"{rollouts} active rollouts x 2 gates (Prometheus + HTTP) = {gates} evaluations per {PERIOD_SECONDS} s")

@@ -56,8 +56,8 @@ def bench(nodes: int, repeat: int) -> list[tuple[str, float, float, float]]:
 
     from fleet.models import Node
     from fleet.services.labels import nodes_label
-    from rollout.services.create import rollout_create
-    from rollout.services.plan import rollout_spec
+    from rollout.rollouts.create import rollout_create
+    from rollout.rollouts.spec import rollout_spec
 
     tenant, _ = make_fleet("labelled", nodes)
     pooled, _ = make_fleet("pooled", nodes // SHARE)
@@ -113,7 +113,7 @@ def _store_binary() -> None:
     """The target's amd64 binary (a create refuses a release without the stored binary its nodes need)."""
     import io
 
-    from rollout.services.binaries import release_binary_store
+    from rollout.registry.binaries import release_binary_store
     from tests.factories import binary_bytes
 
     release_binary_store(version=NEW, platform="linux-amd64", source=io.BytesIO(binary_bytes(NEW)))

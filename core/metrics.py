@@ -9,7 +9,7 @@ Two kinds of metric:
   and each pool's disruption budget (allowed, disrupted, nodes). Any web
   process answers the same; nothing has to be kept in memory.
 - **The controller's tick duration**, ``rollout_tick_seconds``, a histogram
-  (rollout/metrics.py) observed by each attempt of ``rollout.services.controller.rollout_tick`` (a held
+  (rollout/metrics.py) observed by each attempt of ``rollout.controller.tick.rollout_tick`` (a held
   rollout's attempt too, at once; not the wait for the holder) where ticks run:
   Celery worker processes, not the web process. With ``PROMETHEUS_MULTIPROC_DIR``
   set in the environment before the process starts (docker-compose.yml shares one

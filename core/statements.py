@@ -1,5 +1,5 @@
 """Prepared statements for the hot paths: the agent session's (fleet/services/session_statements.py) and the join's
-settle (rollout/services/statements.py), each run many times a second on a persistent connection."""
+settle (rollout/controller/statements.py), each run many times a second on a persistent connection."""
 
 from __future__ import annotations
 

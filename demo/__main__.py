@@ -37,7 +37,7 @@ from demo.postgres import ENVIRONMENT, EmbeddedPostgres, exit_on_sigterm, stop_l
 from demo.processes import free_port
 
 if TYPE_CHECKING:  # Django is set up in main(), after the environment is chosen
-    from rollout.selectors import WaveStats
+    from rollout.rollouts.reads import WaveStats
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 RUN_DIR = BASE_DIR / ".run" / "demo"  # inside the checkout, git-ignored; `make clean` removes it
@@ -124,10 +124,10 @@ class Demo:
         """Sign a release offline with the throwaway key, register it over HTTP, upload its binary."""
         import io
 
+        from rollout.registry.binaries import release_binary_store
         from rollout.release.dsse import envelope_to_bytes, sign_envelope
         from rollout.release.keys import load_private_key
         from rollout.release.manifest import manifest_for, manifest_to_bytes
-        from rollout.services.binaries import release_binary_store
 
         binary = f"#!/bin/false\n# bcd {version}\n".encode() * 512
         manifest = manifest_for(
@@ -271,7 +271,7 @@ class Progress:
     def show(self, *, final: bool = False) -> str:
         from fleet.services.budget import pool_budgets
         from rollout.models import Rollout, RolloutEvent
-        from rollout.selectors import rollout_waves
+        from rollout.rollouts.reads import rollout_waves
 
         rollout = Rollout.objects.select_related("release").prefetch_related("pools").get(pk=self.rollout_id)
         new = RolloutEvent.objects.filter(rollout=rollout).exclude(id__in=self.seen_events)

@@ -35,6 +35,8 @@ INSTALLED_APPS = [
     "django_celery_beat",
     "fleet",
     "rollout",
+    # The tools: `manage.py simulate_agents` (the simulated agents, which the host may not import).
+    "demo",
 ]
 
 MIDDLEWARE = [

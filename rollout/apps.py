@@ -12,9 +12,10 @@ class RolloutConfig(AppConfig):
 
         # tasks: register the shared tasks in every process, not only in workers (Celery's autodiscovery
         # runs at worker start): the web publishes by name (rollout/dispatch.py) and got NotRegistered.
-        from rollout import checks, delivery_checks, hooks, schedules, tasks  # noqa: F401  (checks register themselves)
+        from rollout import checks, hooks, schedules, tasks  # noqa: F401  (checks register themselves)
         from rollout.metrics import RolloutCollector, WebhookCollector
-        from rollout.services.blockers import rollout_blockers
+        from rollout.registry import delivery_checks  # noqa: F401
+        from rollout.rollouts.blockers import rollout_blockers
 
         hooks.connect()
         register_collector(RolloutCollector(blockers=rollout_blockers))

@@ -17,7 +17,7 @@ DEFAULT_EVERY = 30
 class ModuleSettings:
     """settings.ROLLOUT, read with defaults (README.md#configuration).
 
-    Not a rollout's options: those are rollout.services.plan.RolloutOptions.
+    Not a rollout's options: those are rollout.rollouts.spec.RolloutOptions.
     """
 
     pins: tuple[str, ...]

@@ -33,7 +33,7 @@ def daemon_section_for(version: str, arch: str) -> dict | None:
     Not an expired release (docs/signing.md#expiry): no node is sent one; such a node starts with no daemon
     section, as in a pool without a default, and the next rollout or convergence upgrades it.
     """
-    from rollout.services.daemons import registered_daemon_section
+    from rollout.controller.daemons import registered_daemon_section
 
     section = registered_daemon_section(version=version, arch=arch, unexpired_at=timezone.now())
     return section if section is not None and section["url"] is not None else None
@@ -41,7 +41,7 @@ def daemon_section_for(version: str, arch: str) -> dict | None:
 
 def on_node_session_reported(sender: Any, *, node_id: UUID, daemon_version: str, **kwargs: Any) -> None:
     """A node that joins or reports a new version settles its in-flight upgrade at once."""
-    from rollout.services.settle import node_upgrade_settle_reported
+    from rollout.controller.settle import node_upgrade_settle_reported
 
     node_upgrade_settle_reported(node_id=node_id, daemon_version=daemon_version)
 
@@ -50,14 +50,14 @@ def on_node_daemon_refused(
     sender: Any, *, node_id: UUID, version: str, code: str, detail: str, at: datetime, **kwargs: Any
 ) -> None:
     """A node's agent refused the release it was sent: its upgrade fails at once and its spec goes back."""
-    from rollout.services.refusals import node_upgrade_settle_refused
+    from rollout.controller.refusals import node_upgrade_settle_refused
 
     node_upgrade_settle_refused(node_id=node_id, version=version, code=code, detail=detail, at=at)
 
 
 def session_fields() -> dict[str, Any]:
     """Every session answer carries the newest root's version, so that agents follow the chain."""
-    from rollout.services.roots import root_version_cached
+    from rollout.registry.roots import root_version_cached
 
     return {"rootVersion": root_version_cached()}
 

@@ -19,7 +19,7 @@ ROOT_CHAIN_LOCK = 0x726F6C6C_0002
 
 
 def tick_waiter_key(rollout_id: UUID | str) -> int:
-    """The key of a rollout's tick waiter (rollout.services.ticks.holder_awaited): the first 8 bytes of its uuid4
+    """The key of a rollout's tick waiter (``tick_requests.holder_awaited``): the first 8 bytes of its uuid4
     (60 random bits), so two rollouts, or a rollout and a fixed key above, share one by a chance of about 2**-60."""
     return int.from_bytes(UUID(str(rollout_id)).bytes[:8], "big", signed=True)
 

@@ -9,7 +9,7 @@ from typing import Any
 from prometheus_client import Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-#: The rollout blocker codes (rollout.services.blockers.ROLLOUT_CODES, repeated: no service import here).
+#: The rollout blocker codes (rollout.rollouts.blockers.ROLLOUT_CODES, repeated: no service import here).
 ROLLOUT_CODES = (
     "awaiting_approval",
     "no_controller",
@@ -26,7 +26,7 @@ BlockersOf = Callable[..., Mapping[Any, Any]]
 
 TICK_SECONDS = Histogram(
     "rollout_tick_seconds",
-    "Duration of one controller tick of one rollout (rollout.services.controller.rollout_tick).",
+    "Duration of one controller tick of one rollout (rollout.controller.tick.rollout_tick).",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
 
@@ -36,7 +36,7 @@ class RolloutCollector:
 
     3 queries per scrape, plus at most 6 for the blockers (docs/controller.md#why-not-yet) whatever the number of
     rollouts.
-    ``blockers`` is rollout.services.blockers.rollout_blockers, passed in by the app's ready(): the
+    ``blockers`` is rollout.rollouts.blockers.rollout_blockers, passed in by the app's ready(): the
     controller imports this module (the tick histogram), so this module imports no service.
     """
 

@@ -1,4 +1,4 @@
-"""Celery tasks: thin wrappers over rollout/services/controller.py.
+"""Celery tasks: thin wrappers over rollout/controller/tick.py.
 
 All are idempotent and ``acks_late``: a task delivered twice, or late (Redis
 redelivers ETA tasks after its visibility timeout), finds its rows already
@@ -7,7 +7,8 @@ moved and does nothing.
 
 from __future__ import annotations
 
-from typing import TypedDict
+from datetime import datetime
+from typing import Any, TypedDict
 
 import structlog
 from celery import bootsteps, current_app, shared_task
@@ -15,6 +16,7 @@ from django.db import OperationalError
 from django.utils import timezone
 
 from rollout import dispatch
+from rollout.controller import gate_evaluation, settle, tick, tick_requests, timeouts
 from rollout.dispatch import (
     GATES_DUE_TASK,
     NODE_UPGRADE_TIMEOUT_TASK,
@@ -24,8 +26,9 @@ from rollout.dispatch import (
     WEBHOOK_DELIVER_TASK,
     WEBHOOKS_DUE_TASK,
 )
-from rollout.models import NodeUpgrade
-from rollout.services import controller, gate_checks, settle, ticks, timeouts, webhooks
+from rollout.models import NodeUpgrade, Rollout
+from rollout.rollouts import representation
+from rollout.webhooks import deliveries
 from rollout.webhooks.transport import headers_for, post_event, sign
 
 log = structlog.get_logger("rollout")
@@ -53,20 +56,20 @@ RETRY: _RetryOptions = {
 @shared_task(name=TICK_ALL_TASK, **RETRY)
 def rollouts_tick_all() -> int:
     """The periodic controller tick (django-celery-beat, every ROLLOUT["every"] seconds)."""
-    return controller.rollouts_tick_all()
+    return tick.rollouts_tick_all()
 
 
 @shared_task(name=TICK_TASK, **RETRY)
 def rollout_tick(rollout_id: str) -> None:
     """A tick of one rollout, asked for when a node settles or a soak ends."""
-    controller.rollout_tick(rollout_id=rollout_id)
+    tick.rollout_tick(rollout_id=rollout_id)
 
 
 @shared_task(name=TIMEOUTS_DUE_TASK, **RETRY)
 def rollout_timeouts_due(rollout_id: str) -> None:
     """The rollout's one timeouts-due message: its overdue nodes settle, the next one is published."""
     if timeouts.timeouts_due_settle(rollout_id=rollout_id, now=timezone.now()):
-        ticks.rollout_request_tick(rollout_id=rollout_id)
+        tick_requests.rollout_request_tick(rollout_id=rollout_id)
 
 
 @shared_task(name=NODE_UPGRADE_TIMEOUT_TASK, **RETRY)
@@ -77,7 +80,12 @@ def node_upgrade_timeout(node_upgrade_id: int) -> None:
         return
     _, failed = settle.node_upgrades_settle_overdue(now=timezone.now(), ids=[node_upgrade_id])
     if failed:
-        ticks.rollout_request_tick(rollout_id=upgrade.rollout_id)
+        tick_requests.rollout_request_tick(rollout_id=upgrade.rollout_id)
+
+
+def _rollout_representation(rollout: Rollout, now: datetime) -> dict[str, Any]:
+    """The rollout as ``GET /rollouts/{id}/`` shows it now: a webhook's body carries it."""
+    return representation.rollouts_json([rollout], now=now)[0]
 
 
 @shared_task(name=WEBHOOK_DELIVER_TASK, soft_time_limit=45, time_limit=60, **RETRY)
@@ -87,29 +95,31 @@ def webhook_deliver(delivery_id: str) -> str | None:
     The POST runs outside any transaction and is bounded by the transport's 10 s timeout; the
     next attempt is scheduled by ``delivery_record`` (or picked up by the sweep).
     """
-    claimed = webhooks.delivery_claim(delivery_id=delivery_id, now=timezone.now())
+    claimed = deliveries.delivery_claim(
+        delivery_id=delivery_id, now=timezone.now(), render_rollout=_rollout_representation
+    )
     if claimed is None:
         return None
     result = post_event(
         claimed.url,
         claimed.body,
         headers_for(claimed.event, claimed.id, sign(claimed.secret, claimed.body)),
-        allow_http=webhooks.allow_http(),
+        allow_http=deliveries.allow_http(),
         timeout=10.0,
     )
-    return webhooks.delivery_record(delivery_id=claimed.id, result=result, now=timezone.now())
+    return deliveries.delivery_record(delivery_id=claimed.id, result=result, now=timezone.now())
 
 
 @shared_task(name=WEBHOOKS_DUE_TASK, **RETRY)
 def webhooks_due() -> int:
     """The periodic sweep: a task for each delivery whose next attempt is due (long retries, lost messages)."""
-    return len(webhooks.deliveries_due(now=timezone.now()))
+    return len(deliveries.deliveries_due(now=timezone.now()))
 
 
 @shared_task(name=GATES_DUE_TASK, soft_time_limit=90, time_limit=120, **RETRY)
 def gates_due() -> int:
     """The periodic evaluation of the gates that are due (docs/controller.md#gates), outside any tick."""
-    return gate_checks.gates_evaluate_due()
+    return gate_evaluation.gates_evaluate_due()
 
 
 class TickOnConnect(bootsteps.StartStopStep):

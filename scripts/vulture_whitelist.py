@@ -34,7 +34,7 @@ _.ApiKeyAuthentication, _.FleetAdmin, _.ApiKeyScheme, _.AgentTokenScheme
 # Django: app configs, models' Meta and fields read through querysets, choices, management commands, forms.
 _.verbose_name, _.verbose_name_plural, _.default_auto_field, _.constraints
 _.registered_at, _.recorded_at, _.delivered_at, _.revoked_at, _.last_heard_at  # written, read by the admin
-_.timeouts_due_at  # TickRequest's, written and read through querysets only (rollout/services/timeouts.py)
+_.timeouts_due_at  # TickRequest's, written and read through querysets only (rollout/controller/timeouts.py)
 _.MAINTENANCE  # a Workflow.Kind choice
 _.REFUSED_BAD_ROOT, _.REFUSED_BAD_SIGNATURE, _.REFUSED_WRONG_VERSION, _.REFUSED_EXPIRED
 _.REFUSED_SEQUENCE_ROLLBACK, _.REFUSED_DIGEST_MISMATCH  # NodeUpgrade.Reason choices, stored as "refused:<code>"

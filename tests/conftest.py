@@ -20,7 +20,7 @@ def _fresh_pulse_throttle(monkeypatch):
 @pytest.fixture(autouse=True)
 def _fresh_root_version(monkeypatch):
     """Each test starts with this process's cached root version unset (it is per process, not per test)."""
-    from rollout.services import roots
+    from rollout.registry import roots
 
     monkeypatch.setattr(roots, "_cached_version", None)
 

@@ -138,8 +138,8 @@ def release_stored(body: dict[str, Any], *keys: int):
     """
     import io
 
-    from rollout.services.binaries import release_binary_store
-    from rollout.services.releases import release_register
+    from rollout.registry.binaries import release_binary_store
+    from rollout.registry.releases import release_register
 
     release = release_register(envelope=signed(body, *keys)).release
     for platform in body["binaries"]:

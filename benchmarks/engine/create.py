@@ -17,7 +17,7 @@ def bare_rollout(tenant: Any, pools: list) -> Any:
     from django.utils import timezone
 
     from rollout.models import Release, Rollout
-    from rollout.services.plan import DEFAULT_WAVES
+    from rollout.rollouts.spec import DEFAULT_WAVES
 
     rollout = Rollout.objects.create(
         tenant=tenant,
@@ -40,7 +40,7 @@ def raw_insert_select(rollout: Any, pools: list, nodes: int) -> int:
 
     from fleet.models import Node
     from rollout.models import NodeUpgrade
-    from rollout.services.plan import DEFAULT_WAVES, planned_waves
+    from rollout.rollouts.spec import DEFAULT_WAVES, planned_waves
 
     waves = planned_waves(DEFAULT_WAVES, nodes)
     starts = [wave.start for wave in waves]  # width_bucket(position, starts) = wave index + 1
@@ -76,7 +76,7 @@ def copy_from_python(rollout: Any, pools: list) -> tuple[int, float]:
 
     from fleet.models import Node
     from rollout.models import NodeUpgrade
-    from rollout.services.plan import planned_waves, shuffle
+    from rollout.rollouts.spec import planned_waves, shuffle
 
     with transaction.atomic():
         pool_of = dict(Node.objects.filter(pool__in=pools).values_list("id", "pool_id"))
@@ -113,8 +113,8 @@ class CreateResult:
 
 
 def bench_create(nodes: int, repeat: int, profile: bool) -> CreateResult:
-    from rollout.services.create import rollout_create
-    from rollout.services.plan import rollout_spec
+    from rollout.rollouts.create import rollout_create
+    from rollout.rollouts.spec import rollout_spec
 
     start = time.perf_counter()
     tenant, pools = make_fleet("create", nodes)

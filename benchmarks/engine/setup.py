@@ -61,7 +61,7 @@ def migrate() -> None:
 
 
 def register_releases() -> None:
-    from rollout.services.releases import release_register
+    from rollout.registry.releases import release_register
     from tests.factories import manifest, signed
 
     release_register(envelope=signed(manifest(OLD, 1)))

@@ -59,9 +59,9 @@ def report_target_version(rollout: Any) -> int:
 def bench_tick(nodes: int, repeat: int, profile: bool, fleet: tuple[Any, list] | None = None) -> TickResult:
     """``fleet``: (tenant, pools) of ``nodes`` nodes to reuse (the create benchmark's), else a new one."""
     from fleet.services.budget import budget_allowed
-    from rollout.services.controller import rollout_tick
-    from rollout.services.create import rollout_create
-    from rollout.services.plan import rollout_spec
+    from rollout.controller.tick import rollout_tick
+    from rollout.rollouts.create import rollout_create
+    from rollout.rollouts.spec import rollout_spec
 
     tenant, pools = fleet or make_fleet(f"tick-{nodes}", nodes)
     rollout = rollout_create(tenant=tenant, spec=rollout_spec(version=NEW, waves=[100], soak_seconds=0))

@@ -18,7 +18,6 @@ import json
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
@@ -28,6 +27,7 @@ from django.db import connection, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from core.times import api_datetime
 from fleet.models import AuditEntry, Tenant
 from fleet.models.audit import GENESIS_HASH
 
@@ -81,17 +81,13 @@ def _username(user: object) -> str:
 
 
 # --- the entry as the API shows it --------------------------------------------------------------
-def format_at(at: datetime) -> str:
-    """ISO 8601 in UTC with ``Z``, as DRF renders datetimes (TIME_ZONE is UTC)."""
-    text = at.astimezone(UTC).isoformat()
-    return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
 def entry_body(entry: AuditEntry) -> dict[str, Any]:
     """The API representation of ``entry`` without ``hash`` (what the hash covers)."""
     return {
         "id": str(entry.id),
-        "at": format_at(entry.at),
+        "at": api_datetime(entry.at),
         "actor": {"user": entry.actor_user, "via": entry.actor_via},
         "action": entry.action,
         "objectType": entry.object_type,

@@ -10,9 +10,9 @@ from typing import Any
 from django.contrib import admin
 from django.utils import timezone
 
+from rollout.controller.transitions import rollout_soaking
 from rollout.models import Rollout
-from rollout.services.rollouts import rollout_abort, rollout_pause, rollout_promote, rollout_resume, rollout_start
-from rollout.services.transitions import rollout_soaking
+from rollout.rollouts.actions import rollout_abort, rollout_pause, rollout_promote, rollout_resume, rollout_start
 
 
 # --- rollouts: actions ------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 A console user approves or denies with ``compute:rollout:approve`` on their tenant (superusers always:
 ``fleet.interface.can_approve``), and is held to the same rules as an API key: the creator of a
 rollout never approves it, superusers included; each user approves once. The page asks for the
-comment (required to deny), then calls ``rollout.services.approvals``; a refusal shows its code.
+comment (required to deny), then calls ``rollout.rollouts.approvals``; a refusal shows its code.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from core.errors import DomainError
 from fleet.interface import Actor, can_approve, staff_user
 from rollout.admin.display import rollout_label, when
 from rollout.models import Rollout
-from rollout.services.approvals import MAX_COMMENT, rollout_approve, rollout_deny
+from rollout.rollouts.approvals import MAX_COMMENT, rollout_approve, rollout_deny
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from django.utils.html import format_html
 
 from core.errors import DomainError
 from rollout.models import Release
-from rollout.services.binaries import release_binary_store
+from rollout.registry.binaries import release_binary_store
 
 
 class BinaryUploadForm(forms.Form):

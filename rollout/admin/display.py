@@ -13,7 +13,7 @@ from django.utils.safestring import SafeString
 from django.utils.timezone import localtime
 
 from rollout.models import NodeUpgrade, Rollout
-from rollout.selectors import WaveStats
+from rollout.rollouts.reads import WaveStats
 
 # --- rollouts: display helpers --------------------------------------------------------------
 State = NodeUpgrade.State

@@ -19,7 +19,7 @@ from rollout.admin.display import (
     uuid_or_none,
 )
 from rollout.models import NodeUpgrade, Rollout, RolloutEvent, RolloutWave
-from rollout.services.blockers import node_blockers
+from rollout.rollouts.blockers import node_blockers
 
 
 # --- node upgrades and events: read-only ---------------------------------------------------------

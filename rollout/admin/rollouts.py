@@ -33,14 +33,14 @@ from fleet.interface import (
 from rollout.admin.actions import ACTIONS, RolloutAction, bulk_admin_action
 from rollout.admin.approvals import ApprovalAdminMixin, ApprovalFilter
 from rollout.admin.display import counts_total, duration_text, progress_bar, rollout_label, short_id, when
-from rollout.forms import RolloutCreateForm
+from rollout.admin.forms import RolloutCreateForm
+from rollout.controller.health import BEAT_COMMAND, WORKER_COMMAND, controller_stale_after, rollouts_without_controller
+from rollout.gates.verdicts import gates_of
 from rollout.models import NodeUpgrade, Rollout
-from rollout.selectors import rollout_waves
-from rollout.services.blockers import rollout_blocker_words
-from rollout.services.create import rollout_create, rollout_plan
-from rollout.services.gates import gates_of
-from rollout.services.health import BEAT_COMMAND, WORKER_COMMAND, controller_stale_after, rollouts_without_controller
-from rollout.services.plan import RolloutPlan
+from rollout.rollouts.blockers import rollout_blocker_words
+from rollout.rollouts.create import rollout_create, rollout_plan
+from rollout.rollouts.reads import rollout_waves
+from rollout.rollouts.spec import RolloutPlan
 
 
 # --- rollouts --------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from rollout.services.blockers import NODE_CODES, ROLLOUT_CODES
+from rollout.rollouts.blockers import NODE_CODES, ROLLOUT_CODES
 
 
 class NodeBlockerSerializer(serializers.Serializer):

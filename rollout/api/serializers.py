@@ -1,7 +1,7 @@
 """Shapes of the rollout module's API (camelCase: docs/api.md#releases, docs/api.md#rollouts).
 
 Input serializers only check types; the rules (waves, ratios, seconds) are
-checked once, in rollout/services/plan.py, for the API and the admin alike.
+checked once, in rollout/rollouts/spec.py, for the API and the admin alike.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from rollout import conf
 from rollout.api.blocker_serializers import NodeBlockerSerializer, RolloutBlockerSerializer
 from rollout.api.schema import ReleaseBinarySerializer
 from rollout.models import NodeUpgrade, Release, ReleaseRoot, Rollout, RolloutEvent
-from rollout.services.blockers import node_blockers
-from rollout.services.blocks import block_json, blocks_for
-from rollout.services.plan import MAX_POOL_IDS, MAX_WAVES, RolloutPlan, RolloutSpec, rollout_spec
-from rollout.services.representation import blocker_json, rollouts_json
+from rollout.registry.blocks import block_json, blocks_for
+from rollout.rollouts.blockers import node_blockers
+from rollout.rollouts.representation import blocker_json, rollouts_json
+from rollout.rollouts.spec import MAX_POOL_IDS, MAX_WAVES, RolloutPlan, RolloutSpec, rollout_spec
 
 
 class ReleaseBlockedSerializer(serializers.Serializer):
@@ -102,7 +102,7 @@ class ReleaseRootSerializer(ResponseModelSerializer):
 
 @extend_schema_field({"type": "integer", "minimum": 0, "maximum": 2**31 - 1, "default": 0})
 class RawIntegerField(serializers.JSONField):
-    """Passed through as JSON; checked once by rollout.services.plan.options_validate (API and admin)."""
+    """Passed through as JSON; checked once by rollout.rollouts.spec.options_validate (API and admin)."""
 
 
 GATE_SCHEMA = {
@@ -122,7 +122,7 @@ GATE_SCHEMA = {
 
 @extend_schema_field({"type": "array", "maxItems": 8, "items": GATE_SCHEMA})
 class RawGatesField(serializers.JSONField):
-    """Passed through as JSON; checked once by rollout.services.gates.gates_validate (400 ``invalid_gate``)."""
+    """Passed through as JSON; checked once by ``gates_validate`` (rollout/gates/spec.py; 400 ``invalid_gate``)."""
 
 
 @extend_schema_field({"type": "string", "maxLength": 4096})
@@ -132,7 +132,7 @@ class RawSelectorField(serializers.JSONField):
 
 @extend_schema_field({"type": "string"})
 class RawTimeField(serializers.JSONField):
-    """Passed through as JSON; checked once by rollout.services.plan.schedule_validate (400 ``invalid_schedule``)."""
+    """Passed through as JSON; checked once by rollout.rollouts.spec.schedule_validate (400 ``invalid_schedule``)."""
 
 
 class ResumeSerializer(StrictSerializer):
@@ -168,7 +168,7 @@ class RolloutCreateSerializer(StrictSerializer):
     endBehavior = RawTimeField(required=False, help_text="At endBy: `pause` (default), `abort` or `abort_rollback`.")
 
     def spec(self) -> RolloutSpec:
-        """The service's spec (the one validation of the options: rollout.services.plan.rollout_spec)."""
+        """The service's spec (the one validation of the options: rollout.rollouts.spec.rollout_spec)."""
         data = self.validated_data
         return rollout_spec(
             version=data["version"],
@@ -190,7 +190,7 @@ class RolloutCreateSerializer(StrictSerializer):
 
 
 class ReleaseBlockSerializer(StrictSerializer):
-    """Types only; the reason's rule is rollout.services.blocks.release_block's."""
+    """Types only; the reason's rule is rollout.registry.blocks.release_block's."""
 
     reason = StrictCharField(trim_whitespace=False)
 
@@ -200,7 +200,7 @@ class AbortSerializer(StrictSerializer):
 
 
 class ApproveSerializer(StrictSerializer):
-    """Types only; the comment's rule is rollout.services.approvals'."""
+    """Types only; the comment's rule is rollout.rollouts.approvals'."""
 
     comment = StrictCharField(required=False, allow_blank=True, trim_whitespace=False, help_text="0 to 500 characters.")
 
@@ -210,7 +210,7 @@ class DenySerializer(StrictSerializer):
 
 
 class RolloutWaveSerializer(serializers.Serializer):
-    """One wave of a rollout with its nodes counted by upgrade state (a rollout.selectors.WaveStats)."""
+    """One wave of a rollout with its nodes counted by upgrade state (a rollout.rollouts.reads.WaveStats)."""
 
     index = serializers.IntegerField(min_value=0)
     percent = StrictNumberField(help_text="The cumulative percentage requested for this wave.")
@@ -334,7 +334,7 @@ class PlannedBudgetSerializer(serializers.Serializer):
 
 
 class RolloutPlanSerializer(serializers.Serializer):
-    """The answer of a dry run (``?dryRun=true``, a rollout.services.plan.RolloutPlan). Nothing is written."""
+    """The answer of a dry run (``?dryRun=true``, a rollout.rollouts.spec.RolloutPlan). Nothing is written."""
 
     version = serializers.CharField()
     poolIds = serializers.ListField(child=serializers.CharField(), source="pool_ids")

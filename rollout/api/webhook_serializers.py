@@ -1,6 +1,6 @@
 """Shapes of the webhooks' API (docs/webhooks.md): subscriptions and their deliveries (camelCase).
 
-Types only: the URL, events and secret rules are rollout.services.webhooks.webhook_create's.
+Types only: the URL, events and secret rules are rollout.webhooks.deliveries.webhook_create's.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from rollout.models import Webhook, WebhookDelivery
 
 
 class WebhookCreateSerializer(StrictSerializer):
-    """Types only; the URL, events and secret rules are rollout.services.webhooks.webhook_create's."""
+    """Types only; the URL, events and secret rules are rollout.webhooks.deliveries.webhook_create's."""
 
     url = StrictCharField(max_length=2000, trim_whitespace=False)
     events = serializers.ListField(child=StrictCharField(max_length=64), max_length=len(Webhook.EVENTS) * 2)

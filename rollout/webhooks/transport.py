@@ -100,8 +100,9 @@ def headers_for(event: str, delivery_id: str, signature: str) -> dict[str, str]:
 
 def retry_delay(attempt: int) -> int:
     """Seconds to wait after failed attempt number ``attempt`` (1 = the first try) before the next."""
-    step = min(max(attempt, 1) - 1, 20)  # bounded exponent: the cap is reached long before
-    return min(FIRST_RETRY_SECONDS * 2**step, MAX_RETRY_SECONDS)
+    step: int = min(max(attempt, 1) - 1, 20)  # bounded exponent: the cap is reached long before
+    delay: int = FIRST_RETRY_SECONDS * (1 << step)
+    return min(delay, MAX_RETRY_SECONDS)
 
 
 @functools.cache

@@ -10,8 +10,8 @@ from django.test import Client
 from fleet.models import Membership, Permission, Tenant
 from fleet.services.iam import grant_add
 from rollout.models import Rollout
-from rollout.services.create import rollout_create
-from rollout.services.plan import rollout_spec
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 from tests.factories import fleet
 from tests.rollout.conftest import module_settings, releases  # noqa: F401  (shared fixtures)
 

@@ -11,8 +11,8 @@ from django.test import Client
 from fleet.models import AuditEntry, Permission, Tenant
 from fleet.services.iam import grant_add, tenant_set_rollout_approvals
 from rollout.models import Rollout, RolloutApproval, RolloutEvent
-from rollout.services.create import rollout_create
-from rollout.services.plan import rollout_spec
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 from tests.admin.conftest import staff_client
 from tests.admin.test_rollouts import detail, flash
 from tests.factories import fleet

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from rollout.models import Release, ReleaseBinary
-from rollout.services.releases import release_register
+from rollout.registry.releases import release_register
 from tests.admin.conftest import staff_client
 from tests.admin.test_rollouts import flash
 from tests.factories import binary_bytes, manifest, signed

@@ -16,7 +16,7 @@ from fleet.models import Node, Pool
 from fleet.services.sessions import agent_session_leave
 from fleet.services.workflows import workflow_start
 from rollout.models import NodeUpgrade
-from rollout.services.rollouts import rollout_pause
+from rollout.rollouts.actions import rollout_pause
 from tests.admin.conftest import make_rollout
 from tests.rollout.helpers import heartbeat_all, in_flight, tick
 

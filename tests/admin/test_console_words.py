@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from fleet.models import Node, NodeSession, Pool
 from rollout.models import Release, Rollout
-from rollout.services.rollouts import rollout_abort
+from rollout.rollouts.actions import rollout_abort
 from tests.admin.conftest import make_rollout
 
 pytestmark = pytest.mark.django_db

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from fleet.models import Workflow
 from rollout.models import NodeUpgrade, Rollout, RolloutEvent
-from rollout.services.rollouts import rollout_pause
+from rollout.rollouts.actions import rollout_pause
 from tests.admin.conftest import make_rollout, staff_client
 from tests.rollout.helpers import rejoin, states, tick
 

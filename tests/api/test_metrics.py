@@ -16,10 +16,10 @@ from django.test.utils import CaptureQueriesContext
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleet.services.workflows import workflow_start
-from rollout.services.controller import rollout_tick
-from rollout.services.create import rollout_create
-from rollout.services.plan import rollout_spec
-from rollout.services.rollouts import rollout_pause
+from rollout.controller.tick import rollout_tick
+from rollout.rollouts.actions import rollout_pause
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 from tests.factories import fleet, manifest, release_stored, rollout_settings
 
 pytestmark = pytest.mark.django_db

@@ -30,8 +30,8 @@ from fleet.services.iam import api_key_create
 from fleet.services.nodes import node_create
 from fleet.services.workflows import workflow_start
 from project import celery_app
-from rollout.services.create import rollout_create
-from rollout.services.plan import rollout_spec
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 from tests.factories import fleet, manifest, release_stored, rollout_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

@@ -13,10 +13,10 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import connections
 
+from rollout.controller.tick import rollout_tick
 from rollout.models import Rollout
-from rollout.services.controller import rollout_tick
-from rollout.services.create import rollout_create
-from rollout.services.plan import rollout_spec
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 from tests.factories import fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

@@ -16,8 +16,8 @@ from django.contrib.auth import get_user_model
 from django.urls import NoReverseMatch, reverse
 
 from rollout.models import Rollout
-from rollout.services.create import rollout_create
-from rollout.services.plan import rollout_spec
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 from tests.browser.test_admin_in_chromium import CHROMIUM_ARGS, browser_page  # noqa: F401  (shared fixture)
 from tests.factories import fleet
 

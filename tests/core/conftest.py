@@ -11,8 +11,8 @@ from fleet.models import Command, Node, Pool, Workflow
 from fleet.services.commands import command_enqueue
 from fleet.services.workflows import workflow_start
 from rollout.models import Rollout
-from rollout.services.create import rollout_create
-from rollout.services.plan import rollout_spec
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 from tests.factories import fleet, manifest, release_stored, rollout_settings
 from tests.fleet.conftest import agent_client, make_node
 

@@ -21,8 +21,8 @@ import pytest
 
 from demo.processes import free_port
 from demo.web import WebTier, start
-from rollout.services.binaries import release_binary_store
-from rollout.services.releases import release_register
+from rollout.registry.binaries import release_binary_store
+from rollout.registry.releases import release_register
 from tests.databases import database_url
 from tests.factories import manifest, pin, rollout_settings, signed
 

@@ -1,4 +1,4 @@
-"""A delivery configuration that cannot work is a system-check error (rollout/delivery_checks.py)."""
+"""A delivery configuration that cannot work is a system-check error (rollout/registry/delivery_checks.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
-from rollout.delivery_checks import check_downloads_offload
+from rollout.registry.delivery_checks import check_downloads_offload
 
 FILES = {"BACKEND": "django.core.files.storage.FileSystemStorage"}
 S3 = {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": {"bucket_name": "b", "region_name": "us-east-1"}}

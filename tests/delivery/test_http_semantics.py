@@ -15,7 +15,7 @@ import httpx
 import pytest
 from django.core.files.storage import default_storage
 
-from rollout.storage import IMMUTABLE
+from rollout.registry.storage import IMMUTABLE
 from tests.delivery.conftest import DOWNLOADS_PATH, Stored, store_release
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -129,7 +129,7 @@ def test_conditional_requests(http, binary):
 
 def test_refusals(http, binary, delivery_settings):
     """Unknown, not uploaded or lost bytes: the API's JSON 404 (nginx's included); other methods: 405."""
-    from rollout.services.releases import release_register
+    from rollout.registry.releases import release_register
     from tests.factories import manifest, signed
 
     release_register(envelope=signed(manifest("2.0.0", 2)))  # registered, never uploaded

@@ -25,8 +25,8 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from rollout.models import ReleaseBinary
-from rollout.services.binaries import release_binary_store
-from rollout.storage import IMMUTABLE
+from rollout.registry.binaries import release_binary_store
+from rollout.registry.storage import IMMUTABLE
 from tests.delivery.conftest import store_release
 from tests.factories import manifest, rollout_settings, signed
 
@@ -122,7 +122,7 @@ def test_upload_streams_to_a_temporary_object_and_copies_only_checked_bytes(buck
     assert head["Metadata"] == {"checksum-sha256": hashlib.sha256(DATA).hexdigest()}
     # Wrong bytes for another release: refused, nothing written, the first object untouched.
     binaries = {"linux-amd64": {"sha256": hashlib.sha256(b"x" * 100).hexdigest(), "size": 100}}
-    from rollout.services.releases import release_register
+    from rollout.registry.releases import release_register
 
     release_register(envelope=signed(manifest("2.0.0", 2, binaries=binaries)))
     with pytest.raises(Exception, match="sha256") as refused:

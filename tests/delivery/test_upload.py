@@ -15,7 +15,7 @@ from django.test import Client
 
 from demo.processes import wait_until
 from rollout.models import ReleaseBinary
-from rollout.services.releases import release_register
+from rollout.registry.releases import release_register
 from tests.delivery.conftest import database_url
 from tests.factories import manifest, pin, rollout_settings, signed
 

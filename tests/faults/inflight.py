@@ -21,9 +21,9 @@ def main(pool: str, count: int) -> None:
 
     django.setup()
     from fleet.models import Tenant
-    from rollout.services.controller import rollout_tick
-    from rollout.services.create import rollout_create
-    from rollout.services.plan import rollout_spec
+    from rollout.controller.tick import rollout_tick
+    from rollout.rollouts.create import rollout_create
+    from rollout.rollouts.spec import rollout_spec
     from tests.factories import fleet
 
     tenant = Tenant.objects.get(slug="acme")  # tests/faults/seed.py's

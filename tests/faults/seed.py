@@ -27,8 +27,8 @@ def main(path: str) -> None:
     call_command("migrate", interactive=False, verbosity=0)
     from fleet.models import Permission
     from fleet.services.iam import api_key_create, tenant_create
-    from rollout.services.binaries import release_binary_store
-    from rollout.services.releases import release_register
+    from rollout.registry.binaries import release_binary_store
+    from rollout.registry.releases import release_register
 
     seed = json.loads(Path(path).read_text())
     tenant = tenant_create(slug="acme")

@@ -6,7 +6,7 @@ Beat is stopped for the test: the tick after the return must not wait for a peri
 the fault stack), nor for a message sent before or during the outage. It comes from the worker itself, which
 asks for one each time it connects to the broker (rollout/tasks.py ``TickOnConnect``), and retries the broker
 every second (project/broker.py). The nodes in flight hold one ``rollout/timeouts-due`` message between them
-(rollout/services/timeouts.py), not one per start time.
+(rollout/controller/timeouts.py), not one per start time.
 """
 
 from __future__ import annotations

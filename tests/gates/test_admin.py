@@ -8,9 +8,9 @@ from django.test import Client
 from django.utils import timezone
 from django.utils.formats import localize
 
+from rollout.controller.gate_evaluation import gate_record
 from rollout.gates.probe import Outcome
 from rollout.models import RolloutGate
-from rollout.services.gate_checks import gate_record
 from tests.factories import fleet
 from tests.gates.test_evaluate import create, prom
 

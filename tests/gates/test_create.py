@@ -201,7 +201,7 @@ def test_the_dry_run_checks_gates_too(api, tenant, releases):
 def test_an_http_gate_is_refused_exactly_when_a_webhook_would_be(module_settings, url):
     """One implementation: the gate's URL check is the webhooks' shape check and their resolution check."""
     from core.errors import InvalidInput
-    from rollout.services.gate_spec import gate_url_check
+    from rollout.gates.spec import gate_url_check
     from rollout.webhooks.safety import UnsafeURL, check_url, parse_url, resolve_checked
 
     module_settings.ROLLOUT_WEBHOOKS_ALLOW_HTTP = False

@@ -11,12 +11,12 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from fleet.models import Pool
+from rollout.controller.gate_evaluation import gate_record, gates_claim, gates_evaluate_due
 from rollout.gates.probe import Outcome
 from rollout.models import Rollout, RolloutEvent, RolloutGate, Webhook, WebhookDelivery
-from rollout.services.create import rollout_create
-from rollout.services.gate_checks import gate_record, gates_claim, gates_evaluate_due
-from rollout.services.plan import rollout_spec
-from rollout.services.rollouts import rollout_resume
+from rollout.rollouts.actions import rollout_resume
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 from tests.factories import fleet
 from tests.gates.conftest import Server, vector
 from tests.rollout.helpers import states, tick

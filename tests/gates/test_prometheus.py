@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from rollout.models import RolloutEvent, RolloutGate
-from rollout.services.rollouts import rollout_resume
+from rollout.rollouts.actions import rollout_resume
 from tests.factories import fleet
 from tests.gates.conftest import Server
 from tests.gates.test_evaluate import create, evaluate

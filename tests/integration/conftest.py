@@ -23,8 +23,8 @@ from demo.processes import celery_beat, celery_worker, stop
 from fleet.models import Permission
 from fleet.services.iam import api_key_create
 from project import celery_app
+from rollout.registry.binaries import release_binary_store
 from rollout.schedules import periodic_tick_ensure
-from rollout.services.binaries import release_binary_store
 from tests.databases import database_url
 from tests.factories import binary_bytes, manifest, pin, rollout_settings, signed
 

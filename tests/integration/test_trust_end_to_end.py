@@ -17,10 +17,10 @@ from django.utils import timezone
 
 from demo.processes import wait_until
 from rollout.models import NodeUpgrade, Release, ReleaseBinary, ReleaseRoot, Rollout, RolloutEvent
+from rollout.registry import roots
+from rollout.registry.binaries import release_binary_store
 from rollout.release.dsse import envelope_to_bytes
 from rollout.release.root import Root, sign_root
-from rollout.services import roots
-from rollout.services.binaries import release_binary_store
 from simulator import Fleet, build_agent_configs
 from tests.factories import binary_bytes, manifest, pin, release_key, rollout_settings, signed
 

@@ -11,7 +11,7 @@ from django.db import connection
 from django.test import Client
 
 from rollout.models import ReleaseBinary
-from rollout.services.releases import release_register
+from rollout.registry.releases import release_register
 from tests.factories import binary_bytes, manifest, signed
 
 pytestmark = pytest.mark.django_db

@@ -4,7 +4,7 @@ import pytest
 
 from core.errors import DomainError
 from rollout.models import Release
-from rollout.services.releases import release_register
+from rollout.registry.releases import release_register
 from tests.concurrency import run_together
 from tests.factories import manifest, signed
 

@@ -17,10 +17,10 @@ from fleet.services.audit import audit_verify
 from fleet.services.nodes import node_create
 from fleet.services.pools import pool_create
 from rollout.models import Release, ReleaseRoot
+from rollout.registry import roots
+from rollout.registry.roots import root_register
 from rollout.release.dsse import envelope_to_bytes
 from rollout.release.root import Root, sign_root
-from rollout.services import roots
-from rollout.services.roots import root_register
 from tests.concurrency import run_together
 from tests.factories import manifest, pin, release_key, rollout_settings, signed
 

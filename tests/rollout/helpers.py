@@ -7,8 +7,8 @@ from django.utils import timezone
 
 from fleet.models import Node, NodeSession
 from fleet.services.sessions import agent_session_leave, agent_session_report
+from rollout.controller.tick import rollout_tick
 from rollout.models import NodeUpgrade, Rollout
-from rollout.services.controller import rollout_tick
 
 
 def rejoin(node_id, version: str, *, protocol: int = 3) -> None:

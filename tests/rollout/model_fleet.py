@@ -27,10 +27,10 @@ from fleet.services.iam import tenant_create
 from fleet.services.nodes import nodes_set_daemon
 from fleet.services.sessions import agent_session_leave, agent_session_report
 from fleet.tokens import new_token, token_hash
+from rollout.controller.daemons import registered_daemon_section
 from rollout.models import NodeUpgrade, Rollout
-from rollout.services.create import rollout_create
-from rollout.services.daemons import registered_daemon_section
-from rollout.services.plan import rollout_spec
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 
 START = datetime(2031, 3, 3, 12, 0, tzinfo=UTC)
 HEARTBEAT_SECONDS = 10  # FLEET_HEARTBEAT_SECONDS in tests/rollout/conftest.py

@@ -63,7 +63,7 @@ def allowed(budget: str, nodes: int) -> int:
 
 def sent_back_version(row: dict, arch: str) -> str | None:
     """The version a failed or rolled-back row's node must be told to run again
-    (docs/controller.md#pause-resume-promote-abort, rollout/services/daemons.py ``send_back``)."""
+    (docs/controller.md#pause-resume-promote-abort, rollout/controller/daemons.py ``send_back``)."""
     previous = (row["previous_daemon"] or {}).get("version")
     if previous and arch in REGISTERED.get(previous, ()):
         return previous

@@ -12,9 +12,9 @@ from django.utils import timezone
 from core.errors import DomainError
 from fleet.services.iam import tenant_set_rollout_approvals, user_in_tenant
 from rollout.models import Rollout, RolloutApproval, RolloutEvent
-from rollout.services.approvals import rollout_approve, rollout_deny
-from rollout.services.create import rollout_create
-from rollout.services.plan import rollout_spec
+from rollout.rollouts.approvals import rollout_approve, rollout_deny
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 from tests.concurrency import run_together
 from tests.factories import fleet
 

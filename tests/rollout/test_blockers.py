@@ -14,9 +14,9 @@ from fleet.models import Node, NodeSession, Pool
 from fleet.services.sessions import agent_session_leave
 from fleet.services.workflows import workflow_start
 from rollout.models import NodeUpgrade
-from rollout.services.create import rollout_create
-from rollout.services.plan import rollout_spec
-from rollout.services.rollouts import rollout_pause
+from rollout.rollouts.actions import rollout_pause
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 from tests.factories import fleet
 from tests.rollout.helpers import heartbeat_all, in_flight, rejoin, tick
 
@@ -298,7 +298,7 @@ def _blocked_samples(client) -> dict[tuple[str, str], float]:
 
 def test_prometheus_gauge_of_the_rollout_blocker(client, tenant, releases, monkeypatch):
     from rollout.metrics import ROLLOUT_CODES as METRIC_CODES
-    from rollout.services.blockers import ROLLOUT_CODES
+    from rollout.rollouts.blockers import ROLLOUT_CODES
 
     assert METRIC_CODES == ROLLOUT_CODES
     monkeypatch.setenv("METRICS_PUBLIC", "1")

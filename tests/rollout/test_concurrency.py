@@ -12,11 +12,11 @@ from core.errors import DomainError
 from fleet.models import Command, NodeSession, Workflow
 from fleet.services.budget import pool_budget
 from fleet.services.workflows import workflow_start
+from rollout.controller.settle import node_upgrade_settle_reported
+from rollout.controller.tick import rollout_tick
 from rollout.models import NodeUpgrade, Rollout, TickRequest
-from rollout.services.controller import rollout_tick
-from rollout.services.create import rollout_create
-from rollout.services.plan import rollout_spec
-from rollout.services.settle import node_upgrade_settle_reported
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 from tests.concurrency import run_together
 from tests.factories import fleet
 

@@ -10,11 +10,11 @@ from core.errors import InvalidState
 from fleet.models import Command, Node, NodeSession, Pool
 from fleet.services.nodes import node_create
 from fleet.services.workflows import workflow_start
+from rollout.controller.daemons import registered_daemon_section
 from rollout.models import NodeUpgrade, RolloutEvent
-from rollout.services.create import rollout_create
-from rollout.services.daemons import registered_daemon_section
-from rollout.services.plan import rollout_spec
-from rollout.services.rollouts import rollout_abort, rollout_pause, rollout_resume
+from rollout.rollouts.actions import rollout_abort, rollout_pause, rollout_resume
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 from tests.factories import fleet
 from tests.rollout.helpers import heartbeat_all, in_flight, rejoin, states, tick
 
@@ -355,7 +355,7 @@ def test_pause_resume_abort_over_the_api(api, tenant, releases):
 
 
 def test_a_failure_committed_after_the_judge_step_still_pauses_instead_of_advancing(tenant, releases):
-    from rollout.services.controller import rollout_advance
+    from rollout.controller.tick import rollout_advance
 
     fleet(tenant, {"a": (3, "1")})
     rollout = create(tenant, waves=[100], max_failure_ratio=0.2, upgrade_timeout_seconds=60)

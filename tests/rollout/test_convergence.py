@@ -14,12 +14,12 @@ from fleet.models import Node, NodeSession, Pool
 from fleet.services.budget import pool_budget
 from fleet.services.nodes import node_create
 from fleet.services.sessions import agent_session_report
+from rollout.controller.daemons import registered_daemon_section
+from rollout.controller.start import rollouts_converge
+from rollout.controller.tick import rollouts_tick_all
 from rollout.models import NodeUpgrade, Rollout
-from rollout.services.controller import rollouts_tick_all
-from rollout.services.create import rollout_create
-from rollout.services.daemons import registered_daemon_section
-from rollout.services.plan import rollout_spec
-from rollout.services.start import rollouts_converge
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 from tests.concurrency import run_together
 from tests.factories import fleet
 from tests.rollout.helpers import in_flight, rejoin, tick
@@ -136,7 +136,7 @@ def test_a_newer_rollout_that_takes_the_node_ends_convergence(tenant, releases):
 
 @pytest.mark.django_db
 def test_a_blocked_release_does_not_converge(tenant, releases):
-    from rollout.services.blocks import release_block
+    from rollout.registry.blocks import release_block
 
     rollout, (node_id,) = completed_with_offline(tenant, nodes=2, offline=1, budget="1")
     report(node_id, "0.9.0")

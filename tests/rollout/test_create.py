@@ -47,7 +47,7 @@ def test_defaults_apply(api, tenant, releases):
 
 
 def test_the_order_is_the_shuffle_seeded_by_the_rollout_id(api, tenant, releases):
-    from rollout.services.plan import shuffle
+    from rollout.rollouts.spec import shuffle
 
     fleet(tenant, {"a": (30, "0.1")})
     rollout_id = api.post(URL, {"version": "1.0.0"}, format="json").json()["id"]
@@ -160,8 +160,8 @@ def test_one_writer_is_a_database_constraint(tenant, releases):
     from django.db import IntegrityError, transaction
 
     nodes = fleet(tenant, {"a": (2, "0.1")})
-    from rollout.services.create import rollout_create
-    from rollout.services.plan import rollout_spec
+    from rollout.rollouts.create import rollout_create
+    from rollout.rollouts.spec import rollout_spec
 
     first = rollout_create(tenant=tenant, spec=rollout_spec(version="1.0.0"))
     second = Rollout.objects.create(

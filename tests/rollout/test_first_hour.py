@@ -38,7 +38,7 @@ def nothing_written():
 
 @pytest.mark.parametrize("url", [URL, DRY])
 def test_a_listed_platform_never_uploaded_is_refused_with_its_platforms(api, tenant, releases, url):
-    from rollout.services.releases import release_register
+    from rollout.registry.releases import release_register
     from tests.factories import signed
 
     release_register(envelope=signed(manifest("2.0.0", 3, archs=("amd64", "arm64"))))  # registered, no upload

@@ -16,12 +16,12 @@ from fleet.services.budget import pool_budget
 from fleet.services.liveness import pulse_heard
 from fleet.services.workflows import workflow_start
 from rollout import dispatch
+from rollout.controller import tick as controller
 from rollout.models import NodeUpgrade, Rollout
+from rollout.rollouts.actions import rollout_abort
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 from rollout.schedules import periodic_tick_ensure
-from rollout.services import controller
-from rollout.services.create import rollout_create
-from rollout.services.plan import rollout_spec
-from rollout.services.rollouts import rollout_abort
 from tests.factories import fleet
 from tests.rollout.helpers import heartbeat_all, in_flight, rejoin, states, tick
 
@@ -204,7 +204,7 @@ def test_superseding_sends_no_node_ids_to_the_database(tenant, releases):
     from django.test.utils import CaptureQueriesContext
     from django.utils import timezone
 
-    from rollout.services.transitions import supersede_upgrades
+    from rollout.controller.transitions import supersede_upgrades
 
     def sql_sent(count: int) -> int:
         node_ids = {uuid.uuid4() for _ in range(count)}

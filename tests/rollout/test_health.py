@@ -14,8 +14,8 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from rollout.services.controller import rollouts_tick_all
-from rollout.services.rollouts import rollout_pause
+from rollout.controller.tick import rollouts_tick_all
+from rollout.rollouts.actions import rollout_pause
 from tests.factories import fleet, rollout_settings
 from tests.rollout.helpers import heartbeat_all, tick
 

@@ -10,9 +10,9 @@ import logging.config
 import pytest
 from django.conf import settings
 
-from rollout.services.create import rollout_create
-from rollout.services.plan import rollout_spec
-from rollout.services.rollouts import rollout_abort, rollout_pause, rollout_resume
+from rollout.rollouts.actions import rollout_abort, rollout_pause, rollout_resume
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 from tests.factories import fleet
 from tests.rollout.helpers import in_flight, rejoin, tick
 

@@ -7,11 +7,11 @@ import pytest
 from django.db import OperationalError, connection, transaction
 
 from fleet.models import FleetPulse, Node, NodeSession
+from rollout.controller import tick as controller
+from rollout.controller.tick import controller_tables_vacuum, rollouts_tick_all
 from rollout.models import NodeUpgrade, Rollout, RolloutWave, TickRequest
-from rollout.services import controller
-from rollout.services.controller import controller_tables_vacuum, rollouts_tick_all
-from rollout.services.create import rollout_create
-from rollout.services.plan import rollout_spec
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 from tests.factories import fleet
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -58,11 +58,11 @@ from fleet.models import Node, Workflow
 from fleet.services.sessions import agent_session_leave, agent_session_report
 from fleet.services.workflows import workflow_finish, workflow_start
 from rollout import tasks
+from rollout.controller.tick import rollout_tick, rollouts_tick_all
 from rollout.models import NodeUpgrade, Rollout
-from rollout.services.controller import rollout_tick, rollouts_tick_all
-from rollout.services.create import rollout_create
-from rollout.services.plan import rollout_spec
-from rollout.services.rollouts import rollout_abort, rollout_pause, rollout_resume
+from rollout.rollouts.actions import rollout_abort, rollout_pause, rollout_resume
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 from tests.factories import fleet
 from tests.rollout.helpers import in_flight, tick
 from tests.rollout.model_fleet import (

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.errors import InvalidInput
-from rollout.services.plan import options_validate, planned_waves, shuffle, wave_bounds
+from rollout.rollouts.spec import options_validate, planned_waves, shuffle, wave_bounds
 
 wave_lists = st.lists(st.integers(min_value=1, max_value=99), max_size=19, unique=True).map(
     lambda ps: [*sorted(ps), 100]

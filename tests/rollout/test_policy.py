@@ -16,11 +16,11 @@ from django.utils import timezone
 from core.errors import InvalidInput, InvalidState
 from fleet.models import AuditEntry, Pool
 from fleet.services.pools import pool_update
+from rollout.controller.tick import failure_ratio_exceeded
 from rollout.models import NodeUpgrade, Rollout, RolloutEvent
-from rollout.services.controller import failure_ratio_exceeded
-from rollout.services.create import rollout_create, rollout_plan
-from rollout.services.plan import rollout_spec
-from rollout.services.rollouts import rollout_pause, rollout_promote
+from rollout.rollouts.actions import rollout_pause, rollout_promote
+from rollout.rollouts.create import rollout_create, rollout_plan
+from rollout.rollouts.spec import rollout_spec
 from tests.factories import fleet
 from tests.rollout.helpers import heartbeat_all, in_flight, rejoin, states, tick
 

@@ -9,10 +9,10 @@ from django.utils import timezone
 
 from fleet.models import Node, NodeSession
 from fleet.services.sessions import agent_session_leave, agent_session_report
+from rollout.controller.daemons import registered_daemon_section
 from rollout.models import NodeUpgrade
-from rollout.services.create import rollout_create
-from rollout.services.daemons import registered_daemon_section
-from rollout.services.plan import rollout_spec
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 from tests.factories import fleet
 from tests.rollout.helpers import heartbeat_all, in_flight, rejoin, tick
 
@@ -141,7 +141,7 @@ def test_a_node_on_target_at_its_deadline_proves_readiness_instead_of_succeeding
     NodeSession.objects.filter(node_id=upgrade.node_id).update(daemon_version="1.0.0")  # join notice lost
     with time_machine.travel(timezone.now() + timedelta(seconds=61), tick=False):
         heartbeat_all()
-        from rollout.services.settle import node_upgrades_settle_overdue
+        from rollout.controller.settle import node_upgrades_settle_overdue
 
         assert node_upgrades_settle_overdue(now=timezone.now()) == (0, 0)
     assert row(upgrade).state == "in_flight"

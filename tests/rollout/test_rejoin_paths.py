@@ -17,11 +17,11 @@ import pytest
 import time_machine
 from django.db import transaction
 
+from rollout.controller.settle import _settle_reported_orm, node_upgrade_settle_reported
+from rollout.controller.tick import rollout_tick
 from rollout.models import NodeUpgrade, Rollout, TickRequest
-from rollout.services.controller import rollout_tick
-from rollout.services.create import rollout_create
-from rollout.services.plan import rollout_spec
-from rollout.services.settle import _settle_reported_orm, node_upgrade_settle_reported
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 from tests.factories import fleet
 
 pytestmark = pytest.mark.django_db

@@ -4,8 +4,8 @@ import pytest
 
 from fleet.models import AuditEntry
 from rollout.models import ReleaseBlock, Rollout
-from rollout.services.create import rollout_create
-from rollout.services.plan import rollout_spec
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 from tests.factories import fleet, signed
 from tests.rollout.helpers import tick
 

@@ -4,9 +4,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from rollout.services.controller import rollout_tick
-from rollout.services.create import rollout_create
-from rollout.services.plan import rollout_spec
+from rollout.controller.tick import rollout_tick
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 from tests.factories import fleet
 from tests.rollout.helpers import rejoin
 

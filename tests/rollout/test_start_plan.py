@@ -35,10 +35,10 @@ from hypothesis import strategies as st
 
 from fleet.models import FleetPulse, Node, NodeSession, Pool, Workflow
 from fleet.tokens import new_token, token_hash
+from rollout.controller.plan import Move
+from rollout.controller.tick import rollout_tick
 from rollout.models import NodeUpgrade, Release, Rollout, RolloutWave
-from rollout.services.blockers import node_blockers
-from rollout.services.controller import rollout_tick
-from rollout.services.start_plan import Move
+from rollout.rollouts.blockers import node_blockers
 
 pytestmark = pytest.mark.django_db
 

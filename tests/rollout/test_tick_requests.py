@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
+from rollout.controller.tick_requests import tick_request_raise
 from rollout.models import Rollout, TickRequest
-from rollout.services.create import rollout_create
-from rollout.services.plan import rollout_spec
-from rollout.services.ticks import tick_request_raise
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 from tests.factories import fleet
 
 pytestmark = pytest.mark.django_db

@@ -13,13 +13,14 @@ from django.db import connection, connections
 from demo.processes import wait_until
 from fleet.models import NodeSession
 from rollout import dispatch
+from rollout.controller import tick as controller
+from rollout.controller import tick_requests
+from rollout.controller.settle import node_upgrade_settle_reported
+from rollout.controller.tick import rollout_tick
 from rollout.dispatch import TICK_TASK
 from rollout.models import NodeUpgrade, Rollout, TickRequest
-from rollout.services import controller, ticks
-from rollout.services.controller import rollout_tick
-from rollout.services.create import rollout_create
-from rollout.services.plan import rollout_spec
-from rollout.services.settle import node_upgrade_settle_reported
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 from tests.factories import fleet
 from tests.rollout.test_concurrency import locked_elsewhere
 
@@ -42,7 +43,7 @@ def published(monkeypatch) -> list[tuple[str, list, float | None]]:
 @pytest.fixture(autouse=True)
 def long_wait(monkeypatch):
     """A waiter that never gives up within a test, however loaded the machine (tests of giving up shorten it)."""
-    monkeypatch.setattr(ticks, "HOLDER_WAIT_SECONDS", 60)
+    monkeypatch.setattr(tick_requests, "HOLDER_WAIT_SECONDS", 60)
 
 
 @pytest.fixture
@@ -120,7 +121,7 @@ def test_only_one_worker_waits_for_the_holder_the_others_return_at_once(one_slot
 
 def test_a_holder_that_outlasts_the_wait_leaves_a_tick_asked_a_second_later(one_slot, published, monkeypatch):
     rollout, _, second = one_slot
-    monkeypatch.setattr(ticks, "HOLDER_WAIT_SECONDS", 1)
+    monkeypatch.setattr(tick_requests, "HOLDER_WAIT_SECONDS", 1)
     TickRequest.objects.filter(rollout=rollout).update(queued=False)
     with locked_elsewhere(Rollout, rollout.id):
         started = time.monotonic()
@@ -146,16 +147,18 @@ def test_the_periodic_tick_never_waits_it_asks_again_a_second_later(one_slot, pu
 def test_the_waiter_lets_its_lock_go_before_it_asks_again_and_when_it_is_done(one_slot, published, monkeypatch):
     """Asked while still the waiter, the tick a second later could be lost (docs/controller.md#reacting-at-once)."""
     rollout, _, _ = one_slot
-    monkeypatch.setattr(ticks, "HOLDER_WAIT_SECONDS", 1)
+    monkeypatch.setattr(tick_requests, "HOLDER_WAIT_SECONDS", 1)
     held_when_asked: list[int] = []
-    ask = ticks.rollout_request_tick
+    ask = tick_requests.rollout_request_tick
     monkeypatch.setattr(
-        ticks, "rollout_request_tick", lambda **kwargs: (held_when_asked.append(advisory_locks()), ask(**kwargs))
+        tick_requests,
+        "rollout_request_tick",
+        lambda **kwargs: (held_when_asked.append(advisory_locks()), ask(**kwargs)),
     )
     with locked_elsewhere(Rollout, rollout.id):
-        assert ticks.holder_awaited(rollout_id=rollout.id) is False
+        assert tick_requests.holder_awaited(rollout_id=rollout.id) is False
         assert held_when_asked == [0]
-    assert ticks.holder_awaited(rollout_id=rollout.id) is True  # nothing holds it: no wait
+    assert tick_requests.holder_awaited(rollout_id=rollout.id) is True  # nothing holds it: no wait
     assert advisory_locks() == 0  # this connection stays open: the lock is let go, not dropped with it
 
 

@@ -1,4 +1,4 @@
-"""Per-node timeouts with one delayed message per rollout (rollout/services/timeouts.py): however many ticks
+"""Per-node timeouts with one delayed message per rollout (rollout/controller/timeouts.py): however many ticks
 start nodes, a rollout has one ``rollout/timeouts-due`` message, due at its earliest deadline; when it runs it
 publishes the next; one that could not be published, or was lost with the broker, is published again by the
 periodic tick, and a worker asks for that tick as soon as it connects to the broker."""
@@ -12,10 +12,11 @@ import time_machine
 from django.utils import timezone
 
 from rollout import dispatch
+from rollout.controller import tick as controller
+from rollout.controller import timeouts
 from rollout.models import TickRequest
-from rollout.services import controller, timeouts
-from rollout.services.create import rollout_create
-from rollout.services.plan import rollout_spec
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 from rollout.tasks import TickOnConnect, rollout_timeouts_due
 from tests.factories import fleet
 from tests.rollout.helpers import heartbeat_all, in_flight, rejoin, states, tick

@@ -20,12 +20,12 @@ from fleet.models import Command, Node, NodeSession, Pool
 from fleet.services.budget import pool_budget
 from fleet.services.nodes import node_create
 from fleet.services.pools import pool_create
+from rollout.controller.start import convergence_candidates
 from rollout.models import NodeUpgrade, Release, RolloutEvent
-from rollout.services.blockers import node_blockers
-from rollout.services.create import rollout_create
-from rollout.services.plan import rollout_spec
-from rollout.services.rollouts import rollout_pause, rollout_resume
-from rollout.services.start import convergence_candidates
+from rollout.rollouts.actions import rollout_pause, rollout_resume
+from rollout.rollouts.blockers import node_blockers
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 from tests.factories import fleet, manifest, release_stored, signed
 from tests.rollout.helpers import heartbeat_all, in_flight, rejoin, states, tick
 
@@ -130,7 +130,7 @@ def test_a_refused_node_that_keeps_heartbeating_frees_its_budget_slot_at_once(te
 def test_a_refusal_that_could_not_be_recorded_is_503_and_the_agent_reports_it_again(
     tenant, releases, pool, monkeypatch
 ):
-    from rollout.services import refusals
+    from rollout.controller import refusals
 
     node, client = agent_client(tenant, pool)
     body = {"daemonVersion": "0.9.0", "protocolVersion": 3}

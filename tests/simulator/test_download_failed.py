@@ -17,10 +17,10 @@ from django.conf import settings
 from demo.processes import wait_until
 from fleet.services.nodes import nodes_set_daemon
 from fleet.services.pools import pool_create
+from rollout.controller.tick import rollout_tick
 from rollout.models import NodeUpgrade, Rollout, RolloutEvent, binary_storage_name
-from rollout.services.controller import rollout_tick
-from rollout.services.create import rollout_create
-from rollout.services.plan import rollout_spec
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 from simulator import AgentConfig, Fleet
 from tests.factories import manifest, pin, release_stored, rollout_settings
 from tests.simulator.conftest import make_nodes

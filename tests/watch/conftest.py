@@ -22,8 +22,8 @@ from demo.processes import free_port, stop, wait_until, web_server
 from fleet.models import Node, NodeSession
 from fleet.services.nodes import node_create
 from fleet.services.pools import pool_create
-from rollout.services.create import rollout_create
-from rollout.services.plan import rollout_spec
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
 from tests.databases import database_url
 from tests.factories import manifest, release_stored, rollout_settings
 

@@ -10,8 +10,8 @@ import pytest
 from django.test import Client
 
 from fleet.models import NodeSession
+from rollout.controller.tick import rollout_tick
 from rollout.models import NodeUpgrade
-from rollout.services.controller import rollout_tick
 from tests.watch.conftest import SESSION, start
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]

@@ -24,9 +24,9 @@ from demo.processes import wait_until
 from fleet.models import Node, NodeSession
 from fleet.services.commands import command_enqueue
 from fleet.services.nodes import online_node_q
+from rollout.controller.tick import rollout_tick
 from rollout.models import NodeUpgrade
-from rollout.services.controller import rollout_tick
-from rollout.services.rollouts import rollout_abort
+from rollout.rollouts.actions import rollout_abort
 from tests.watch.conftest import (
     PING_SECONDS,
     RECONNECT_SECONDS,

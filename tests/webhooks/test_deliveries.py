@@ -13,10 +13,10 @@ from django.utils import timezone
 
 from fleet.models import AuditEntry
 from rollout import tasks
+from rollout.controller import tick as controller
 from rollout.dispatch import max_delay
 from rollout.models import Webhook, WebhookDelivery
-from rollout.services import controller
-from rollout.services.webhooks import SWEEP_GRACE, deliveries_due
+from rollout.webhooks.deliveries import SWEEP_GRACE, deliveries_due
 from rollout.webhooks.transport import MAX_ATTEMPTS, verify
 from tests.factories import fleet
 from tests.rollout.conftest import module_settings, releases  # noqa: F401  (shared fixtures)

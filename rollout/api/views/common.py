@@ -15,7 +15,7 @@ from rollout.api.serializers import (
 )
 from rollout.models import NodeUpgrade
 from rollout.release.dsse import MAX_ENVELOPE_BYTES
-from rollout.services.blockers import node_blockers
+from rollout.rollouts.blockers import node_blockers
 
 
 def caller_principal(request: Request) -> Principal:

@@ -21,8 +21,8 @@ from django.views.decorators.csrf import csrf_exempt
 
 from core.errors import NotFound
 from core.ranges import UNSATISFIABLE, WHOLE, ByteRange, requested_range, unsatisfied_content_range
-from rollout import storage
-from rollout.services.binaries import ServedBinary, release_binary_open, release_binary_served
+from rollout.registry import storage
+from rollout.registry.binaries import ServedBinary, release_binary_open, release_binary_served
 
 SAFE_METHODS = ("GET", "HEAD")
 _BLOCK = 256 << 10  # Django's own reads when the server has no sendfile (runserver, the test client)

@@ -18,8 +18,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.database import DATABASE_ERRORS, DATABASE_UNAVAILABLE, RETRY_AFTER_SECONDS
-from rollout.services.health import controller_health
-from rollout.services.representation import api_datetime
+from core.times import api_datetime
+from rollout.controller.health import controller_health
 
 
 class ControllerHealthSerializer(serializers.Serializer):

@@ -39,12 +39,9 @@ from rollout.api.serializers import (
     RolloutSerializer,
 )
 from rollout.api.views.common import caller_actor, caller_principal, represent_upgrades
+from rollout.gates.verdicts import gate_json, gates_of
 from rollout.models import NodeUpgrade, Rollout
-from rollout.services.approvals import rollout_approve, rollout_deny
-from rollout.services.create import rollout_create, rollout_plan
-from rollout.services.gates import gate_json, gates_of
-from rollout.services.representation import rollouts_json
-from rollout.services.rollouts import (
+from rollout.rollouts.actions import (
     rollout_abort,
     rollout_pause,
     rollout_promote,
@@ -52,6 +49,9 @@ from rollout.services.rollouts import (
     rollout_start,
     rollouts_for,
 )
+from rollout.rollouts.approvals import rollout_approve, rollout_deny
+from rollout.rollouts.create import rollout_create, rollout_plan
+from rollout.rollouts.representation import rollouts_json
 
 
 def _is_true(value: str | None) -> bool:

@@ -18,7 +18,7 @@ from rollout.api.schema import DsseEnvelopeSerializer, error_responses
 from rollout.api.serializers import ReleaseRootSerializer
 from rollout.api.views.common import caller_actor, caller_principal, envelope_bytes
 from rollout.models import ReleaseRoot
-from rollout.services.roots import root_register, roots_after_queryset, roots_list
+from rollout.registry.roots import root_register, roots_after_queryset, roots_list
 
 AFTER = OpenApiParameter(
     "after", OpenApiTypes.INT, description="The root version the agent holds: versions after it, oldest first."

@@ -24,7 +24,7 @@ from rollout.api.webhook_serializers import (
     WebhookSerializer,
 )
 from rollout.models import Webhook
-from rollout.services.webhooks import deliveries_for, webhook_create, webhook_delete
+from rollout.webhooks.deliveries import deliveries_for, webhook_create, webhook_delete
 
 WEBHOOK_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The webhook's id.")
 

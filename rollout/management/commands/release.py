@@ -3,7 +3,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from core.errors import DomainError
-from rollout.services.binaries import release_binary_store
+from rollout.registry.binaries import release_binary_store
 
 
 class Command(BaseCommand):

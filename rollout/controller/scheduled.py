@@ -1,0 +1,73 @@
+"""Schedules (docs/controller.md#schedules): a scheduled rollout's start, and what its deadline does.
+
+A rollout created with a ``startAt`` ahead is ``scheduled``: its nodes are held, nothing starts. The tick
+(every ``ROLLOUT_EVERY`` seconds: every holding rollout is ticked) starts it once ``startAt`` has come; an
+operator may start it at once. At ``endBy`` a rollout that is not finished stops starting nodes (those in
+flight settle) and pauses (``pausedReason: "deadline"``) or aborts, with rollback for ``abort_rollback``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from rollout.controller.events import DeadlinePassed, Paused, Started, event_record
+from rollout.controller.settle import node_upgrades_roll_back
+from rollout.controller.transitions import _move_rollout, abort_rollout, cancel_pending_upgrades, pause_rollout
+from rollout.models import Rollout, RolloutWave
+
+State = Rollout.State
+EndBehavior = Rollout.EndBehavior
+
+
+def start_scheduled_rollout(*, rollout: Rollout, at: datetime, actor: str) -> None:
+    """scheduled -> active (``rollout.started``): its first wave starts now. InvalidState unless scheduled."""
+    _move_rollout(rollout, sources=[State.SCHEDULED], action="started", state=State.ACTIVE)
+    RolloutWave.objects.filter(rollout=rollout, index=rollout.current_wave, started_at__isnull=True).update(
+        started_at=at
+    )
+    event_record(rollout=rollout, payload=Started(actor=actor, start_at=rollout.start_at), at=at)
+
+
+def rollout_start_due(*, rollout: Rollout, now: datetime) -> bool:
+    """The tick's step: a scheduled rollout whose ``startAt`` has come becomes active. Whether it did."""
+    if rollout.state != State.SCHEDULED or rollout.start_at is None or rollout.start_at > now:
+        return False
+    start_scheduled_rollout(rollout=rollout, at=now, actor="schedule")
+    return True
+
+
+def deadline_due(rollout: Rollout, *, now: datetime) -> bool:
+    """Whether the tick must apply the rollout's deadline now (once: a paused rollout stays paused)."""
+    if rollout.end_by is None or rollout.end_by > now:
+        return False
+    if rollout.state in (State.ACTIVE, State.SCHEDULED):
+        return True
+    return rollout.state == State.PAUSED and rollout.end_behavior in (EndBehavior.ABORT, EndBehavior.ABORT_ROLLBACK)
+
+
+def rollout_deadline(*, rollout: Rollout, now: datetime) -> bool:
+    """The tick's step at ``endBy`` (``rollout.deadline``, then the pause or the abort). Whether it acted.
+
+    The caller holds the rollout's row lock. Nodes in flight settle as usual; with ``abort_rollback`` they go
+    back to their previous section (as an operator's abort with ``rollback``).
+    """
+    if not deadline_due(rollout, now=now):
+        return False
+    behavior = rollout.end_behavior or EndBehavior.PAUSE
+    event_record(rollout=rollout, payload=DeadlinePassed(end_by=rollout.end_by, end_behavior=behavior), at=now)
+    if behavior == EndBehavior.PAUSE:
+        pause_rollout(rollout=rollout, at=now, paused=Paused(reason=Rollout.PausedReason.DEADLINE))
+        return True
+    rollback = behavior == EndBehavior.ABORT_ROLLBACK
+    cancelled = cancel_pending_upgrades(rollout=rollout, at=now)
+    rolled_back, kept = node_upgrades_roll_back(rollout=rollout, now=now) if rollback else (0, 0)
+    abort_rollout(
+        rollout=rollout,
+        at=now,
+        actor="deadline",
+        rollback=rollback,
+        cancelled=cancelled,
+        rolled_back=rolled_back,
+        not_rolled_back=kept,
+    )
+    return True

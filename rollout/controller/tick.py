@@ -1,0 +1,323 @@
+"""The controller: the steps of a tick, and the tick that runs them for one rollout.
+
+A tick (docs/controller.md#the-tick), for one rollout, under its row lock taken with
+``skip_locked`` so two workers never reconcile the same rollout at once:
+
+1. settle: in-flight nodes whose session reports the target version succeed;
+   overdue ones fail and their spec.daemon goes back to the previous section;
+2. judge: pause when the current wave's failure ratio exceeds the maximum;
+3. advance: when the wave has settled and its soak is over, start the next
+   wave, or complete after the last one;
+4. start: pending nodes of the current wave, in position order, per pool,
+   within the pool's disruption budget (under the pool's row lock).
+
+The controller decides which rows move; the moves themselves (conditional
+UPDATE, one-writer flag, event, log line) are rollout/controller/transitions.py.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from uuid import UUID
+
+import structlog
+from django.db import transaction
+from django.db.models import Count, Max
+from django.utils import timezone
+
+from core.maintenance import tables_vacuum
+from fleet.interface import node_tables_vacuum
+from rollout import conf
+from rollout.controller.events import Paused
+from rollout.controller.health import controller_beat_record, rollout_ticked
+from rollout.controller.plan import soak_running
+from rollout.controller.scheduled import rollout_deadline, rollout_start_due
+from rollout.controller.settle import (
+    node_upgrades_settle_overdue,
+    node_upgrades_settle_ready,
+    node_upgrades_settle_succeeded,
+    readiness_tick_publish,
+)
+from rollout.controller.start import StartPlan, rollout_start_nodes, rollouts_converge
+from rollout.controller.tick_requests import holder_awaited, rollout_request_tick
+from rollout.controller.timeouts import timeouts_due_rearm
+from rollout.controller.transitions import (
+    complete_rollout,
+    pause_rollout,
+    release_settled_claims,
+    start_next_wave,
+)
+from rollout.dispatch import TICK_TASK, publish_on_commit
+from rollout.gates.verdicts import with_gate_verdicts
+from rollout.metrics import TICK_SECONDS
+from rollout.models import NodeUpgrade, ReleaseBlock, Rollout, RolloutGate, RolloutWave, TickRequest
+
+log = structlog.get_logger("rollout")
+
+State = NodeUpgrade.State
+
+
+@dataclass
+class TickResult:
+    succeeded: int = 0
+    failed: int = 0
+    started: int = 0
+    skipped: int = 0
+    paused: bool = False
+    advanced: bool = False
+    completed: bool = False
+    #: The start step's plan (None when the tick did not get to the start step).
+    plan: StartPlan | None = None
+
+
+# --- counts ----------------------------------------------------------------------------
+
+
+def wave_counts(*, rollout: Rollout, wave: int) -> dict[str, int]:
+    rows = NodeUpgrade.objects.filter(rollout=rollout, wave=wave).values("state").annotate(n=Count("id")).order_by()
+    counts = dict.fromkeys(State.values, 0)
+    counts.update({row["state"]: row["n"] for row in rows})
+    return counts
+
+
+def wave_failures(rollout: Rollout) -> int:
+    return wave_counts(rollout=rollout, wave=rollout.current_wave)[State.FAILED]
+
+
+# --- judging and advancing ---------------------------------------------------------------
+
+
+def failure_ratio_judged(*, rollout: Rollout, counts: dict[str, int]) -> bool:
+    """The ratio is judged once ``failureRatioMinSettled`` of the wave's nodes settled
+    (succeeded + failed), or once all of them have (nothing pending or in flight)."""
+    settled = counts[State.FAILED] + counts[State.SUCCEEDED]
+    wave_over = not counts[State.PENDING] and not counts[State.IN_FLIGHT]
+    return settled >= rollout.failure_ratio_min_settled or wave_over
+
+
+def failure_ratio_exceeded(*, rollout: Rollout, counts: dict[str, int]) -> bool:
+    """The rule: the current wave's failed / (succeeded + failed) exceeds maxFailureRatio.
+
+    Exactly "exceeds": equality does not pause. Exact arithmetic (Decimal).
+    Failures an operator accepted by resuming do not count again; a new one does.
+    Judged only once the wave's minimum sample settled (``failure_ratio_judged``).
+    """
+    failed, succeeded = counts[State.FAILED], counts[State.SUCCEEDED]
+    if failed <= rollout.acknowledged_failures or failed + succeeded == 0:
+        return False
+    if not failure_ratio_judged(rollout=rollout, counts=counts):
+        return False
+    return Decimal(failed) > rollout.max_failure_ratio * (failed + succeeded)
+
+
+def rollout_judge_failures(*, rollout: Rollout, now: datetime, counts: dict[str, int] | None = None) -> bool:
+    """Pause the rollout (``failure_ratio``) when its current wave's failure ratio is exceeded."""
+    if counts is None:
+        counts = wave_counts(rollout=rollout, wave=rollout.current_wave)
+    if not failure_ratio_exceeded(rollout=rollout, counts=counts):
+        return False
+    paused = Paused(
+        reason=Rollout.PausedReason.FAILURE_RATIO,
+        wave=rollout.current_wave,
+        failed=counts[State.FAILED],
+        succeeded=counts[State.SUCCEEDED],
+        max_failure_ratio=float(rollout.max_failure_ratio),
+    )
+    pause_rollout(rollout=rollout, at=now, paused=paused)
+    return True
+
+
+def rollout_advance(*, rollout: Rollout, now: datetime, counts: dict[str, int] | None = None) -> bool:
+    """When the current wave has settled: record it, then after the soak start the next wave, or complete.
+
+    ``counts``: the current wave's, when the caller judged on them (read now when not given).
+    """
+    if counts is None:
+        counts = wave_counts(rollout=rollout, wave=rollout.current_wave)
+    if counts[State.PENDING] or counts[State.IN_FLIGHT]:
+        return False
+    # Judged on the very counts that say the wave is over: a failure committed after
+    # they were read (a timeout task) left a node in flight in them, so nothing moves on.
+    if rollout_judge_failures(rollout=rollout, now=now, counts=counts):
+        return False
+    waves = {wave.index: wave for wave in RolloutWave.objects.filter(rollout=rollout)}
+    wave = waves[rollout.current_wave]
+    if wave.settled_at is None:
+        last = NodeUpgrade.objects.filter(rollout=rollout, wave=wave.index).aggregate(last=Max("settled_at"))["last"]
+        wave.settled_at = last or now
+        wave.save(update_fields=["settled_at"])
+        rollout.next_wave_at = wave.settled_at + timedelta(seconds=rollout.soak_seconds)
+        rollout.save(update_fields=["next_wave_at"])
+        if rollout.current_wave != max(waves):
+            # One message for the soak's end, scheduled once (when the wave settles), not at every tick.
+            publish_on_commit(TICK_TASK, args=[str(rollout.id)], eta=rollout.next_wave_at)
+    if rollout.current_wave == max(waves):
+        complete_rollout(rollout=rollout, at=now)
+        return True
+    if soak_running(rollout=rollout, wave_settled=True, last_wave=False, at=now):
+        return False
+    start_next_wave(rollout=rollout, wave=waves[rollout.current_wave + 1], at=now)
+    return True
+
+
+# --- the tick --------------------------------------------------------------------------
+
+
+def release_blocked(rollout: Rollout) -> bool:
+    """Whether the rollout's tenant blocked its release (docs/controller.md#blocking-a-release-per-tenant)."""
+    return ReleaseBlock.objects.filter(tenant_id=rollout.tenant_id, release_id=rollout.release_id).exists()
+
+
+def release_expired(rollout: Rollout, *, now: datetime) -> bool:
+    """Whether the rollout's release has expired (docs/signing.md#expiry): no node may start on it."""
+    expires_at = rollout.release.expires_at
+    return expires_at is not None and expires_at <= now
+
+
+def rollout_pause_gate_failed(*, rollout: Rollout, name: str, now: datetime) -> None:
+    """active -> paused (``gate_failed:<name>``, docs/controller.md#gates), the gate's latest value in the event."""
+    value = RolloutGate.objects.filter(rollout=rollout, name=name).values_list("value", flat=True).first()
+    paused = Paused(reason=f"{Rollout.GATE_FAILED_PREFIX}{name}", gate=name, value=value)
+    pause_rollout(rollout=rollout, at=now, paused=paused)
+
+
+#: Ticks one asked tick tries at most, each but the first after waiting for another worker's (``rollout_tick``).
+TICK_ATTEMPTS = 3
+
+
+def rollout_tick(*, rollout_id: UUID | str, wait: bool = True) -> TickResult | None:
+    """Reconcile one rollout. Returns None when another worker holds it (or it is gone).
+
+    The holder may have read the rollout before the settle that asked for this tick. With ``wait`` (an asked
+    tick), one worker per rollout waits for the holder's tick to end and then ticks (``holder_awaited``), so a
+    freed slot is used at once; the others, and the periodic tick (no ``wait``: it has every rollout to
+    tick), leave it to that waiter or ask again a second later (docs/controller.md#reacting-at-once).
+    """
+    for attempt in range(1, TICK_ATTEMPTS + 1):
+        # Cleared before anything is read: a tick asked for from now on comes after this one.
+        TickRequest.objects.filter(rollout_id=rollout_id, queued=True).update(queued=False)
+        result = _rollout_tick_unless_held(rollout_id=rollout_id)
+        if result is not None:
+            return result
+        if not wait or attempt == TICK_ATTEMPTS:
+            break
+        if not holder_awaited(rollout_id=rollout_id):
+            return None
+    # Held, and not waited for (or held again each time the waiter ticked): ask again shortly rather than
+    # wait for the period.
+    rollout_request_tick(rollout_id=rollout_id, countdown=1)
+    return None
+
+
+@TICK_SECONDS.time()
+def _rollout_tick_unless_held(*, rollout_id: UUID | str) -> TickResult | None:
+    with transaction.atomic():
+        now = timezone.now()
+        # The gates' stored verdicts come with the lock, in the same query: a gate costs the tick nothing.
+        rollout = (
+            with_gate_verdicts(
+                Rollout.objects.select_for_update(skip_locked=True, of=("self",)).select_related("release"), now=now
+            )
+            .filter(pk=rollout_id)
+            .first()
+        )
+        if rollout is None:
+            return None
+        rollout_ticked(rollout=rollout, at=now)
+        result = TickResult()
+        # Schedules (docs/controller.md#schedules): the deadline first, then a start that has come.
+        if rollout_deadline(rollout=rollout, now=now):
+            result.paused = rollout.state == Rollout.State.PAUSED
+        else:
+            rollout_start_due(rollout=rollout, now=now)
+        if rollout.state == Rollout.State.ACTIVE and release_blocked(rollout):
+            # First: a release blocked in the tenant pauses its rollouts; nodes in flight settle.
+            pause_rollout(rollout=rollout, at=now, paused=Paused(reason=Rollout.PausedReason.RELEASE_BLOCKED))
+            result.paused = True
+        elif rollout.state == Rollout.State.ACTIVE and release_expired(rollout, now=now):
+            # The periodic tick checks every active rollout each period: an expiry pauses it with no node settling.
+            pause_rollout(rollout=rollout, at=now, paused=Paused(reason=Rollout.PausedReason.RELEASE_EXPIRED))
+            result.paused = True
+        elif rollout.state == Rollout.State.ACTIVE and (gate_failed := getattr(rollout, "gate_failed", None)):
+            # A gate failed gateFailureLimit times in a row (docs/controller.md#gates); nodes in flight settle.
+            rollout_pause_gate_failed(rollout=rollout, name=gate_failed, now=now)
+            result.paused = True
+        result.succeeded = node_upgrades_settle_succeeded(rollout=rollout, now=now)
+        arrived, result.failed = node_upgrades_settle_overdue(now=now, rollout=rollout)
+        ready, not_ready = node_upgrades_settle_ready(now=now, rollout=rollout)
+        result.succeeded += arrived + ready
+        result.failed += not_ready
+        readiness_tick_publish(rollout=rollout, now=now)
+        if rollout.state != Rollout.State.ACTIVE:
+            return result
+        counts = wave_counts(rollout=rollout, wave=rollout.current_wave)
+        if rollout_judge_failures(rollout=rollout, now=now, counts=counts):
+            result.paused = True
+            return result
+        result.advanced = rollout_advance(rollout=rollout, now=now, counts=counts)
+        # No node starts unless every gate's latest result is a fresh pass (blocker "gate").
+        if rollout.state == Rollout.State.ACTIVE and not getattr(rollout, "gates_holding", False):
+            result.plan = rollout_start_nodes(rollout=rollout, now=now)
+            result.started, result.skipped = result.plan.started, result.plan.skipped
+            if result.skipped and not result.started:
+                # A wave of only offline nodes settles here: move on without waiting a period.
+                result.advanced = rollout_advance(rollout=rollout, now=now) or result.advanced
+        result.completed = rollout.state == Rollout.State.COMPLETED
+        return result
+
+
+def rollouts_tick_all() -> int:
+    """``rollout/all``: settle overdue nodes everywhere, then tick each active or paused rollout.
+
+    Each rollout's tick is isolated: one that raises is logged and the others go
+    on. The order is shuffled every period so no rollout always comes last, and
+    when the period's time is spent the rest are handed to ``rollout/tick``
+    tasks (other workers) instead of starving. Returns the rollouts ticked here.
+    """
+    started = time.monotonic()
+    budget = conf.options().every / 2
+    now = timezone.now()
+    controller_beat_record(at=now)
+    with transaction.atomic():
+        node_upgrades_settle_overdue(now=now)
+        node_upgrades_settle_ready(now=now)
+        release_settled_claims()
+    try:
+        timeouts_due_rearm(now=now)  # the timeouts-due messages a broker lost, or that could not be published
+    except Exception:  # isolate: the sweep above settles what is due; the next period tries again
+        log.exception("rollout.timeouts_rearm_failed")
+    try:
+        rollouts_converge(now=now)
+    except Exception:  # isolate: convergence must not stop the rollouts' ticks
+        log.exception("rollout.converge_failed")
+    rollout_ids = list(Rollout.objects.filter(state__in=Rollout.ACTIVE_STATES).values_list("id", flat=True))
+    random.shuffle(rollout_ids)  # fairness, not security
+    ticked = 0
+    for index, rollout_id in enumerate(rollout_ids):
+        if time.monotonic() - started > budget:
+            for rest in rollout_ids[index:]:
+                rollout_request_tick(rollout_id=rest)
+            break
+        try:
+            if rollout_tick(rollout_id=rollout_id, wait=False) is not None:
+                ticked += 1
+        except Exception:  # isolate: one broken rollout must not stop the others' ticks
+            log.exception("rollout.tick_failed", rollout=str(rollout_id))
+    if rollout_ids:
+        try:
+            controller_tables_vacuum()
+        except Exception:  # the ticks are done: a vacuum that failed is tried again next period, not retried now
+            log.exception("rollout.vacuum_failed")
+    return ticked
+
+
+def controller_tables_vacuum() -> bool:
+    """While rollouts run, every period: vacuum the rows they rewrite (three versions of each node upgrade, each
+    started node's spec; docs/operations.md#table-maintenance). False when it did not run (not PostgreSQL, or
+    inside a transaction)."""
+    vacuumed = tables_vacuum([NodeUpgrade, TickRequest, Rollout, RolloutWave])
+    return node_tables_vacuum() and vacuumed

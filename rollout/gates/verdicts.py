@@ -1,0 +1,91 @@
+"""Gates (docs/controller.md#gates): their rows, and what the tick and the blockers read (the options: gate_spec.py).
+
+A gate is a health signal a rollout waits on: a Prometheus query whose every sample must stay at
+most ``max``, or an HTTP URL that must answer 2xx. The evaluation task asks them
+(rollout/controller/gate_evaluation.py) and stores each one's latest result; everything here reads
+those stored results only, never the network:
+
+- the tick: ``with_gate_verdicts`` annotates the query that locks the rollout, so a rollout with 8
+  gates costs its tick no query more than one without (``gates_holding``: some gate's latest
+  result is not a pass taken within two intervals; ``gate_failed``: the first gate whose failures
+  in a row reached ``gateFailureLimit``);
+- the blockers: ``gates_holding_for`` (one query for many rollouts);
+- the API and the admin: ``gates_of``, ``gate_json``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
+
+from rollout.gates.spec import GateOptions
+from rollout.models import Rollout, RolloutGate
+
+
+def gates_create(*, rollout: Rollout, options: GateOptions, now: datetime) -> None:
+    """The rollout's gate rows, in the create's transaction: pending, due at once."""
+    RolloutGate.objects.bulk_create(
+        RolloutGate(
+            rollout=rollout,
+            position=position,
+            name=spec.name,
+            kind=spec.kind,
+            query=spec.query,
+            maximum=spec.maximum,
+            url=spec.url,
+            due_at=now,
+        )
+        for position, spec in enumerate(options.gates)
+    )
+
+
+def gates_counts_clear(*, rollout: Rollout, now: datetime) -> None:
+    """On resume: every gate's failures in a row start again from 0, and each is asked again at once."""
+    RolloutGate.objects.filter(rollout=rollout).update(consecutive_failures=0, due_at=now)
+
+
+# --- reads -------------------------------------------------------------------------------------
+
+
+def _not_fresh(now: datetime) -> Q:
+    return Q(fresh_until__isnull=True) | Q(fresh_until__lt=now)
+
+
+def with_gate_verdicts(queryset: QuerySet[Rollout], *, now: datetime) -> QuerySet[Rollout]:
+    """Rollouts annotated (in the same query) with ``gates_holding`` and ``gate_failed`` (a name or None)."""
+    gates = RolloutGate.objects.filter(rollout=OuterRef("pk"))
+    failed = gates.filter(consecutive_failures__gte=OuterRef("gate_failure_limit")).order_by("position")
+    return queryset.annotate(
+        gates_holding=Exists(gates.filter(_not_fresh(now))),
+        gate_failed=Subquery(failed.values("name")[:1]),
+    )
+
+
+def gates_holding_for(rollout_ids: Iterable[UUID], *, now: datetime) -> dict[UUID, RolloutGate]:
+    """{rollout id: its first gate (in the order given) whose latest result is not a fresh pass}: one query."""
+    holding: dict[UUID, RolloutGate] = {}
+    rows = RolloutGate.objects.filter(rollout_id__in=list(rollout_ids)).filter(_not_fresh(now))
+    for gate in rows.order_by("rollout_id", "position"):
+        holding.setdefault(gate.rollout_id, gate)
+    return holding
+
+
+def gates_of(rollout: Rollout) -> Sequence[RolloutGate]:
+    return list(RolloutGate.objects.filter(rollout=rollout).order_by("position"))
+
+
+def gate_json(gate: RolloutGate) -> dict[str, Any]:
+    """A gate's latest result as the API shows it (``GET /rollouts/{id}/gates/``)."""
+    at = gate.at.astimezone(UTC).isoformat().replace("+00:00", "Z") if gate.at is not None else None
+    return {
+        "name": gate.name,
+        "state": str(gate.state),
+        "value": gate.value,
+        "at": at,
+        "consecutiveFailures": gate.consecutive_failures,
+        "detail": gate.detail or None,
+    }

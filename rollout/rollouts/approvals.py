@@ -1,0 +1,161 @@
+"""Four eyes: approving and denying a rollout that awaits approval (docs/controller.md#approvals).
+
+A tenant whose ``rollout_approvals`` is N > 0 creates rollouts in state ``awaiting_approval``
+(rollout/rollouts/create.py): their nodes are held, nothing starts. Each approval is a row
+(``RolloutApproval``, unique per rollout and user); when N distinct users other than the creator
+have approved, the rollout starts (``rollout.approved``). A denial ends it (``denied``, terminal;
+``rollout.denied``) and frees its nodes. Abort works too (rollouts.py ``rollout_abort``).
+
+```
+awaiting_approval ──approve_rollout──► active        (the Nth approval; scheduled while its startAt is ahead)
+awaiting_approval ──deny_rollout──► denied           (pending rows cancelled: ``denied``)
+```
+
+Who may: the grant ``compute:rollout:approve`` is the caller's (the API's permission class, the
+admin's ``can_approve``); the rules on the rollout are here, for the API and the admin alike:
+the creator never approves their own rollout (403 ``self_approval``), a user approves once (409
+``already_approved``), and only a rollout awaiting approval is approved or denied (409
+``invalid_state``). Both hold the rollout's row lock, so two approvers at once are counted one
+after the other; the unique constraint stands behind it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+from uuid import UUID
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from core.errors import Conflict, Forbidden, InvalidInput, InvalidState
+from fleet.interface import Actor, Tenant
+from rollout.controller.events import Approved, Denied, event_record
+from rollout.controller.tick_requests import rollout_request_tick
+from rollout.controller.transitions import _move_rollout, cancel_pending_upgrades
+from rollout.models import NodeUpgrade, Rollout, RolloutApproval, RolloutWave
+from rollout.rollouts.actions import _event_actor, _locked, audit_rollout
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import _User
+
+MAX_COMMENT = 500
+
+
+def _comment(value: object, *, required: bool) -> str:
+    """An approval's comment (optional) or a denial's (1 to 500 characters, not only spaces)."""
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or len(value) > MAX_COMMENT or (required and not value.strip()):
+        needed = "1" if required else "0"
+        raise InvalidInput(
+            f"comment must be {needed} to {MAX_COMMENT} characters{' (not only spaces)' if required else ''}.",
+            code="invalid_input",
+            field="comment",
+        )
+    return value
+
+
+def _approvers(rollout: Rollout) -> list[str]:
+    return list(RolloutApproval.objects.filter(rollout=rollout).order_by("at", "id").values_list("username", flat=True))
+
+
+def _approved_state(rollout: Rollout, *, at: datetime) -> str:
+    """What an approved rollout becomes: ``scheduled`` while its ``startAt`` is ahead (the tick starts it
+    then, docs/controller.md#schedules), else ``active``."""
+    if rollout.start_at is not None and rollout.start_at > at:
+        return Rollout.State.SCHEDULED
+    return Rollout.State.ACTIVE
+
+
+# --- the transitions (the caller holds the rollout's row lock) ------------------------------------
+
+
+def approve_rollout(*, rollout: Rollout, at: datetime, actor: str) -> None:
+    """awaiting_approval -> active (``rollout.approved``): its first wave starts now, at the next tick; or
+    -> scheduled when its ``startAt`` is ahead (its first wave starts then)."""
+    state = _approved_state(rollout, at=at)
+    _move_rollout(rollout, sources=[Rollout.State.AWAITING_APPROVAL], action="approved", state=state, approved_at=at)
+    if state == Rollout.State.ACTIVE:
+        RolloutWave.objects.filter(rollout=rollout, index=rollout.current_wave, started_at__isnull=True).update(
+            started_at=at
+        )
+    event_record(rollout=rollout, payload=Approved(actor=actor, approvals=_approvers(rollout)), at=at)
+
+
+def deny_rollout(*, rollout: Rollout, at: datetime, actor: str, comment: str) -> None:
+    """awaiting_approval -> denied (``rollout.denied``): its pending rows are cancelled and free their nodes."""
+    if rollout.state != Rollout.State.AWAITING_APPROVAL:
+        raise InvalidState(f"A {rollout.state} rollout cannot be denied.", state=rollout.state)
+    cancelled = cancel_pending_upgrades(rollout=rollout, at=at, reason=NodeUpgrade.Reason.DENIED)
+    _move_rollout(rollout, sources=[Rollout.State.AWAITING_APPROVAL], action="denied", state=Rollout.State.DENIED)
+    event_record(rollout=rollout, payload=Denied(actor=actor, comment=comment, cancelled=cancelled), at=at)
+
+
+# --- the services ---------------------------------------------------------------------------------
+
+
+def rollout_approve(
+    *,
+    rollout_id: UUID | str,
+    user: _User,
+    comment: object = None,
+    tenant: Tenant | None = None,
+    actor: Actor | None = None,
+) -> Rollout:
+    """Record ``user``'s approval; the last one needed starts the rollout. The caller checked the grant.
+
+    Refusals, in this order: 400 ``invalid_input`` (the comment); 404; 409 ``already_approved`` (this
+    user approved it before, whatever its state now); 409 ``invalid_state`` (not awaiting approval);
+    403 ``self_approval`` (its creator). Nothing is written when one answers.
+    """
+    text = _comment(comment, required=False)
+    with transaction.atomic():
+        rollout = _locked(tenant=tenant, rollout_id=rollout_id)
+        if RolloutApproval.objects.filter(rollout=rollout, user=user).exists():
+            raise Conflict(f"{user.get_username()} already approved this rollout.", code="already_approved")
+        if rollout.state != Rollout.State.AWAITING_APPROVAL:
+            raise InvalidState(f"A {rollout.state} rollout does not await approval.", state=rollout.state)
+        if rollout.created_by_id is not None and rollout.created_by_id == user.pk:
+            raise Forbidden("The creator of a rollout cannot approve it: another user must.", code="self_approval")
+        now = timezone.now()
+        try:
+            with transaction.atomic():
+                RolloutApproval.objects.create(
+                    rollout=rollout, user=user, username=user.get_username(), comment=text, at=now
+                )
+        except IntegrityError as exc:  # only without the row lock: the constraint stands behind it
+            raise Conflict(f"{user.get_username()} already approved this rollout.", code="already_approved") from exc
+        approvals = RolloutApproval.objects.filter(rollout=rollout).count()
+        before = {"state": rollout.state, "approvals": approvals - 1}
+        if approvals >= rollout.approvals_required:
+            approve_rollout(rollout=rollout, at=now, actor=_event_actor(actor))
+            rollout_request_tick(rollout_id=rollout.id)
+        audit_rollout(
+            rollout,
+            actor,
+            "rollout.approve",
+            before=before,
+            after={"state": rollout.state, "approvals": approvals, "comment": text},
+        )
+    return rollout
+
+
+def rollout_deny(
+    *,
+    rollout_id: UUID | str,
+    comment: object,
+    tenant: Tenant | None = None,
+    actor: Actor | None = None,
+) -> Rollout:
+    """End a rollout awaiting approval: ``denied``, its nodes free. The caller checked the grant.
+
+    Refusals: 400 ``invalid_input`` (the comment: 1 to 500 characters); 404; 409 ``invalid_state``.
+    """
+    text = _comment(comment, required=True)
+    with transaction.atomic():
+        rollout = _locked(tenant=tenant, rollout_id=rollout_id)
+        before = {"state": rollout.state}
+        deny_rollout(rollout=rollout, at=timezone.now(), actor=_event_actor(actor), comment=text)
+        audit_rollout(rollout, actor, "rollout.deny", before=before, after={"state": rollout.state, "comment": text})
+    return rollout
