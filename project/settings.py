@@ -85,7 +85,7 @@ DATABASES = {
         conn_max_age=int(env_str("DATABASE_CONN_MAX_AGE", "0") or 0),
     )
 }
-# Another engine (sqlite://, mysql://, ...) is refused by a system check (fleet.E007) before anything connects to
+# Another engine (SQLite, MySQL, ...) is refused by a system check (fleet.E007) before anything connects to
 # it: Django's dummy backend stands in for it, and any query raises ImproperlyConfigured.
 DATABASE_REFUSED = ""
 if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
