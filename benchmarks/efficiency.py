@@ -37,7 +37,7 @@ from typing import Any
 
 from benchmarks.database import DEFAULT_DATABASE_URL, database_urls, recreate_database
 from benchmarks.heartbeat_probes import CpuSampler, ProcessSampler, percentile
-from benchmarks.polling_price import web_cpu_per_heartbeat
+from benchmarks.polling_price import requests_sent, upgrade_price, web_cpu_per_heartbeat
 from demo.processes import free_port
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -220,10 +220,12 @@ def run(
             per_heartbeat = web_cpu_per_heartbeat(web.pid, port, tokens) if measure and watch else 0.0
             idle_cpu = CpuSampler(lambda: ProcessSampler.tree(web.pid))
             idle_cpu.sample()
+            idle_requests = -requests_sent(fleet.stats)
             if sampler and not rollout:
                 sampler.start()
             time.sleep(idle_seconds)  # a measured window: every agent online, nothing changing
             idle_cpu.sample()
+            idle_requests += requests_sent(fleet.stats)
             if not rollout:
                 return _idle_result(
                     agents=agents, idle_seconds=idle_seconds, idle_cpu=idle_cpu, per_heartbeat=per_heartbeat,
@@ -231,8 +233,9 @@ def run(
                 )  # fmt: skip
             if sampler:
                 sampler.start()
-            beats_before, latencies_before, round_trips_before, errors_before = (
+            beats_before, requests_before, latencies_before, round_trips_before, errors_before = (
                 fleet.stats.heartbeats,
+                requests_sent(fleet.stats),
                 len(fleet.stats.latencies),
                 len(fleet.stats.round_trips),
                 fleet.stats.errors,
@@ -257,6 +260,7 @@ def run(
             rollout.refresh_from_db()
             stats = fleet.stats
             beats = stats.heartbeats - beats_before
+            requests_during = requests_sent(stats) - requests_before
             latencies = stats.latencies[latencies_before:]
             round_trips = stats.round_trips[round_trips_before:]
             errors_during = stats.errors - errors_before
@@ -304,6 +308,12 @@ def run(
         if idle_seconds:
             idle = idle_cpu.seconds() / (agents * idle_seconds / 60 / 1000)
             result[f"web CPU s per 1,000 agent-minutes, idle ({idle_seconds:g} s)"] = against_polling(idle)
+            if watch and states["succeeded"]:
+                result |= upgrade_price(
+                    rollout_cpu=sampler.cpu["web"].seconds(), window=window, idle_cpu=idle_cpu.seconds(),
+                    idle_seconds=idle_seconds, rollout_requests=requests_during, idle_requests=idle_requests,
+                    upgraded=states["succeeded"], per_heartbeat=per_heartbeat,
+                )  # fmt: skip
         if not watch:
             result["minimum + half a heartbeat per round"] = (
                 f"{reference:.1f} s (actual / that: {actual / reference:.2f})"

@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     print_result(f"rollout over {args.agents:,} simulated agents, {mode} (whole system, PostgreSQL + Redis)", result)
     if args.watch:
         print(
-            "targets (watching): actual / minimum <= 1.3; idle web CPU per 1,000 agent-minutes <= 0.3x polling at 10 s"
+            "targets (watching): actual / minimum <= 1.3; idle web CPU per 1,000 agent-minutes <= 0.3x polling at 10 s;"
+            " web CPU per upgraded node <= 1.5x its requests priced as plain heartbeats"
         )
     if result["_failed"]:
         print("FAILED: 5xx answers, agent errors or nodes that did not succeed (all must be 0)")

@@ -4,6 +4,7 @@ per plain heartbeat under the load that fleet would offer if it polled every 10 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from benchmarks.heartbeat_floor import REAL_PATH, request_bytes
 from benchmarks.heartbeat_probes import CpuSampler, ProcessSampler
@@ -40,3 +41,35 @@ def web_cpu_per_heartbeat(web_pid: int, port: int, tokens: list[tuple[str, str]]
     asyncio.run(load())
     cpu.sample()
     return cpu.seconds() / max(1, answered[0])
+
+
+def requests_sent(stats: Any) -> int:
+    """The requests a fleet's agents had answered (each try), their binaries' downloads included."""
+    return sum(stats.answers.values()) + stats.downloads
+
+
+def upgrade_price(
+    *,
+    rollout_cpu: float,
+    window: float,
+    idle_cpu: float,
+    idle_seconds: float,
+    rollout_requests: int,
+    idle_requests: int,
+    upgraded: int,
+    per_heartbeat: float,
+) -> dict[str, str]:
+    """What an upgrade costs the web tier against what its requests would cost as plain heartbeats (the target:
+    at most 1.5 times). The idle fleet's CPU and requests, at their rate over the idle window, are taken out of
+    the rollout's: what is left is the upgrades' own (the wake's answer, the download, the leave, the join and the
+    arrival after it)."""
+    cpu = (rollout_cpu - idle_cpu / idle_seconds * window) / upgraded
+    requests = (rollout_requests - idle_requests / idle_seconds * window) / upgraded
+    priced = per_heartbeat * requests
+    return {
+        "web CPU per upgraded node (idle share out)": f"{1000 * cpu:.2f} ms",
+        "requests per upgrade (idle share out)": f"{requests:.2f}",
+        "  priced as plain heartbeats": (
+            f"{1000 * priced:.2f} ms ({1000 * per_heartbeat:.2f} ms each); ratio {cpu / priced:.2f} (target <= 1.5)"
+        ),
+    }
