@@ -78,6 +78,8 @@ def node_upgrade_settle_reported(*, node_id: UUID, daemon_version: str) -> bool:
     """
     # The common case (no readiness to prove, the row not held by a tick) in one statement; the others below.
     rollout_id = succeed_rejoined(node_id=node_id, version=daemon_version, at=timezone.now())
+    if rollout_id is False:  # no upgrade of the node in flight (every join outside a rollout): nothing to settle
+        return False
     if rollout_id is not None:
         rollout_request_tick(rollout_id=rollout_id)
         return True

@@ -7,7 +7,9 @@ from rollout.models import NodeUpgrade, Rollout, TickRequest
 # in_flight -> succeeded for the node whose agent rejoined on the target, in ONE statement: the join path runs it
 # for every upgraded node (docs/controller.md#reacting-at-once). Only the common case: a row a tick holds locked is
 # skipped, and a row that proves readiness (minReadySeconds > 0, or arrived) or whose target is another version is
-# left alone; the caller then takes the ORM path, which decides those. The tick is asked for by the caller once
+# left alone; the caller then takes the ORM path, which decides those. One row: the settled upgrade's rollout and
+# tenant (nulls when none settled), and whether the node had an upgrade in flight at all (when not, as for every
+# join outside a rollout, there is nothing for the ORM path to decide). The tick is asked for by the caller once
 # this has committed, never in the same transaction (controller/settle.py says why).
 # tests/rollout/test_rejoin_paths.py runs both paths over the same states.
 SUCCEED_REJOINED_SQL = f"""
@@ -15,18 +17,22 @@ WITH locked AS (
     SELECT u.id FROM {NodeUpgrade._meta.db_table} AS u
     WHERE u.node_id = %(node)s AND u.state = %(in_flight)s
     FOR UPDATE OF u SKIP LOCKED
+), settled AS (
+    UPDATE {NodeUpgrade._meta.db_table} AS u
+    SET state = %(succeeded)s, settled_at = %(at)s, claims_node = r.state = ANY(%(claiming)s)
+    FROM locked, {Rollout._meta.db_table} AS r
+    WHERE u.id = locked.id AND r.id = u.rollout_id AND u.arrived_at IS NULL AND u.target_version = %(version)s
+      AND r.min_ready_seconds = 0
+    RETURNING u.rollout_id, r.tenant_id
 )
-UPDATE {NodeUpgrade._meta.db_table} AS u
-SET state = %(succeeded)s, settled_at = %(at)s, claims_node = r.state = ANY(%(claiming)s)
-FROM locked, {Rollout._meta.db_table} AS r
-WHERE u.id = locked.id AND r.id = u.rollout_id AND u.arrived_at IS NULL AND u.target_version = %(version)s
-  AND r.min_ready_seconds = 0
-RETURNING u.rollout_id, r.tenant_id
+SELECT settled.rollout_id, settled.tenant_id,
+    EXISTS (SELECT 1 FROM {NodeUpgrade._meta.db_table} AS f WHERE f.node_id = %(node)s AND f.state = %(in_flight)s)
+FROM (VALUES (true)) AS one (row) LEFT JOIN settled ON true
 """  # noqa: S608 - table names from the models, values bound
 
 
-# rollout_request_tick's conditional UPDATE (controller/tick_requests.py): the join path asks once per upgraded node, and the
-# same UPDATE through the ORM cost the web tier more CPU than the settle (a seventh of it during a 10,000-agent
+# rollout_request_tick's conditional UPDATE (controller/tick_requests.py): the join path asks once per upgraded node,
+# and the same UPDATE through the ORM cost the web tier more CPU than the settle (a seventh of it during a 10,000-agent
 # rollout). tests/rollout/test_tick_requests.py runs both over the same states.
 ASK_TICK_SQL = f"""
 UPDATE {TickRequest._meta.db_table} AS t SET queued = true

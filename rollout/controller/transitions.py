@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from datetime import datetime
+from typing import Literal, cast
 from uuid import UUID
 
 import structlog
@@ -308,10 +309,11 @@ def succeed_upgrades(*, ids: Sequence[int], rollout_state: str, at: datetime, **
     return succeeded
 
 
-def succeed_rejoined(*, node_id: UUID, version: str, at: datetime) -> UUID | None:
+def succeed_rejoined(*, node_id: UUID, version: str, at: datetime) -> UUID | Literal[False] | None:
     """in_flight -> succeeded: the node's agent rejoined reporting ``version``, its target; PostgreSQL only.
 
-    The rollout's id; None, and nothing written, unless it is the common case (controller/statements.py).
+    The rollout's id; False, and nothing written, when no upgrade of the node is in flight; None, and nothing
+    written, for every other case but the common one (controller/statements.py): the caller decides those.
     """
     with prepared_cursor() as cursor:
         cursor.execute(
@@ -325,14 +327,13 @@ def succeed_rejoined(*, node_id: UUID, version: str, at: datetime) -> UUID | Non
                 "claiming": list(Rollout.ACTIVE_STATES),
             },
         )
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    rollout_id: UUID = row[0]
+        rollout_id, tenant, in_flight = cursor.fetchone()
+    if rollout_id is None:
+        return None if in_flight else False
     log.info(
-        "node_upgrade.succeeded", count=1, tenant=row[1], rollout=str(rollout_id), node=str(node_id), version=version
+        "node_upgrade.succeeded", count=1, tenant=tenant, rollout=str(rollout_id), node=str(node_id), version=version
     )
-    return rollout_id
+    return cast(UUID, rollout_id)
 
 
 def fail_and_send_back(*, rows: Sequence[SendBack], reason: str, at: datetime) -> int:
