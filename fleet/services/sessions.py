@@ -230,6 +230,24 @@ def agent_session_report_for_token(
     )
 
 
+def agent_session_arrival(
+    *, token_hash: str, daemon_version: str, protocol_version: int, now: datetime
+) -> tuple[SessionReport | None, bool]:
+    """A session request as the async front takes it on one of its threads, in one hop: the plain heartbeat's
+    statement (``agent_heartbeat``, at ``now``), and when it is not one, the join's
+    (``agent_session_report_for_token``, at its own time). The report (None: an unknown token, nothing written)
+    and whether it was a plain heartbeat."""
+    report = agent_heartbeat(
+        token_hash=token_hash, daemon_version=daemon_version, protocol_version=protocol_version, now=now
+    )
+    if report is not None:
+        return report, True
+    joined = agent_session_report_for_token(
+        token_hash=token_hash, daemon_version=daemon_version, protocol_version=protocol_version
+    )
+    return joined, False
+
+
 def _session_report(
     *, token_hash: str, daemon_version: str, protocol_version: int, now: datetime, always: bool
 ) -> SessionReport | None:

@@ -3,12 +3,13 @@
 ``/api/compute/agent/session`` is the hot path of a fleet, and its ``POST`` the only request that may be held
 (docs/fleet.md#watch). This front answers it without Django's request machinery: the body is parsed by the
 same function as the synchronous fast path (``fleet.api.agent_session.session_request``), the session's service
-(a plain heartbeat's one statement, ``agent_heartbeat``; a join or a version change, ``agent_session_report``)
-runs on one of this process's threads for a moment, and a held request then waits on the process's
-``WatchHub`` holding no thread and no database connection. A leave (``DELETE``) is one UPDATE on such a thread.
-Anything else, and every session request it does not take (a refusal, an unknown or malformed token, a bad
-body, a body without Content-Length or over 1 MiB), goes to Django's WSGI application on a pool of threads,
-unchanged (its middleware, DRF, its errors). docs/architecture.md#watch says why this shape and what it measured.
+(a plain heartbeat's one statement, and for a join or a version change the join's after it, on the same thread
+hop: ``agent_session_arrival``) runs on one of this process's threads for a moment, and a held request then waits
+on the process's ``WatchHub`` holding no thread and no database connection. A leave (``DELETE``) is one UPDATE
+on such a thread. Anything else, and every session request it does not take (a refusal, an unknown or malformed
+token, a bad body, a body without Content-Length or over 1 MiB), goes to Django's WSGI application on a pool of
+threads, unchanged (its middleware, DRF, its errors). docs/architecture.md#watch says why this shape and what it
+measured.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ from fleet.services.nodes import heartbeat_seconds
 from fleet.services.sessions import (
     SessionReport,
     agent_heartbeat,
+    agent_session_arrival,
     agent_session_leave_for_token,
-    agent_session_report_for_token,
     last_seen_due,
 )
 from fleet.services.watch import held_sessions_read, held_sessions_touch, held_touch_every, touched_within
@@ -240,18 +241,8 @@ class AgentSessionFront:
                 return await self._hold(request, hashed, known.report, known.node_id, known.since, deadline, receive)
             ARRIVALS.labels(read="database").inc()
         since = loop.time()
-        report = await self._heartbeat(request, hashed)
-        if report is None:
-            # Not a plain heartbeat: a join or a version change (services/sessions.py), held too if it repeats seen.
-            since = loop.time()
-            report = await self._run(
-                agent_session_report_for_token,
-                token_hash=hashed,
-                daemon_version=request.daemon_version,
-                protocol_version=request.protocol_version,
-            )
-            if report is not None:
-                self._fields_seen(since, report.fields)
+        # A plain heartbeat, or else a join or a version change (services/sessions.py), held too if it repeats seen.
+        report = await self._heartbeat(request, hashed, arrival=True)
         if report is None:  # an unknown token: Django's 401
             await self.django(scope, replay(body, receive), send)
             return None
@@ -260,21 +251,20 @@ class AgentSessionFront:
         deadline = since + (request.wait or 0)
         return await self._hold(request, hashed, report, report.node_id, since, deadline, receive)
 
-    async def _heartbeat(self, request: SessionRequest, hashed: str) -> SessionReport | None:
-        """A plain heartbeat's statement (None: not one); a watching agent's read is remembered (``_known``)."""
-        loop = asyncio.get_running_loop()
-        since = loop.time()
+    async def _heartbeat(self, request: SessionRequest, hashed: str, *, arrival: bool = False) -> SessionReport | None:
+        """A plain heartbeat's statement (None: not one); a watching agent's read is remembered (``_known``). An
+        ``arrival`` that is not a plain heartbeat is a join, on the same thread hop (``agent_session_arrival``)."""
+        since = asyncio.get_running_loop().time()
         now = timezone.now()
-        report = await self._run(
-            agent_heartbeat,
-            token_hash=hashed,
-            daemon_version=request.daemon_version,
-            protocol_version=request.protocol_version,
-            now=now,
+        version, protocol = request.daemon_version, request.protocol_version
+        statement = agent_session_arrival if arrival else agent_heartbeat
+        answer = await self._run(
+            statement, token_hash=hashed, daemon_version=version, protocol_version=protocol, now=now
         )
+        report, plain = answer if isinstance(answer, tuple) else (answer, answer is not None)
         if report is not None:
             self._fields_seen(since, report.fields)
-            if request.wait is not None and report.node_id is not None:
+            if plain and request.wait is not None and report.node_id is not None:
                 # Afterwards last_seen_at is within an interval of now: written now, or not due.
                 floor = now.timestamp() - heartbeat_seconds()
                 known = Known(report.node_id, report, request.daemon_version, request.protocol_version, since, floor)
