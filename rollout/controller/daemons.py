@@ -83,7 +83,7 @@ def signed_releases(
     """
     wanted = Release.objects.filter(version__in=set(versions)) | Release.objects.filter(pk__in=set(ids))
     if unexpired_at is not None:
-        wanted = wanted.exclude(expires_at__lte=unexpired_at)
+        wanted = wanted.exclude(Release.expired_q(unexpired_at))
     rows = list(wanted.values_list("pk", "version", "envelope"))
     binaries: dict[int, dict[str, str]] = {pk: {} for pk, _, _ in rows}
     for release_id, arch, sha256 in ReleaseBinary.objects.filter(release_id__in=list(binaries)).values_list(

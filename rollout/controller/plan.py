@@ -3,7 +3,7 @@
 One decision per pending row, taken by the functions here and nowhere else, in this order:
 
 1. the rollout (``rollout_wait``): paused; a gate holds the current (or starting) wave; its wave is
-   not the one that starts; the current wave soaks (``soak_running``, also the controller's and
+   not the one that starts; the current wave soaks (``Rollout.soaking``, also the controller's and
    promote's rule);
 2. its pool (``PoolState``): outside its maintenance windows;
 3. its turn (``turn_decision``): the tick takes a pool's pending rows in position order
@@ -72,17 +72,6 @@ WAIT_GATE = Decision(Move.WAIT, "gate")
 # --- the rollout -------------------------------------------------------------------------------
 
 
-def soak_running(*, rollout: Rollout, wave_settled: bool, last_wave: bool, at: datetime) -> bool:
-    """The soak: an active rollout's current wave settled, it is not the last, and ``next_wave_at`` is ahead."""
-    return (
-        rollout.state == Rollout.State.ACTIVE
-        and wave_settled
-        and not last_wave
-        and rollout.next_wave_at is not None
-        and at < rollout.next_wave_at
-    )
-
-
 @dataclass
 class RolloutFacts:
     """A rollout's moving parts now: pending and in-flight rows per (wave, pool), its waves' settled times."""
@@ -110,8 +99,7 @@ class RolloutFacts:
 
     @property
     def soaking(self) -> bool:
-        last = self.rollout.current_wave >= self.last_wave
-        return soak_running(rollout=self.rollout, wave_settled=self.wave_settled, last_wave=last, at=self.now)
+        return self.rollout.soaking(wave_settled=self.wave_settled, last_index=self.last_wave, at=self.now)
 
     @property
     def startable_wave(self) -> int | None:
@@ -123,7 +111,7 @@ class RolloutFacts:
         current = self.rollout.current_wave
         if self.wave_moving:
             return current
-        if self.wave_settled and current < self.last_wave and not self.soaking:
+        if self.wave_settled and not self.rollout.on_last_wave(last_index=self.last_wave) and not self.soaking:
             return current + 1
         return None
 

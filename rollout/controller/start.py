@@ -76,7 +76,7 @@ def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> StartPlan:
     pool_ids = [pool_id for pool_id in waiting if pool_id not in plan.closed]
     if not pool_ids:
         return plan
-    if rollout.release.expires_at is not None and rollout.release.expires_at <= now:
+    if rollout.release.expired_at(now):
         return plan  # never sent (docs/signing.md#expiry): the tick pauses the rollout
     # Right after the server could not hear its fleet (its database or web tier was down), a
     # node that looks offline may well be running: wait for it instead of skipping it.
@@ -167,15 +167,15 @@ def convergence_candidates(*, now: datetime) -> QuerySet[NodeUpgrade]:
     not_older = Release.objects.filter(
         version=OuterRef("node__session__daemon_version"), sequence__gte=OuterRef("rollout__release__sequence")
     )
-    blocked = ReleaseBlock.objects.filter(
-        tenant_id=OuterRef("rollout__tenant_id"), release_id=OuterRef("rollout__release_id")
+    blocked = ReleaseBlock.objects.blocking(
+        tenant=OuterRef("rollout__tenant_id"), release=OuterRef("rollout__release_id")
     )
     binary = ReleaseBinary.objects.filter(release_id=OuterRef("rollout__release_id"), arch=OuterRef("node__arch"))
     return (
         NodeUpgrade.objects.filter(
             state=State.SKIPPED, reason=NodeUpgrade.Reason.OFFLINE, rollout__state=Rollout.State.COMPLETED
         )
-        .exclude(rollout__release__expires_at__lte=now)
+        .exclude(Release.expired_q(now, prefix="rollout__release__"))
         .filter(Exists(Node.objects.filter(online_node_q(now=now), pk=node)), Exists(binary))
         .exclude(Exists(newer))
         .exclude(Exists(claimed))

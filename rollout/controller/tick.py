@@ -34,7 +34,6 @@ from fleet.interface import node_tables_vacuum
 from rollout import conf
 from rollout.controller.events import Paused
 from rollout.controller.health import controller_beat_record, rollout_ticked
-from rollout.controller.plan import soak_running
 from rollout.controller.scheduled import rollout_deadline, rollout_start_due
 from rollout.controller.settle import (
     node_upgrades_settle_overdue,
@@ -54,7 +53,7 @@ from rollout.controller.transitions import (
 from rollout.dispatch import TICK_TASK, publish_on_commit
 from rollout.gates.verdicts import with_gate_verdicts
 from rollout.metrics import TICK_SECONDS
-from rollout.models import NodeUpgrade, ReleaseBlock, Rollout, RolloutGate, RolloutWave, TickRequest
+from rollout.models import NodeUpgrade, Rollout, RolloutGate, RolloutWave, TickRequest
 
 log = structlog.get_logger("rollout")
 
@@ -152,30 +151,19 @@ def rollout_advance(*, rollout: Rollout, now: datetime, counts: dict[str, int] |
         wave.save(update_fields=["settled_at"])
         rollout.next_wave_at = wave.settled_at + timedelta(seconds=rollout.soak_seconds)
         rollout.save(update_fields=["next_wave_at"])
-        if rollout.current_wave != max(waves):
+        if not rollout.on_last_wave(last_index=max(waves)):
             # One message for the soak's end, scheduled once (when the wave settles), not at every tick.
             publish_on_commit(TICK_TASK, args=[str(rollout.id)], eta=rollout.next_wave_at)
-    if rollout.current_wave == max(waves):
+    if rollout.on_last_wave(last_index=max(waves)):
         complete_rollout(rollout=rollout, at=now)
         return True
-    if soak_running(rollout=rollout, wave_settled=True, last_wave=False, at=now):
+    if rollout.soaking(wave_settled=True, last_index=max(waves), at=now):
         return False
     start_next_wave(rollout=rollout, wave=waves[rollout.current_wave + 1], at=now)
     return True
 
 
 # --- the tick --------------------------------------------------------------------------
-
-
-def release_blocked(rollout: Rollout) -> bool:
-    """Whether the rollout's tenant blocked its release (docs/controller.md#blocking-a-release-per-tenant)."""
-    return ReleaseBlock.objects.filter(tenant_id=rollout.tenant_id, release_id=rollout.release_id).exists()
-
-
-def release_expired(rollout: Rollout, *, now: datetime) -> bool:
-    """Whether the rollout's release has expired (docs/signing.md#expiry): no node may start on it."""
-    expires_at = rollout.release.expires_at
-    return expires_at is not None and expires_at <= now
 
 
 def rollout_pause_gate_failed(*, rollout: Rollout, name: str, now: datetime) -> None:
@@ -234,11 +222,11 @@ def _rollout_tick_unless_held(*, rollout_id: UUID | str) -> TickResult | None:
             result.paused = rollout.state == Rollout.State.PAUSED
         else:
             rollout_start_due(rollout=rollout, now=now)
-        if rollout.state == Rollout.State.ACTIVE and release_blocked(rollout):
+        if rollout.state == Rollout.State.ACTIVE and rollout.release_blocked():
             # First: a release blocked in the tenant pauses its rollouts; nodes in flight settle.
             pause_rollout(rollout=rollout, at=now, paused=Paused(reason=Rollout.PausedReason.RELEASE_BLOCKED))
             result.paused = True
-        elif rollout.state == Rollout.State.ACTIVE and release_expired(rollout, now=now):
+        elif rollout.state == Rollout.State.ACTIVE and rollout.release.expired_at(now):
             # The periodic tick checks every active rollout each period: an expiry pauses it with no node settling.
             pause_rollout(rollout=rollout, at=now, paused=Paused(reason=Rollout.PausedReason.RELEASE_EXPIRED))
             result.paused = True

@@ -39,14 +39,13 @@ from typing import Literal, cast
 from uuid import UUID
 
 import structlog
-from django.db.models import Count, Exists, OuterRef, Subquery
+from django.db.models import Count, Exists, Max, OuterRef, Q, Subquery
 
 from core.errors import InvalidState
 from core.statements import prepared_cursor
 from fleet.interface import NodeSession, pools_set_default_daemon_version
 from rollout.controller.daemons import SendBack, previous_daemon, send_back
 from rollout.controller.events import Aborted, Completed, Paused, Promoted, Resumed, WaveStarted, event_record
-from rollout.controller.plan import soak_running
 from rollout.controller.statements import SUCCEED_REJOINED_SQL
 from rollout.models import NodeUpgrade, Rollout, RolloutWave
 from rollout.models.querysets import sessions_on_target
@@ -156,13 +155,13 @@ def complete_rollout(*, rollout: Rollout, at: datetime) -> None:
 
 
 def rollout_soaking(rollout: Rollout, *, at: datetime) -> bool:
-    """Whether the rollout's current wave soaks now (``plan.soak_running``): what promote ends."""
+    """Whether the rollout's current wave soaks now (``Rollout.soaking``): what promote ends. One query."""
     if rollout.state != Rollout.State.ACTIVE or rollout.next_wave_at is None or rollout.next_wave_at <= at:
         return False  # no query for what cannot be soaking
-    waves = RolloutWave.objects.filter(rollout=rollout)
-    settled = waves.filter(index=rollout.current_wave, settled_at__isnull=False).exists()
-    last = not waves.filter(index__gt=rollout.current_wave).exists()
-    return soak_running(rollout=rollout, wave_settled=settled, last_wave=last, at=at)
+    waves = RolloutWave.objects.filter(rollout=rollout).aggregate(
+        last=Max("index"), settled=Count("id", filter=Q(index=rollout.current_wave, settled_at__isnull=False))
+    )
+    return rollout.soaking(wave_settled=bool(waves["settled"]), last_index=waves["last"] or 0, at=at)
 
 
 def promote_rollout(*, rollout: Rollout, at: datetime, actor: str) -> None:

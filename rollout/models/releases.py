@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any
+
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from fleet.interface import Tenant
 
@@ -35,6 +38,18 @@ class Release(models.Model):
 
     def __str__(self) -> str:
         return f"bcd {self.version} (#{self.sequence})"
+
+    def expired_at(self, at: datetime) -> bool:
+        """Whether it has expired at ``at`` (docs/signing.md#expiry): no node may start on it then.
+
+        ``Release.expired_q`` is the same rule as a lookup, for queries.
+        """
+        return self.expires_at is not None and self.expires_at <= at
+
+    @staticmethod
+    def expired_q(at: datetime, *, prefix: str = "") -> Q:
+        """``expired_at`` as a lookup on releases, or on the release ``prefix`` leads to (``"rollout__release__"``)."""
+        return Q(**{f"{prefix}expires_at__lte": at})
 
 
 class ReleaseRoot(models.Model):
@@ -104,6 +119,13 @@ def binary_storage_name(version: str, platform: str) -> str:
     return f"bcd/{version}/{platform}"
 
 
+class ReleaseBlockQuerySet(QuerySet["ReleaseBlock"]):
+    def blocking(self, *, tenant: Any, release: Any) -> ReleaseBlockQuerySet:
+        """The block of ``release`` in ``tenant`` (instances, ids or ``OuterRef``): the tenant blocked it
+        (docs/controller.md#blocking-a-release-per-tenant)."""
+        return self.filter(tenant=tenant, release=release)
+
+
 class ReleaseBlock(models.Model):
     """A release blocked in one tenant: no new rollout to it, its rollouts pause.
 
@@ -116,6 +138,8 @@ class ReleaseBlock(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     at = models.DateTimeField()
+
+    objects = ReleaseBlockQuerySet.as_manager()
 
     class Meta:
         ordering = ["tenant_id", "-at"]

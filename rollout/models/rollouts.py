@@ -12,6 +12,7 @@ NodeUpgrade: pending -> in_flight -> succeeded | failed | rolled_back
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from decimal import Decimal
 
 from django.conf import settings
@@ -21,7 +22,7 @@ from django.db.models import Q
 
 from fleet.interface import Node, Pool, Tenant
 from rollout.models.querysets import NodeUpgradeQuerySet
-from rollout.models.releases import Release
+from rollout.models.releases import Release, ReleaseBlock
 
 
 class Rollout(models.Model):
@@ -129,6 +130,25 @@ class Rollout(models.Model):
 
     def __str__(self) -> str:
         return f"rollout {self.id} of {self.release.version} ({self.state})"
+
+    def release_blocked(self) -> bool:
+        """Whether its tenant blocked its release (one query; docs/controller.md#blocking-a-release-per-tenant)."""
+        return ReleaseBlock.objects.blocking(tenant=self.tenant_id, release=self.release_id).exists()
+
+    def on_last_wave(self, *, last_index: int) -> bool:
+        """Whether its current wave is its last one (``last_index``: the highest index of its waves)."""
+        return self.current_wave >= last_index
+
+    def soaking(self, *, wave_settled: bool, last_index: int, at: datetime) -> bool:
+        """The soak: active, its current wave settled (a tick recorded it), not the last, and ``next_wave_at``
+        ahead of ``at`` (docs/controller.md#the-tick, Advance). The tick, the plan and promote read it here."""
+        return (
+            self.state == Rollout.State.ACTIVE
+            and wave_settled
+            and not self.on_last_wave(last_index=last_index)
+            and self.next_wave_at is not None
+            and at < self.next_wave_at
+        )
 
 
 class TickRequest(models.Model):

@@ -24,7 +24,7 @@ from fleet.interface import (
 from rollout.controller.events import Paused
 from rollout.controller.scheduled import start_scheduled_rollout
 from rollout.controller.settle import node_upgrades_roll_back
-from rollout.controller.tick import release_blocked, release_expired, wave_failures
+from rollout.controller.tick import wave_failures
 from rollout.controller.tick_requests import rollout_request_tick
 from rollout.controller.transitions import (
     abort_rollout,
@@ -104,12 +104,12 @@ def rollout_resume(
                 code="deadline_passed",
                 endBy=rollout.end_by.isoformat().replace("+00:00", "Z") if rollout.end_by else None,
             )
-        if rollout.state == Rollout.State.PAUSED and release_blocked(rollout):
+        if rollout.state == Rollout.State.PAUSED and rollout.release_blocked():
             raise Conflict(
                 f"Release {rollout.release.version} is blocked in this tenant: unblock it first.",
                 code="release_blocked",
             )
-        if rollout.state == Rollout.State.PAUSED and release_expired(rollout, now=timezone.now()):
+        if rollout.state == Rollout.State.PAUSED and rollout.release.expired_at(timezone.now()):
             raise Conflict(
                 f"Release {rollout.release.version} has expired: no node may start on it. Roll forward to a newer "
                 "release instead.",

@@ -92,9 +92,9 @@ def _snapshot(*, tenant: Tenant, spec: RolloutSpec) -> Snapshot:
     release = Release.objects.filter(version=spec.version).prefetch_related("binaries").first()
     if release is None:
         raise InvalidInput(f"No registered release has version {spec.version!r}.", code="unknown_version")
-    if ReleaseBlock.objects.filter(tenant=tenant, release=release).exists():
+    if ReleaseBlock.objects.blocking(tenant=tenant, release=release).exists():
         raise InvalidInput(f"Release {spec.version} is blocked in this tenant.", code="release_blocked")
-    if release.expires_at is not None and release.expires_at <= timezone.now():
+    if release.expired_at(timezone.now()):
         raise InvalidInput(f"Release {spec.version} has expired: no node may start on it.", code="release_expired")
     if spec.pool_ids is None:
         pools = list(Pool.objects.filter(tenant=tenant).order_by("id"))
