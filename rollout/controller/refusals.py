@@ -21,7 +21,7 @@ from django.utils import timezone
 from rollout.controller.daemons import send_back_rows
 from rollout.controller.events import NodeUpgradeRefused, event_record
 from rollout.controller.tick_requests import rollout_request_tick
-from rollout.controller.transitions import fail_and_send_back
+from rollout.controller.upgrade_transitions import fail_and_send_back
 from rollout.models import NodeUpgrade, Rollout
 
 log = structlog.get_logger("rollout")

@@ -1,6 +1,6 @@
 """Settling in-flight nodes: on their rejoin, at their deadline, after proving ready, or sent back by abort.
 
-Which rows move is decided here; each move is a function of rollout/controller/transitions.py.
+Which rows move is decided here; each move is a function of rollout/controller/upgrade_transitions.py.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from fleet.interface import (
 from rollout import conf
 from rollout.controller.daemons import send_back_rows
 from rollout.controller.tick_requests import rollout_request_tick
-from rollout.controller.transitions import (
+from rollout.controller.upgrade_transitions import (
     fail_and_send_back,
     keep_in_flight,
     mark_arrived,

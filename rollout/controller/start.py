@@ -33,7 +33,7 @@ from fleet.interface import (
 from rollout.controller.daemons import SignedRelease, min_protocol_version, set_daemons, signed_releases
 from rollout.controller.plan import Candidate, Decision, Move, PoolPlan, pool_turns
 from rollout.controller.timeouts import timeouts_due_arm_safely
-from rollout.controller.transitions import (
+from rollout.controller.upgrade_transitions import (
     converge_upgrades,
     skip_upgrades,
     start_upgrades,

@@ -1,4 +1,4 @@
-"""The controller's SQL where the ORM costs more than the statement: run by rollout/controller/transitions.py."""
+"""The controller's SQL where the ORM costs more than the statement: run by controller/upgrade_transitions.py."""
 
 from __future__ import annotations
 

@@ -12,7 +12,8 @@ A tick (docs/controller.md#the-tick), for one rollout, under its row lock taken 
    within the pool's disruption budget (under the pool's row lock).
 
 The controller decides which rows move; the moves themselves (conditional
-UPDATE, one-writer flag, event, log line) are rollout/controller/transitions.py.
+UPDATE, one-writer flag, event, log line) are rollout/controller/transitions.py (the rollout's) and
+upgrade_transitions.py (its node upgrades').
 """
 
 from __future__ import annotations
@@ -44,12 +45,8 @@ from rollout.controller.settle import (
 from rollout.controller.start import StartPlan, rollout_start_nodes, rollouts_converge
 from rollout.controller.tick_requests import holder_awaited, rollout_request_tick
 from rollout.controller.timeouts import timeouts_due_rearm
-from rollout.controller.transitions import (
-    complete_rollout,
-    pause_rollout,
-    release_settled_claims,
-    start_next_wave,
-)
+from rollout.controller.transitions import complete_rollout, pause_rollout, start_next_wave
+from rollout.controller.upgrade_transitions import release_settled_claims
 from rollout.dispatch import TICK_TASK, publish_on_commit
 from rollout.gates.verdicts import with_gate_verdicts
 from rollout.metrics import TICK_SECONDS

@@ -1,4 +1,4 @@
-"""Every state transition of a rollout and of a node upgrade: one function each, and nowhere else.
+"""Every state transition of a rollout: one function each, and nowhere else.
 
 ```
 Rollout      active ──pause_rollout──► paused ──resume_rollout──► active
@@ -6,60 +6,44 @@ Rollout      active ──pause_rollout──► paused ──resume_rollout─�
              active (soaking) ──promote_rollout──► active (soak over: next wave at the next tick)
              active ──complete_rollout──► completed
              active|paused|awaiting_approval ──abort_rollout──► aborted
-             awaiting_approval ──approve_rollout──► active;  ──deny_rollout──► denied   (in approvals.py)
-
-NodeUpgrade  pending ──start_upgrades──► in_flight ──succeed_upgrades──► succeeded
-             in_flight ──succeed_rejoined──► succeeded    (the join path's one statement)
-             in_flight ──mark_arrived──► in_flight (arrived_at: proving readiness, minReadySeconds > 0)
-             in_flight ──fail_and_send_back──► failed        (spec.daemon back to what it ran; timeout, not_ready)
-             in_flight ──roll_back_upgrades──► rolled_back   (spec.daemon back to what it ran)
-             pending ──skip_upgrades──► skipped      pending ──cancel_pending_upgrades──► cancelled
-             skipped (offline, completed rollout) ──converge_upgrades──► in_flight   (convergence after completion)
+             awaiting_approval ──approve_rollout──► active | scheduled;  ──deny_rollout──► denied
+             scheduled ──start_scheduled_rollout──► active
 ```
 
-Each function does the whole transition together: the conditional UPDATE
-(``filter(state=<from>)``, so a tick repeated after a crash, a timeout task
-delivered twice or the agent's join path racing a tick moves a row at most
-once), the ``claims_node`` change (the one-writer flag), the event, and the
-structured log line. Callers (the controller's tick, the operator actions in
-rollouts.py, the agent's join hook) only decide *which* rows move, and hold
-the rollout's row lock where a function says so.
-
-``claims_node``: a row is its node's one writer while its rollout is active or
-paused, or while the row itself is in flight (an aborted rollout's in-flight
-nodes keep their node until they settle).
+Each function does the whole transition together: the conditional UPDATE of the
+rollout's row (``_move_rollout``: from the states it leaves, so a repeated call
+moves it at most once), the changes to its node upgrades (through
+rollout/controller/upgrade_transitions.py, the node upgrades' transitions), and
+the event. Callers (the controller's tick, the schedule, the operator actions and
+approvals in rollout/rollouts/) only decide *whether* it moves, and hold the
+rollout's row lock.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from collections.abc import Set as AbstractSet
 from datetime import datetime
-from typing import Literal, cast
-from uuid import UUID
 
-import structlog
-from django.db.models import Count, Exists, Max, OuterRef, Q, Subquery
+from django.db.models import Count, Max, Q
 
 from core.errors import InvalidState
-from core.statements import prepared_cursor
-from fleet.interface import NodeSession, pools_set_default_daemon_version
-from rollout.controller.daemons import SendBack, previous_daemon, send_back
-from rollout.controller.events import Aborted, Completed, Paused, Promoted, Resumed, WaveStarted, event_record
-from rollout.controller.statements import SUCCEED_REJOINED_SQL
-from rollout.models import NodeUpgrade, Rollout, RolloutWave
-from rollout.models.querysets import sessions_on_target
-
-log = structlog.get_logger("rollout")
+from fleet.interface import pools_set_default_daemon_version
+from rollout.controller.events import (
+    Aborted,
+    Approved,
+    Completed,
+    Denied,
+    Paused,
+    Promoted,
+    Resumed,
+    Started,
+    WaveStarted,
+    event_record,
+)
+from rollout.controller.upgrade_transitions import cancel_pending_upgrades, release_settled_claims
+from rollout.models import NodeUpgrade, Rollout, RolloutApproval, RolloutWave
 
 State = NodeUpgrade.State
-#: Nodes named per ``node_upgrade.started`` log line.
-STARTED_LOG_BATCH = 200
-
-
-def claims_node(rollout_state: str) -> bool:
-    """Whether a settled row still holds its node: while its rollout is active or paused."""
-    return rollout_state in Rollout.ACTIVE_STATES
 
 
 # --- the rollout (the caller holds its row lock) ---------------------------------------------
@@ -197,243 +181,35 @@ def start_next_wave(*, rollout: Rollout, wave: RolloutWave, at: datetime) -> Non
     )
 
 
-# --- node upgrades ------------------------------------------------------------------------------
+def approve_rollout(*, rollout: Rollout, at: datetime, actor: str) -> None:
+    """awaiting_approval -> active (``rollout.approved``): its first wave starts now, at the next tick; or
+    -> scheduled when its ``startAt`` is ahead (the tick starts it then, docs/controller.md#schedules)."""
+    ahead = rollout.start_at is not None and rollout.start_at > at
+    state = Rollout.State.SCHEDULED if ahead else Rollout.State.ACTIVE
+    _move_rollout(rollout, sources=[Rollout.State.AWAITING_APPROVAL], action="approved", state=state, approved_at=at)
+    if state == Rollout.State.ACTIVE:
+        _first_wave_started(rollout, at=at)
+    approvers = RolloutApproval.objects.filter(rollout=rollout).order_by("at", "id").values_list("username", flat=True)
+    event_record(rollout=rollout, payload=Approved(actor=actor, approvals=list(approvers)), at=at)
 
 
-def start_upgrades(
-    *, rollout: Rollout, starts: Sequence[tuple[int, UUID]], started_at: datetime, deadline: datetime
-) -> int:
-    """pending -> in_flight in one set-based UPDATE, recording what each node ran before.
+def deny_rollout(*, rollout: Rollout, at: datetime, actor: str, comment: str) -> None:
+    """awaiting_approval -> denied (``rollout.denied``): its pending rows are cancelled and free their nodes."""
+    if rollout.state != Rollout.State.AWAITING_APPROVAL:
+        raise InvalidState(f"A {rollout.state} rollout cannot be denied.", state=rollout.state)
+    cancelled = cancel_pending_upgrades(rollout=rollout, at=at, reason=NodeUpgrade.Reason.DENIED)
+    _move_rollout(rollout, sources=[Rollout.State.AWAITING_APPROVAL], action="denied", state=Rollout.State.DENIED)
+    event_record(rollout=rollout, payload=Denied(actor=actor, comment=comment, cancelled=cancelled), at=at)
 
-    ``starts``: (node upgrade id, node id) pairs. The previous section and
-    version are read from the node and its session by the UPDATE itself (before
-    spec.daemon changes), not sent row by row. The caller sets the nodes'
-    spec.daemon after this.
-    """
-    started = NodeUpgrade.objects.filter(id__in=[pk for pk, _ in starts], state=State.PENDING).update(
-        state=State.IN_FLIGHT,
-        started_at=started_at,
-        deadline=deadline,
-        previous_daemon=previous_daemon(),
-        previous_version=Subquery(NodeSession.objects.filter(node_id=OuterRef("node_id")).values("daemon_version")[:1]),
+
+def start_scheduled_rollout(*, rollout: Rollout, at: datetime, actor: str) -> None:
+    """scheduled -> active (``rollout.started``): its first wave starts now. InvalidState unless scheduled."""
+    _move_rollout(rollout, sources=[Rollout.State.SCHEDULED], action="started", state=Rollout.State.ACTIVE)
+    _first_wave_started(rollout, at=at)
+    event_record(rollout=rollout, payload=Started(actor=actor, start_at=rollout.start_at), at=at)
+
+
+def _first_wave_started(rollout: Rollout, *, at: datetime) -> None:
+    RolloutWave.objects.filter(rollout=rollout, index=rollout.current_wave, started_at__isnull=True).update(
+        started_at=at
     )
-    # One line per batch of nodes, not per node: a tick that starts 5,000 nodes spent a second formatting
-    # 5,000 lines (docs/architecture.md#scale-targets: at most 1.5 s). Each line names its nodes, so a node's
-    # start is still found.
-    node_ids = [str(node_id) for _, node_id in starts]
-    for first in range(0, len(node_ids), STARTED_LOG_BATCH):
-        log.info(
-            "node_upgrade.started",
-            tenant=rollout.tenant_id,
-            rollout=str(rollout.id),
-            nodes=node_ids[first : first + STARTED_LOG_BATCH],
-            version=rollout.release.version,
-            wave=rollout.current_wave,
-            deadline=deadline.isoformat(),
-        )
-    return started
-
-
-def mark_arrived(*, ids: Sequence[int], **context: str | int) -> int:
-    """in_flight, arrived_at recorded: the node rejoined on the target and now proves readiness.
-
-    See docs/controller.md#readiness-before-success-minreadyseconds.
-
-    ``arrived_at`` is the session's ``joined_at`` (when it rejoined on the target), read by the
-    UPDATE itself, and only while that session is still open on the target: a later rejoin gives a
-    later ``joined_at``, which is how readiness tells the node left meanwhile.
-    """
-    on_target = sessions_on_target()
-    arrived = (
-        NodeUpgrade.objects.filter(id__in=ids, state=State.IN_FLIGHT, arrived_at__isnull=True)
-        .filter(Exists(on_target))
-        .update(arrived_at=Subquery(on_target.values("joined_at")[:1]))
-    )
-    if arrived:
-        log.info("node_upgrade.arrived", count=arrived, **context)
-    return arrived
-
-
-def converge_upgrades(
-    *, rollout_id: UUID, starts: Sequence[tuple[int, UUID]], started_at: datetime, deadline: datetime
-) -> int:
-    """skipped (offline) -> in_flight: a completed rollout's node came back on an older version.
-
-    See docs/controller.md#convergence-after-completion.
-
-    Like ``start_upgrades``: the previous section and version are read by the UPDATE; the row takes
-    its node again (``claims_node``) while in flight, so the one-writer index refuses it when another
-    rollout holds the node (IntegrityError: the caller retries without it).
-    """
-    started = NodeUpgrade.objects.filter(
-        id__in=[pk for pk, _ in starts],
-        state=State.SKIPPED,
-        reason=NodeUpgrade.Reason.OFFLINE,
-        rollout__state=Rollout.State.COMPLETED,
-    ).update(
-        state=State.IN_FLIGHT,
-        claims_node=True,
-        reason=None,
-        settled_at=None,
-        arrived_at=None,
-        started_at=started_at,
-        deadline=deadline,
-        previous_daemon=previous_daemon(),
-        previous_version=Subquery(NodeSession.objects.filter(node_id=OuterRef("node_id")).values("daemon_version")[:1]),
-    )
-    for _, node_id in starts:
-        log.info("node_upgrade.converging", rollout=str(rollout_id), node=str(node_id))
-    return started
-
-
-def skip_upgrades(*, rollout: Rollout, ids: Sequence[int], reason: str, at: datetime) -> int:
-    """pending -> skipped (offline agent, no binary for the arch). The row keeps its node while the rollout runs."""
-    skipped = NodeUpgrade.objects.filter(id__in=ids, state=State.PENDING).update(
-        state=State.SKIPPED, reason=reason, settled_at=at
-    )
-    if skipped:
-        log.info(
-            "node_upgrade.skipped", tenant=rollout.tenant_id, rollout=str(rollout.id), count=skipped, reason=reason
-        )
-    return skipped
-
-
-def succeed_upgrades(*, ids: Sequence[int], rollout_state: str, at: datetime, **context: str | int) -> int:
-    """in_flight -> succeeded: the agent rejoined reporting the target version."""
-    succeeded = NodeUpgrade.objects.filter(id__in=ids, state=State.IN_FLIGHT).update(
-        state=State.SUCCEEDED, settled_at=at, claims_node=claims_node(rollout_state)
-    )
-    if succeeded:
-        log.info("node_upgrade.succeeded", count=succeeded, **context)
-    return succeeded
-
-
-def succeed_rejoined(*, node_id: UUID, version: str, at: datetime) -> UUID | Literal[False] | None:
-    """in_flight -> succeeded: the node's agent rejoined reporting ``version``, its target; PostgreSQL only.
-
-    The rollout's id; False, and nothing written, when no upgrade of the node is in flight; None, and nothing
-    written, for every other case but the common one (controller/statements.py): the caller decides those.
-    """
-    with prepared_cursor() as cursor:
-        cursor.execute(
-            SUCCEED_REJOINED_SQL,
-            {
-                "node": node_id,
-                "version": version,
-                "at": at,
-                "in_flight": State.IN_FLIGHT,
-                "succeeded": State.SUCCEEDED,
-                "claiming": list(Rollout.ACTIVE_STATES),
-            },
-        )
-        rollout_id, tenant, in_flight = cursor.fetchone()
-    if rollout_id is None:
-        return None if in_flight else False
-    log.info(
-        "node_upgrade.succeeded", count=1, tenant=tenant, rollout=str(rollout_id), node=str(node_id), version=version
-    )
-    return cast(UUID, rollout_id)
-
-
-def fail_and_send_back(*, rows: Sequence[SendBack], reason: str, at: datetime) -> int:
-    """in_flight -> failed, and each node's spec.daemon goes back to what it ran before.
-
-    ``rows`` were read under their row locks by the caller. Back to the previous
-    section when that release is registered, else the registered release its
-    agent reported when the upgrade started, else literally the previous
-    section (possibly none): a failed node must not keep chasing the version it
-    could not reach.
-    """
-    failed = 0
-    for claims in (True, False):
-        ids = [row.id for row in rows if claims_node(row.rollout_state) == claims]
-        if ids:
-            failed += NodeUpgrade.objects.filter(id__in=ids, state=State.IN_FLIGHT).update(
-                state=State.FAILED, reason=reason, settled_at=at, claims_node=claims
-            )
-    if failed:
-        send_back(rows, fallback_to_previous=True)
-        for row in rows:
-            log.info(
-                "node_upgrade.failed",
-                tenant=row.tenant_id,
-                rollout=str(row.rollout_id),
-                node=str(row.node_id),
-                reason=reason,
-            )
-    return failed
-
-
-def roll_back_upgrades(*, rows: Sequence[SendBack], at: datetime) -> int:
-    """in_flight -> rolled_back: each node goes back to its previous (registered) release.
-
-    ``rows`` were read under their row locks and each has a registered section
-    to go back to (``SendBack.section``); the rows stop holding their node.
-    """
-    rolled_back = NodeUpgrade.objects.filter(id__in=[row.id for row in rows], state=State.IN_FLIGHT).update(
-        state=State.ROLLED_BACK, reason=NodeUpgrade.Reason.ROLLED_BACK, settled_at=at, claims_node=False
-    )
-    if rolled_back:
-        send_back(rows, fallback_to_previous=False)
-        for row in rows:
-            log.info(
-                "node_upgrade.rolled_back", tenant=row.tenant_id, rollout=str(row.rollout_id), node=str(row.node_id)
-            )
-    return rolled_back
-
-
-def keep_in_flight(*, ids: Sequence[int], reason: str) -> int:
-    """Not a transition: in-flight rows that abort could not roll back say why (they settle as usual)."""
-    return NodeUpgrade.objects.filter(id__in=ids, state=State.IN_FLIGHT).update(reason=reason)
-
-
-def cancel_pending_upgrades(*, rollout: Rollout, at: datetime, reason: str = NodeUpgrade.Reason.ABORTED) -> int:
-    """pending -> cancelled (abort; deny: ``denied``): the rows stop holding their node."""
-    cancelled = NodeUpgrade.objects.filter(rollout=rollout, state=State.PENDING).update(
-        state=State.CANCELLED, reason=reason, settled_at=at, claims_node=False
-    )
-    if cancelled:
-        log.info("node_upgrade.cancelled", tenant=rollout.tenant_id, rollout=str(rollout.id), count=cancelled)
-    return cancelled
-
-
-def supersede_upgrades(*, tenant_id: int, node_ids: AbstractSet[UUID], at: datetime) -> int:
-    """in_flight (of a finished rollout) -> cancelled (``superseded``): a new rollout takes the node.
-
-    An aborted rollout's in-flight nodes keep their node only until a newer
-    rollout needs it (a fix-forward), and so does a completed rollout's node
-    converging after completion (docs/controller.md#convergence-after-completion). They are not sent back: the new
-    rollout sets the node's spec.daemon when it starts it.
-
-    The rows are found from the in-flight side (the tenant's finished rollouts' in-flight rows,
-    which the pools' budgets keep few) and matched against ``node_ids`` here: a rollout over
-    100,000 nodes would otherwise send them all as parameters (docs/benchmarks.md).
-    """
-    candidates = NodeUpgrade.objects.filter(
-        state=State.IN_FLIGHT, rollout__tenant_id=tenant_id, rollout__state__in=Rollout.TERMINAL_STATES
-    )
-    ids = [pk for pk, node_id in candidates.values_list("id", "node_id") if node_id in node_ids]
-    if not ids:
-        return 0
-    # A row settled since it was read is left alone. A rollout that finishes meanwhile keeps its
-    # in-flight rows' claims: the caller's insert then meets them at the one-writer index (a 409).
-    superseded = NodeUpgrade.objects.filter(id__in=ids, state=State.IN_FLIGHT).update(
-        state=State.CANCELLED, reason=NodeUpgrade.Reason.SUPERSEDED, settled_at=at, claims_node=False
-    )
-    if superseded:
-        log.info("node_upgrade.superseded", count=superseded)
-    return superseded
-
-
-def release_settled_claims(*, rollout: Rollout | None = None) -> int:
-    """Settled rows of finished rollouts stop holding their node; in-flight rows hold it until they settle.
-
-    Without ``rollout``: every finished rollout's (repairs a join-path race that
-    settled a row with the claim of a rollout finishing at the same moment).
-    """
-    rows = NodeUpgrade.objects.filter(claims_node=True).exclude(state=State.IN_FLIGHT)
-    if rollout is not None:
-        rows = rows.filter(rollout=rollout)
-    else:
-        rows = rows.filter(rollout__state__in=Rollout.TERMINAL_STATES)
-    return rows.update(claims_node=False)

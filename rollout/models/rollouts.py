@@ -1,6 +1,7 @@
 """Rollouts, their waves, node upgrades, tick requests and rollout events.
 
-State machines (transitions live in rollout/controller/transitions.py, one function each):
+State machines (one function per transition: the rollout's in rollout/controller/transitions.py, the node
+upgrades' in rollout/controller/upgrade_transitions.py):
 
 Rollout:     awaiting_approval -> active | scheduled | denied | aborted   (only when its tenant requires approvals)
              active -> paused -> active;  active|paused -> completed | aborted

@@ -22,17 +22,17 @@ from fleet.interface import (
     audit_record,
 )
 from rollout.controller.events import Paused
-from rollout.controller.scheduled import start_scheduled_rollout
 from rollout.controller.settle import node_upgrades_roll_back
 from rollout.controller.tick import wave_failures
 from rollout.controller.tick_requests import rollout_request_tick
 from rollout.controller.transitions import (
     abort_rollout,
-    cancel_pending_upgrades,
     pause_rollout,
     promote_rollout,
     resume_rollout,
+    start_scheduled_rollout,
 )
+from rollout.controller.upgrade_transitions import cancel_pending_upgrades
 from rollout.gates.verdicts import gates_counts_clear
 from rollout.models import Rollout
 from rollout.rollouts.spec import schedule_time
@@ -47,7 +47,7 @@ def audit_rollout(rollout: Rollout, actor: Actor | None, action: str, **changes:
     )
 
 
-def _event_actor(actor: Actor | None) -> str:
+def event_actor(actor: Actor | None) -> str:
     """Who the rollout event names: "api:alice", "admin:root", or "operator" for direct calls."""
     return str(actor) if actor is not None else "operator"
 
@@ -56,7 +56,7 @@ def _state(rollout: Rollout) -> dict[str, str | None]:
     return {"state": rollout.state, "pausedReason": rollout.paused_reason}
 
 
-def _locked(*, tenant: Tenant | None, rollout_id: UUID | str) -> Rollout:
+def rollout_locked(*, tenant: Tenant | None, rollout_id: UUID | str) -> Rollout:
     """The rollout, row-locked (waits for a running tick), or NotFound (also for another tenant's)."""
     queryset = Rollout.objects.select_for_update().select_related("release")
     if tenant is not None:
@@ -70,9 +70,9 @@ def _locked(*, tenant: Tenant | None, rollout_id: UUID | str) -> Rollout:
 def rollout_pause(*, rollout_id: UUID | str, tenant: Tenant | None = None, actor: Actor | None = None) -> Rollout:
     """active -> paused. In-flight nodes still settle; nothing new starts."""
     with transaction.atomic():
-        rollout = _locked(tenant=tenant, rollout_id=rollout_id)
+        rollout = rollout_locked(tenant=tenant, rollout_id=rollout_id)
         before = _state(rollout)
-        paused = Paused(reason=Rollout.PausedReason.OPERATOR, actor=_event_actor(actor))
+        paused = Paused(reason=Rollout.PausedReason.OPERATOR, actor=event_actor(actor))
         pause_rollout(rollout=rollout, at=timezone.now(), paused=paused)
         audit_rollout(rollout, actor, "rollout.pause", before=before, after=_state(rollout))
     return rollout
@@ -92,7 +92,7 @@ def rollout_resume(
     if new_end_by is not None and new_end_by <= now:
         raise InvalidInput("endBy must be after now.", code="invalid_schedule", field="endBy")
     with transaction.atomic():
-        rollout = _locked(tenant=tenant, rollout_id=rollout_id)
+        rollout = rollout_locked(tenant=tenant, rollout_id=rollout_id)
         acknowledged = rollout.acknowledged_failures
         before: dict[str, Any] = _state(rollout)
         if new_end_by is not None and rollout.start_at is not None and new_end_by <= rollout.start_at:
@@ -124,7 +124,7 @@ def rollout_resume(
             rollout=rollout,
             at=now,
             acknowledged_failures=acknowledged,
-            actor=_event_actor(actor),
+            actor=event_actor(actor),
             state=Rollout.State.SCHEDULED if ahead else Rollout.State.ACTIVE,
         )
         if new_end_by is not None:
@@ -140,9 +140,9 @@ def rollout_resume(
 def rollout_start(*, rollout_id: UUID | str, tenant: Tenant | None = None, actor: Actor | None = None) -> Rollout:
     """scheduled -> active now (``rollout.started``, docs/controller.md#schedules); 409 unless scheduled."""
     with transaction.atomic():
-        rollout = _locked(tenant=tenant, rollout_id=rollout_id)
+        rollout = rollout_locked(tenant=tenant, rollout_id=rollout_id)
         before = _state(rollout)
-        start_scheduled_rollout(rollout=rollout, at=timezone.now(), actor=_event_actor(actor))
+        start_scheduled_rollout(rollout=rollout, at=timezone.now(), actor=event_actor(actor))
         rollout_request_tick(rollout_id=rollout.id)
         audit_rollout(rollout, actor, "rollout.start", before=before, after=_state(rollout))
     return rollout
@@ -156,9 +156,9 @@ def rollout_promote(*, rollout_id: UUID | str, tenant: Tenant | None = None, act
     409 ``invalid_state`` unless the rollout is active and its current wave is soaking.
     """
     with transaction.atomic():
-        rollout = _locked(tenant=tenant, rollout_id=rollout_id)
+        rollout = rollout_locked(tenant=tenant, rollout_id=rollout_id)
         before = {"currentWave": rollout.current_wave, "nextWaveAt": rollout.next_wave_at}
-        promote_rollout(rollout=rollout, at=timezone.now(), actor=_event_actor(actor))
+        promote_rollout(rollout=rollout, at=timezone.now(), actor=event_actor(actor))
         # The tick that starts the next wave (rollout.wave), right after this commit.
         rollout_request_tick(rollout_id=rollout.id)
         audit_rollout(
@@ -185,7 +185,7 @@ def rollout_abort(
     if not isinstance(rollback, bool):
         raise InvalidInput("rollback must be true or false.", code="invalid_input", field="rollback")
     with transaction.atomic():
-        rollout = _locked(tenant=tenant, rollout_id=rollout_id)
+        rollout = rollout_locked(tenant=tenant, rollout_id=rollout_id)
         if rollout.state in Rollout.TERMINAL_STATES:
             raise InvalidState(f"A {rollout.state} rollout cannot be aborted.", state=rollout.state)
         now = timezone.now()
@@ -195,7 +195,7 @@ def rollout_abort(
         abort_rollout(
             rollout=rollout,
             at=now,
-            actor=_event_actor(actor),
+            actor=event_actor(actor),
             rollback=rollback,
             cancelled=cancelled,
             rolled_back=rolled_back,

@@ -21,7 +21,6 @@ after the other; the unique constraint stands behind it.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import TYPE_CHECKING
 from uuid import UUID
 
@@ -30,11 +29,10 @@ from django.utils import timezone
 
 from core.errors import Conflict, Forbidden, InvalidInput, InvalidState
 from fleet.interface import Actor, Tenant
-from rollout.controller.events import Approved, Denied, event_record
 from rollout.controller.tick_requests import rollout_request_tick
-from rollout.controller.transitions import _move_rollout, cancel_pending_upgrades
-from rollout.models import NodeUpgrade, Rollout, RolloutApproval, RolloutWave
-from rollout.rollouts.actions import _event_actor, _locked, audit_rollout
+from rollout.controller.transitions import approve_rollout, deny_rollout
+from rollout.models import Rollout, RolloutApproval
+from rollout.rollouts.actions import audit_rollout, event_actor, rollout_locked
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import _User
@@ -56,42 +54,6 @@ def _comment(value: object, *, required: bool) -> str:
     return value
 
 
-def _approvers(rollout: Rollout) -> list[str]:
-    return list(RolloutApproval.objects.filter(rollout=rollout).order_by("at", "id").values_list("username", flat=True))
-
-
-def _approved_state(rollout: Rollout, *, at: datetime) -> str:
-    """What an approved rollout becomes: ``scheduled`` while its ``startAt`` is ahead (the tick starts it
-    then, docs/controller.md#schedules), else ``active``."""
-    if rollout.start_at is not None and rollout.start_at > at:
-        return Rollout.State.SCHEDULED
-    return Rollout.State.ACTIVE
-
-
-# --- the transitions (the caller holds the rollout's row lock) ------------------------------------
-
-
-def approve_rollout(*, rollout: Rollout, at: datetime, actor: str) -> None:
-    """awaiting_approval -> active (``rollout.approved``): its first wave starts now, at the next tick; or
-    -> scheduled when its ``startAt`` is ahead (its first wave starts then)."""
-    state = _approved_state(rollout, at=at)
-    _move_rollout(rollout, sources=[Rollout.State.AWAITING_APPROVAL], action="approved", state=state, approved_at=at)
-    if state == Rollout.State.ACTIVE:
-        RolloutWave.objects.filter(rollout=rollout, index=rollout.current_wave, started_at__isnull=True).update(
-            started_at=at
-        )
-    event_record(rollout=rollout, payload=Approved(actor=actor, approvals=_approvers(rollout)), at=at)
-
-
-def deny_rollout(*, rollout: Rollout, at: datetime, actor: str, comment: str) -> None:
-    """awaiting_approval -> denied (``rollout.denied``): its pending rows are cancelled and free their nodes."""
-    if rollout.state != Rollout.State.AWAITING_APPROVAL:
-        raise InvalidState(f"A {rollout.state} rollout cannot be denied.", state=rollout.state)
-    cancelled = cancel_pending_upgrades(rollout=rollout, at=at, reason=NodeUpgrade.Reason.DENIED)
-    _move_rollout(rollout, sources=[Rollout.State.AWAITING_APPROVAL], action="denied", state=Rollout.State.DENIED)
-    event_record(rollout=rollout, payload=Denied(actor=actor, comment=comment, cancelled=cancelled), at=at)
-
-
 # --- the services ---------------------------------------------------------------------------------
 
 
@@ -111,7 +73,7 @@ def rollout_approve(
     """
     text = _comment(comment, required=False)
     with transaction.atomic():
-        rollout = _locked(tenant=tenant, rollout_id=rollout_id)
+        rollout = rollout_locked(tenant=tenant, rollout_id=rollout_id)
         if RolloutApproval.objects.filter(rollout=rollout, user=user).exists():
             raise Conflict(f"{user.get_username()} already approved this rollout.", code="already_approved")
         if rollout.state != Rollout.State.AWAITING_APPROVAL:
@@ -129,7 +91,7 @@ def rollout_approve(
         approvals = RolloutApproval.objects.filter(rollout=rollout).count()
         before = {"state": rollout.state, "approvals": approvals - 1}
         if approvals >= rollout.approvals_required:
-            approve_rollout(rollout=rollout, at=now, actor=_event_actor(actor))
+            approve_rollout(rollout=rollout, at=now, actor=event_actor(actor))
             rollout_request_tick(rollout_id=rollout.id)
         audit_rollout(
             rollout,
@@ -154,8 +116,8 @@ def rollout_deny(
     """
     text = _comment(comment, required=True)
     with transaction.atomic():
-        rollout = _locked(tenant=tenant, rollout_id=rollout_id)
+        rollout = rollout_locked(tenant=tenant, rollout_id=rollout_id)
         before = {"state": rollout.state}
-        deny_rollout(rollout=rollout, at=timezone.now(), actor=_event_actor(actor), comment=text)
+        deny_rollout(rollout=rollout, at=timezone.now(), actor=event_actor(actor), comment=text)
         audit_rollout(rollout, actor, "rollout.deny", before=before, after={"state": rollout.state, "comment": text})
     return rollout

@@ -31,7 +31,7 @@ from fleet.interface import (
 from rollout import conf
 from rollout.controller.events import Created, event_record
 from rollout.controller.tick_requests import rollout_request_tick
-from rollout.controller.transitions import (
+from rollout.controller.upgrade_transitions import (
     supersede_upgrades,
 )
 from rollout.gates.verdicts import gates_create

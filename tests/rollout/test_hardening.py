@@ -204,7 +204,7 @@ def test_superseding_sends_no_node_ids_to_the_database(tenant, releases):
     from django.test.utils import CaptureQueriesContext
     from django.utils import timezone
 
-    from rollout.controller.transitions import supersede_upgrades
+    from rollout.controller.upgrade_transitions import supersede_upgrades
 
     def sql_sent(count: int) -> int:
         node_ids = {uuid.uuid4() for _ in range(count)}
