@@ -10,22 +10,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from rollout.controller.events import DeadlinePassed, Paused, Started, event_record
+from rollout.controller.events import DeadlinePassed, Paused, event_record
 from rollout.controller.settle import node_upgrades_roll_back
-from rollout.controller.transitions import _move_rollout, abort_rollout, cancel_pending_upgrades, pause_rollout
-from rollout.models import Rollout, RolloutWave
+from rollout.controller.transitions import abort_rollout, pause_rollout, start_scheduled_rollout
+from rollout.controller.upgrade_transitions import cancel_pending_upgrades
+from rollout.models import Rollout
 
 State = Rollout.State
 EndBehavior = Rollout.EndBehavior
-
-
-def start_scheduled_rollout(*, rollout: Rollout, at: datetime, actor: str) -> None:
-    """scheduled -> active (``rollout.started``): its first wave starts now. InvalidState unless scheduled."""
-    _move_rollout(rollout, sources=[State.SCHEDULED], action="started", state=State.ACTIVE)
-    RolloutWave.objects.filter(rollout=rollout, index=rollout.current_wave, started_at__isnull=True).update(
-        started_at=at
-    )
-    event_record(rollout=rollout, payload=Started(actor=actor, start_at=rollout.start_at), at=at)
 
 
 def rollout_start_due(*, rollout: Rollout, now: datetime) -> bool:
