@@ -252,6 +252,14 @@ def print_table(options: argparse.Namespace, results: list[dict]) -> None:
             f" {r['nginx_cpu']:.1f} | {' '.join(f'{x:.1f}' for x in r['load'])} |"
         )
     for r in results:
+        # The load rule's bounds, which its test (tests/delivery/test_load_rule.py) leaves to this benchmark: the
+        # rate during the downloads as a ratio of the calm rate of the same run, and the p99 during them.
+        ratio, met = r["busy"] / r["calm"], r["busy"] >= r["calm"] / 2 and r["busy_p99"] < 1.0
+        print(
+            f"{r['mode']}: load rule: hb/s during / calm {ratio:.2f} (target >= 0.50), p99 during"
+            f" {1000 * r['busy_p99']:.0f} ms (target < 1000 ms): {'met' if met else 'NOT met'}"
+        )
+    for r in results:
         print(
             f"{r['mode']}: HTTP round trip p99 {1000 * r['rtt'][0]:.0f} -> {1000 * r['rtt'][1]:.0f} ms;"
             f" CPU (cores) of the agents' processes {r['agents_cpu'][0]:.2f} -> {r['agents_cpu'][1]:.2f},"

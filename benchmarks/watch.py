@@ -17,7 +17,8 @@ open; ``FLEET_HEARTBEAT_SECONDS=60`` (what a watching fleet runs). Three phases,
    every one of them is answered; the time from just before that COMMIT to each answer.
 
 The ratio columns are against phase 1, measured in the same run. Targets (docs/fleet.md#watch): 10,000 held
-within 1 GiB of web RSS, plain heartbeats at least at the previous tier's rate.
+within 1 GiB of web RSS, plain heartbeats at least at the previous tier's rate, every woken request answered within
+1 s of the commit (the bound tests/watch/test_simulator_watch.py leaves to this benchmark).
 """
 
 from __future__ import annotations
@@ -285,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"held-request errors: {errors}")
     print(
         f"targets: {options.held:,} held within 1 GiB of the tier's RSS (nginx and gunicorn);"
-        " plain hb/s while held >= the WSGI tier's (1.00x)"
+        " plain hb/s while held >= the WSGI tier's (1.00x); every woken request answered within 1 s of the commit"
+        f" ({'met' if max(latencies) < 1.0 else 'NOT met'}: the last at {max(latencies) * 1000:.0f} ms)"
     )
     return 1 if errors else 0
 
