@@ -15,7 +15,6 @@ measured.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import math
 import time
@@ -55,6 +54,7 @@ from fleet.watch.asgi import (
     security_headers,
     terminated,
 )
+from fleet.watch.fields import FreshFields
 from fleet.watch.hub import WatchHub
 from fleet.watch.known import KNOWN_SECONDS, Known
 from fleet.watch.reads import WakeReads
@@ -68,9 +68,6 @@ SESSION_PATH = "/api/compute/agent/session"
 # What DRF adds to AgentSessionView's 204 (the leave), so that both tiers answer alike.
 LEAVE_HEADERS = [(b"allow", b"POST, DELETE, OPTIONS")]
 SERVER_ERROR = json.dumps({"code": "server_error", "detail": "Internal server error."}).encode()
-#: An answer that repeats an earlier read (at ``wait``, nothing changed) carries the plug-ins' fields
-#: (``SessionReport.fields``) as read at most this long ago; older, they are read again first.
-FIELDS_FRESH_SECONDS = 5.0
 ARRIVALS = Counter(
     "fleet_watch_arrivals",
     "Held session requests by how their arrival was read: 'database' (a statement) or 'memory' (fleet/watch/known.py).",
@@ -93,8 +90,7 @@ class AgentSessionFront:
         self.wake_reads = WakeReads(lambda tokens: self._run(held_sessions_read, token_hashes=tokens))
         self.headers = security_headers()
         self._keeper: asyncio.Task[None] | None = None
-        self._fields: tuple[float, dict[str, Any]] = (-math.inf, {})  # the loop's time they were read, the fields
-        self._fields_read: asyncio.Task[None] | None = None
+        self.fields = FreshFields(lambda: self._run(session_fields))
         self._pulsed_at = -math.inf
         self._background: set[asyncio.Task[Any]] = set()
 
@@ -223,7 +219,7 @@ class AgentSessionFront:
             await self._respond(send, SERVER_ERROR, status=500)
             return
         if report is not None:
-            await self._respond(send, session_answer_bytes(await self._fields_fresh(report)))
+            await self._respond(send, session_answer_bytes(await self.fields.fresh(report)))
 
     async def _answer(
         self, request: SessionRequest, scope: Scope, receive: Receive, send: Send, body: bytes
@@ -263,7 +259,7 @@ class AgentSessionFront:
         )
         report, plain = answer if isinstance(answer, tuple) else (answer, answer is not None)
         if report is not None:
-            self._fields_seen(since, report.fields)
+            self.fields.seen(since, report.fields)
             if plain and request.wait is not None and report.node_id is not None:
                 # Afterwards last_seen_at is within an interval of now: written now, or not due.
                 floor = now.timestamp() - heartbeat_seconds()
@@ -286,7 +282,7 @@ class AgentSessionFront:
         ):
             return await self._heartbeat(request, hashed)
         self._pulse()
-        self._fields_seen(since, read.report.fields)
+        self.fields.seen(since, read.report.fields)
         # The stored last_seen_at is the floor: a write that moves it back is notified (fleet/watch/known.py).
         floor = read.last_seen_at.timestamp()
         self.hub.remember(hashed, Known(read.node_id, read.report, daemon, protocol, since, floor))
@@ -308,31 +304,6 @@ class AgentSessionFront:
         if known.seen_floor <= time.time() - heartbeat_seconds():
             return None
         return known
-
-    async def _fields_fresh(self, report: SessionReport) -> SessionReport:
-        """``report`` with the plug-ins' fields read at most FIELDS_FRESH_SECONDS ago: an answer at ``wait`` repeats
-        a read from up to a ``wait`` before, or from memory, longer. One read at a time; a failed one keeps them."""
-        loop = asyncio.get_running_loop()
-        if loop.time() - self._fields[0] > FIELDS_FRESH_SECONDS:
-            if self._fields_read is None:
-                self._fields_read = loop.create_task(self._read_fields())
-            await asyncio.shield(self._fields_read)
-        fields = self._fields[1] if self._fields[0] > -math.inf else report.fields
-        return report if report.fields == fields else dataclasses.replace(report, fields=fields)
-
-    def _fields_seen(self, since: float, fields: dict[str, Any]) -> None:
-        """Fields read by a statement that began at ``since``: kept unless a read that began later is kept."""
-        if since >= self._fields[0]:
-            self._fields = (since, fields)
-
-    async def _read_fields(self) -> None:
-        since = asyncio.get_running_loop().time()
-        try:
-            self._fields_seen(since, await self._run(session_fields))
-        except Exception as exc:  # the database is down: the answer keeps the fields it has
-            log.warning("fleet.watch.fields_failed", error=f"{type(exc).__name__}: {exc}"[:300])
-        finally:
-            self._fields_read = None
 
     def _pulse(self) -> None:
         """An arrival answered from memory is heard too: the fleet's pulse, at most once per PULSE_EVERY here."""
