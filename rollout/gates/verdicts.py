@@ -1,4 +1,6 @@
-"""Gates (docs/controller.md#gates): their rows, and what the tick and the blockers read (the options: gate_spec.py).
+"""Gates (docs/controller.md#gates): their rows, and what the tick and the blockers read.
+
+The options are checked in rollout/gates/spec.py.
 
 A gate is a health signal a rollout waits on: a Prometheus query whose every sample must stay at
 most ``max``, or an HTTP URL that must answer 2xx. The evaluation task asks them

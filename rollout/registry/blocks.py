@@ -1,12 +1,11 @@
 """Blocking a release per tenant (docs/controller.md#blocking-a-release-per-tenant).
 
-A block is one row (tenant, release). While it stands, in that tenant only:
-creating a rollout to the release answers 400 ``release_blocked``
-(rollouts.py ``_snapshot``), its active rollouts pause at their next tick
-(``pausedReason: "release_blocked"``, controller.py ``rollout_tick`` checks it
-first), resuming them answers 409 ``release_blocked``, and nodes of its
-completed rollouts do not converge. Abort still works. Unblocking does not
-resume anything: an operator resumes the rollouts they want to go on.
+A block is one row (tenant, release); ``ReleaseBlock.objects.blocking`` (rollout/models/releases.py) is the
+rule every reader asks. While it stands, in that tenant only: creating a rollout to the release answers 400
+``release_blocked`` (rollout/rollouts/create.py ``_snapshot``), its active rollouts pause at their next tick
+(``pausedReason: "release_blocked"``; rollout/controller/tick.py, before it settles or starts), resuming
+them answers 409 ``release_blocked``, and nodes of its completed rollouts do not converge. Abort still works.
+Unblocking does not resume anything: an operator resumes the rollouts they want to go on.
 """
 
 from __future__ import annotations
