@@ -1,4 +1,4 @@
-"""Shapes of the rollout module's API (camelCase: docs/api.md#releases, docs/api.md#rollouts).
+"""Shapes of the rollouts' API (camelCase: docs/api.md#rollouts); the releases' are in release_serializers.py.
 
 Input serializers only check types; the rules (waves, ratios, seconds) are
 checked once, in rollout/rollouts/spec.py, for the API and the admin alike.
@@ -6,7 +6,6 @@ checked once, in rollout/rollouts/spec.py, for the API and the admin alike.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.utils import timezone
@@ -22,82 +21,11 @@ from core.fields import (
     StrictNumberField,
     StrictSerializer,
 )
-from rollout import conf
 from rollout.api.blocker_serializers import NodeBlockerSerializer, RolloutBlockerSerializer
-from rollout.api.schema import ReleaseBinarySerializer
-from rollout.models import NodeUpgrade, Release, ReleaseRoot, Rollout, RolloutEvent
-from rollout.registry.blocks import block_json, blocks_for
+from rollout.models import NodeUpgrade, Rollout, RolloutEvent
 from rollout.rollouts.blockers import node_blockers
 from rollout.rollouts.representation import blocker_json, rollouts_json
 from rollout.rollouts.spec import MAX_POOL_IDS, MAX_WAVES, RolloutPlan, RolloutSpec, rollout_spec
-
-
-class ReleaseBlockedSerializer(serializers.Serializer):
-    """A release's block in the caller's tenant (docs/controller.md#blocking-a-release-per-tenant)."""
-
-    at = serializers.DateTimeField()
-    reason = serializers.CharField()
-    by = serializers.CharField(allow_null=True, help_text="The user who blocked it.")
-
-
-class ReleaseSerializer(ResponseModelSerializer):
-    """A release as the caller's tenant sees it: ``blocked`` is that tenant's block (context ``tenant``)."""
-
-    protocolVersion = serializers.IntegerField(source="protocol_version", allow_null=True)
-    registeredAt = serializers.DateTimeField(source="registered_at")
-    expiresAt = serializers.DateTimeField(
-        source="expires_at", allow_null=True, help_text="The signed manifest's expiry; null when it never expires."
-    )
-    binaries = serializers.SerializerMethodField(help_text="Per `linux-<arch>`.")
-    blocked = serializers.SerializerMethodField()
-
-    class Meta:
-        model = Release
-        fields = [
-            "version",
-            "sequence",
-            "product",
-            "protocolVersion",
-            "binaries",
-            "registeredAt",
-            "expiresAt",
-            "blocked",
-        ]
-
-    @extend_schema_field(ReleaseBlockedSerializer(allow_null=True))
-    def get_blocked(self, release: Release) -> dict[str, Any] | None:
-        blocks = self.context.get("blocks")  # a list passes the page's blocks (one query)
-        if blocks is None:
-            blocks = blocks_for(tenant=self.context.get("tenant"), release_ids=[release.pk])
-        return block_json(blocks.get(release.pk))
-
-    @extend_schema_field(serializers.DictField(child=ReleaseBinarySerializer()))
-    def get_binaries(self, release: Release) -> dict[str, dict]:
-        return {
-            binary.platform: {
-                "sha256": binary.sha256,
-                "size": binary.size,
-                "url": conf.binary_url(release.version, binary.platform),
-            }
-            for binary in release.binaries.all()
-        }
-
-
-class ReleaseRootSerializer(ResponseModelSerializer):
-    """A root of the key chain: version 1 is the configured pins and threshold (no envelope)."""
-
-    expiresAt = serializers.DateTimeField(source="expires_at", allow_null=True)
-    envelope = serializers.SerializerMethodField(help_text="The DSSE envelope as registered; null for root 1.")
-    signerPins = serializers.JSONField(source="signer_pins", help_text="Pins that counted (previous root's, its own).")
-    recordedAt = serializers.DateTimeField(source="recorded_at")
-
-    class Meta:
-        model = ReleaseRoot
-        fields = ["version", "pins", "threshold", "expiresAt", "envelope", "signerPins", "recordedAt"]
-
-    @extend_schema_field(JSONObjectField(allow_null=True))
-    def get_envelope(self, root: ReleaseRoot) -> Any:
-        return json.loads(root.envelope) if root.envelope is not None else None
 
 
 @extend_schema_field({"type": "integer", "minimum": 0, "maximum": 2**31 - 1, "default": 0})
@@ -187,12 +115,6 @@ class RolloutCreateSerializer(StrictSerializer):
             end_by=data.get("endBy"),
             end_behavior=data.get("endBehavior"),
         )
-
-
-class ReleaseBlockSerializer(StrictSerializer):
-    """Types only; the reason's rule is rollout.registry.blocks.release_block's."""
-
-    reason = StrictCharField(trim_whitespace=False)
 
 
 class AbortSerializer(StrictSerializer):

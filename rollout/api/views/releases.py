@@ -12,14 +12,14 @@ from rest_framework.response import Response
 
 from core.pagination import PaginatedViewMixin
 from core.parsers import StrictJSONParser
+from rollout.api.release_serializers import (
+    ReleaseBlockSerializer,
+    ReleaseSerializer,
+)
 from rollout.api.schema import (
     ENVELOPE_EXAMPLE,
     DsseEnvelopeSerializer,
     error_responses,
-)
-from rollout.api.serializers import (
-    ReleaseBlockSerializer,
-    ReleaseSerializer,
 )
 from rollout.api.views.common import caller_actor, caller_principal, envelope_bytes
 from rollout.models import Release

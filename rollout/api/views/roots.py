@@ -14,8 +14,8 @@ from rest_framework.response import Response
 from core.errors import InvalidInput
 from core.pagination import PaginatedViewMixin
 from fleet.interface import AgentTokenAuthentication, IsAgent
+from rollout.api.release_serializers import ReleaseRootSerializer
 from rollout.api.schema import DsseEnvelopeSerializer, error_responses
-from rollout.api.serializers import ReleaseRootSerializer
 from rollout.api.views.common import caller_actor, caller_principal, envelope_bytes
 from rollout.models import ReleaseRoot
 from rollout.registry.roots import root_register, roots_after_queryset, roots_list
