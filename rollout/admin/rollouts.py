@@ -37,7 +37,7 @@ from rollout.admin.forms import RolloutCreateForm
 from rollout.controller.health import BEAT_COMMAND, WORKER_COMMAND, controller_stale_after, rollouts_without_controller
 from rollout.gates.verdicts import gates_of
 from rollout.models import NodeUpgrade, Rollout
-from rollout.rollouts.blockers import rollout_blocker_words
+from rollout.rollouts.blocker_words import rollout_blocker_words
 from rollout.rollouts.create import rollout_create, rollout_plan
 from rollout.rollouts.reads import rollout_waves
 from rollout.rollouts.spec import RolloutPlan

@@ -1,75 +1,53 @@
-"""The start step's plan: what the next tick does with each pending node, and why (docs/controller.md#the-plan).
+"""A rollout's plan at a given moment: what it waits for, and what the next tick does with each pending row.
 
-One decision per pending row, taken by the functions here and nowhere else, in this order:
+One function, ``plan_at``, takes every decision from one read of the facts (docs/controller.md#the-plan):
 
-1. the rollout (``rollout_wait``): paused; a gate holds the current (or starting) wave; its wave is
-   not the one that starts; the current wave soaks (``Rollout.soaking``, also the controller's and
-   promote's rule);
-2. its pool (``PoolState``): outside its maintenance windows;
-3. its turn (``turn_decision``): the tick takes a pool's pending rows in position order
-   while the pool has free slots: an offline row is skipped (or, right after an outage,
-   waited for), a row without a binary for its arch is skipped, any other starts. Offline
-   and binary-less rows take no slot. A row the tick does not reach waits for the budget.
+- the facts (``rollout_facts``: per rollout, its pending and in-flight rows counted per (wave, pool), its
+  waves' settled times, the gate that holds it; ``pool_states``: the windows, budget and name of each pool
+  with pending rows in a starting wave), a constant number of queries for any number of rollouts;
+- the rollout's decision (``RolloutDecision``): what the rollout as a whole waits for, or nothing while
+  its nodes move;
+- each pending row's decision (``Decision``), first that applies: the rollout's own wait
+  (``rollout_wait``: approval, schedule, paused, gate, soak, a later wave), its pool's windows, then its
+  turn in the pool (rollout/controller/turns.py: start, skip, or wait for the budget or an offline agent).
 
-The tick (``start.rollout_start_nodes``) builds each open pool's plan under the pool's lock by
-reading its rows in position order (``pool_turns``), and executes it. The blockers
-(``blockers.node_blockers``) take the same decisions for a page of rows: they learn which rows
-the tick reaches from one query (``rows_reached``) instead of reading every pool. A decision
-names the blocker code its row shows (``Decision.code``); the property test in
-tests/rollout/test_start_plan.py checks that the two never disagree.
+The tick executes the plan's turns under each pool's row lock (``start.rollout_start_nodes``, which
+re-reads the budget and the rows there: what the locks protect). The blockers (API and admin,
+rollout/rollouts/blockers.py) render this plan and decide nothing; the property test in
+tests/rollout/test_start_plan.py checks that the rows whose blocker is ``next_tick`` are exactly those
+the tick starts (or skips for want of a binary).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 from uuid import UUID
 
-from django.db.models import Case, Count, F, IntegerField, Q, Value, When, Window
-from django.db.models.expressions import RowRange
+from django.db.models import BooleanField, Count, Exists, ExpressionWrapper, OuterRef, Q
 
 from fleet.interface import Pool, PoolBudget, PoolWindows, offline_verdicts_trusted, pool_budgets, pool_windows_at
+from rollout.controller.decisions import (
+    WAIT_APPROVAL,
+    WAIT_GATE,
+    WAIT_PAUSED,
+    WAIT_SCHEDULE,
+    WAIT_SOAK,
+    WAIT_WAVE,
+    WAIT_WINDOW,
+    Decision,
+)
+from rollout.controller.scheduled import deadline_due, start_due
+from rollout.controller.turns import Candidate, candidates, rows_reached, turn_decision
 from rollout.gates.verdicts import gates_holding_for
-from rollout.models import NodeUpgrade, Rollout, RolloutGate, RolloutWave
-from rollout.models.querysets import NodeUpgradeQuerySet
+from rollout.models import NodeUpgrade, Release, ReleaseBlock, Rollout, RolloutGate, RolloutWave
 
 State = NodeUpgrade.State
-#: Rows read past the free slots per query, to find startable rows behind offline ones.
-START_LOOKAHEAD = 100
 
 
-class Move(StrEnum):
-    START = "start"
-    SKIP = "skip"
-    WAIT = "wait"
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What the next tick does with a pending row, and the blocker code the row shows for it."""
-
-    move: Move
-    code: str
-    #: Why it is skipped (a NodeUpgrade.Reason), for ``Move.SKIP``.
-    reason: str | None = None
-
-
-START = Decision(Move.START, "next_tick")
-SKIP_NO_BINARY = Decision(Move.SKIP, "next_tick", NodeUpgrade.Reason.NO_BINARY)
-SKIP_OFFLINE = Decision(Move.SKIP, "offline", NodeUpgrade.Reason.OFFLINE)
-WAIT_OFFLINE = Decision(Move.WAIT, "offline")
-WAIT_BUDGET = Decision(Move.WAIT, "budget_full")
-WAIT_WINDOW = Decision(Move.WAIT, "outside_window")
-WAIT_SOAK = Decision(Move.WAIT, "soaking")
-WAIT_WAVE = Decision(Move.WAIT, "wave_not_started")
-WAIT_PAUSED = Decision(Move.WAIT, "rollout_paused")
-WAIT_GATE = Decision(Move.WAIT, "gate")
-
-
-# --- the rollout -------------------------------------------------------------------------------
+# --- the facts ----------------------------------------------------------------------------------
 
 
 @dataclass
@@ -85,6 +63,16 @@ class RolloutFacts:
     in_flight: dict[tuple[int, UUID], int] = field(default_factory=lambda: defaultdict(int))
     #: Its first gate whose latest result is not a fresh pass (docs/controller.md#gates): no node starts.
     gate: RolloutGate | None = None
+    #: Why the next tick pauses it (or, past ``endBy``, aborts it) before it starts anything: a PausedReason.
+    stop: str | None = None
+
+    @property
+    def starts_nodes(self) -> bool:
+        """The next tick may start its nodes: it is active, or scheduled and its ``startAt`` has come, and
+        the tick does not stop it first."""
+        rollout = self.rollout
+        running = rollout.state == Rollout.State.ACTIVE or start_due(rollout, now=self.now)
+        return running and self.stop is None
 
     @property
     def wave_moving(self) -> bool:
@@ -127,7 +115,7 @@ class RolloutFacts:
 
 
 def rollout_facts(rollouts: Iterable[Rollout], *, now: datetime) -> dict[UUID, RolloutFacts]:
-    """Facts of many rollouts in three queries."""
+    """Facts of many rollouts in four queries."""
     facts = {rollout.id: RolloutFacts(rollout=rollout, now=now) for rollout in rollouts}
     if not facts:
         return facts
@@ -147,25 +135,34 @@ def rollout_facts(rollouts: Iterable[Rollout], *, now: datetime) -> dict[UUID, R
         target[wave, pool_id] += n
     for rollout_id, gate in gates_holding_for(facts, now=now).items():
         facts[rollout_id].gate = gate
+    for rollout_id, stop in tick_stops(facts.values(), now=now).items():
+        facts[rollout_id].stop = stop
     return facts
 
 
-def rollout_wait(*, wave: int, facts: RolloutFacts) -> Decision | None:
-    """Why a pending row of ``wave`` waits for the rollout itself; None when its wave is the one that starts."""
-    rollout = facts.rollout
-    if rollout.state == Rollout.State.PAUSED:
-        return WAIT_PAUSED
-    if facts.gate is not None and wave in (rollout.current_wave, facts.startable_wave):
-        return WAIT_GATE
-    if facts.soaking:
-        return WAIT_SOAK
-    startable = facts.startable_wave
-    if startable is None or wave != startable:
-        return WAIT_WAVE
-    return None
+def tick_stops(facts: Iterable[RolloutFacts], *, now: datetime) -> dict[UUID, str]:
+    """{rollout id: the PausedReason its next tick stops it with before starting anything}: one query.
 
-
-# --- the pool ----------------------------------------------------------------------------------
+    The tick's own order (controller/tick.py): its deadline, then a release its tenant blocked, then an
+    expired release (docs/signing.md#expiry).
+    """
+    stops = {f.rollout.id: str(Rollout.PausedReason.DEADLINE) for f in facts if deadline_due(f.rollout, now=now)}
+    running = [f.rollout.id for f in facts if f.rollout.id not in stops and f.rollout.state in Rollout.ACTIVE_STATES]
+    if not running:
+        return stops
+    blocked = ReleaseBlock.objects.blocking(tenant=OuterRef("tenant_id"), release=OuterRef("release_id"))
+    found = (
+        Rollout.objects.filter(id__in=running)
+        .annotate(
+            blocked=Exists(blocked),
+            expired=ExpressionWrapper(Release.expired_q(now, prefix="release__"), BooleanField()),
+        )
+        .filter(Q(blocked=True) | Q(expired=True))
+        .values_list("id", "blocked")
+    )
+    for rollout_id, is_blocked in found:
+        stops[rollout_id] = Rollout.PausedReason.RELEASE_BLOCKED if is_blocked else Rollout.PausedReason.RELEASE_EXPIRED
+    return stops
 
 
 @dataclass(frozen=True)
@@ -213,212 +210,126 @@ def pool_states(pool_ids: Iterable[UUID], *, now: datetime) -> dict[UUID, PoolSt
     }
 
 
-# --- the turn ----------------------------------------------------------------------------------
+# --- the decisions -----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Candidate:
-    """A pending row as the start step sees it (``NodeUpgrade.objects.with_start_facts``)."""
+class RolloutDecision:
+    """What a rollout as a whole waits for at the plan's moment (``code``), or None while its nodes move.
 
-    id: int
-    node_id: UUID
-    position: int
-    arch: str
-    online: bool
-    has_binary: bool
-    #: Its agent ever joined (a node that never joined never ran: offline whatever the outage).
-    joined: bool
-    protocol_version: int | None
-    last_seen_at: datetime | None
-
-
-_CANDIDATE_VALUES = (
-    "id",
-    "node_id",
-    "position",
-    "node__arch",
-    "online",
-    "has_binary",
-    "joined",
-    "node__session__protocol_version",
-)
-
-
-def candidates(rows: NodeUpgradeQuerySet, *, now: datetime, last_seen: bool = False) -> list[Candidate]:
-    """``rows`` (pending, in the order given) with their start facts: one query.
-
-    ``last_seen``: also read when each agent was last seen (the blockers say it; the tick does not
-    need it, and a tick may read thousands of offline rows).
+    ``code``: ``awaiting_approval``, ``scheduled``, ``paused`` (``paused_reason``: its own, or the one the
+    next tick pauses it with), ``gate``, ``soaking``, ``outside_window`` (``pools``: the closed ones,
+    ``opening``: the one that opens first), ``budget_full`` (``pools``: the full ones its own nodes in flight
+    do not fill), ``awaiting_nodes`` (``in_flight`` nodes, nothing else can start), or None.
     """
-    fields = (*_CANDIDATE_VALUES, "node__session__last_seen_at") if last_seen else _CANDIDATE_VALUES
-    values = rows.with_start_facts(now=now).values_list(*fields)
-    found = []
-    for pk, node_id, position, arch, online, has_binary, joined, protocol_version, *seen in values:
-        found.append(
-            Candidate(
-                id=pk,
-                node_id=node_id,
-                position=position,
-                arch=arch,
-                online=online,
-                has_binary=has_binary,
-                joined=joined,
-                protocol_version=protocol_version,
-                last_seen_at=seen[0] if seen else None,
-            )
-        )
-    return found
+
+    code: str | None
+    paused_reason: str | None = None
+    gate: RolloutGate | None = None
+    pools: tuple[PoolState, ...] = ()
+    #: outside_window: the closed pool whose window opens first.
+    opening: PoolState | None = None
+    in_flight: int = 0
 
 
-def turn_decision(row: Candidate, *, reached: bool, offline_is_down: bool) -> Decision:
-    """What the tick does with a pending row of an open pool whose wave starts.
+MOVING = RolloutDecision(None)
 
-    ``reached``: fewer rows ahead of it (position order) start than its pool has free slots,
-    so the tick comes to it. ``offline_is_down``: the fleet's offline verdicts hold (false
-    right after the server could not hear its fleet: a silent agent may well be running).
-    """
-    if not row.online:
-        if reached and (offline_is_down or not row.joined):
-            return SKIP_OFFLINE
-        return WAIT_OFFLINE
-    if not reached:
-        return WAIT_BUDGET
-    return START if row.has_binary else SKIP_NO_BINARY
+
+def rollout_wait(*, wave: int, facts: RolloutFacts) -> Decision | None:
+    """Why a pending row of ``wave`` waits for the rollout itself; None when its wave is the one that starts."""
+    rollout = facts.rollout
+    if rollout.state == Rollout.State.AWAITING_APPROVAL:
+        return WAIT_APPROVAL
+    if rollout.state == Rollout.State.PAUSED or facts.stop is not None:
+        return WAIT_PAUSED
+    if not facts.starts_nodes:
+        return WAIT_SCHEDULE
+    if facts.gate is not None and wave in (rollout.current_wave, facts.startable_wave):
+        return WAIT_GATE
+    if facts.soaking:
+        return WAIT_SOAK
+    startable = facts.startable_wave
+    if startable is None or wave != startable:
+        return WAIT_WAVE
+    return None
+
+
+def rollout_decision(facts: RolloutFacts, *, pools: dict[UUID, PoolState]) -> RolloutDecision:
+    """What the rollout as a whole waits for (``RolloutDecision``), from its facts and its pools' states."""
+    rollout = facts.rollout
+    wait = rollout_wait(wave=facts.startable_wave if facts.startable_wave is not None else -1, facts=facts)
+    if wait == WAIT_APPROVAL:
+        return RolloutDecision("awaiting_approval")
+    if wait == WAIT_PAUSED:
+        own = rollout.state == Rollout.State.PAUSED
+        return RolloutDecision("paused", paused_reason=rollout.paused_reason if own else facts.stop)
+    if wait == WAIT_SCHEDULE:
+        return RolloutDecision("scheduled") if rollout.state == Rollout.State.SCHEDULED else MOVING
+    if facts.gate is not None:
+        return RolloutDecision("gate", gate=facts.gate)
+    if wait == WAIT_SOAK:
+        return RolloutDecision("soaking")
+    waiting = [pools[pool_id] for pool_id in facts.pending_pools() if pool_id in pools]
+    if any(pool.is_open and pool.available > 0 for pool in waiting):
+        return MOVING
+    closed = tuple(pool for pool in waiting if not pool.is_open)
+    if closed:
+        first = min(closed, key=lambda pool: pool.next_window_at or facts.now)
+        return RolloutDecision("outside_window", pools=closed, opening=first)
+    mine = facts.in_flight_pools()
+    full = tuple(pool for pool in waiting if pool.available == 0 and pool.pool_id not in mine)
+    if full:
+        return RolloutDecision("budget_full", pools=full)
+    in_flight = facts.in_flight_total()
+    return RolloutDecision("awaiting_nodes", in_flight=in_flight) if in_flight else MOVING
 
 
 @dataclass
-class PoolPlan:
-    """The tick's plan for one open pool: the rows it reaches, each with its decision; the others wait."""
+class Plan:
+    """The plan at ``now`` of some rollouts and of a page of their rows."""
 
-    pool_id: UUID
-    budget: PoolBudget
-    turns: list[tuple[Candidate, Decision]] = field(default_factory=list)
-
-    def moves(self, move: Move) -> list[tuple[Candidate, Decision]]:
-        return [(row, decision) for row, decision in self.turns if decision.move == move]
-
-
-def pool_turns(
-    rows: NodeUpgradeQuerySet, *, room: int, now: datetime, offline_is_down: bool
-) -> list[tuple[Candidate, Decision]]:
-    """The tick's reading of one pool: its pending ``rows`` in position order, each decided, until no slot is left.
-
-    Reads ``room + START_LOOKAHEAD`` rows per query, so offline rows ahead cost a query per
-    hundred, not one each.
-    """
-    turns: list[tuple[Candidate, Decision]] = []
-    started = 0
-    cursor = -1
-    while started < room:
-        limit = room - started + START_LOOKAHEAD
-        chunk = candidates(rows.filter(position__gt=cursor).order_by("position")[:limit], now=now)
-        for row in chunk:
-            if started >= room:
-                return turns
-            decision = turn_decision(row, reached=True, offline_is_down=offline_is_down)
-            turns.append((row, decision))
-            cursor = row.position
-            if decision.move == Move.START:
-                started += 1
-        if len(chunk) < limit:
-            break
-    return turns
-
-
-def rows_reached(
-    rows: Sequence[NodeUpgrade], *, facts: Mapping[UUID, RolloutFacts], pools: Mapping[UUID, PoolState], now: datetime
-) -> set[int]:
-    """Of these pending rows (open pools, their wave starting), the ids the next tick reaches: one query.
-
-    The tick reaches a row while fewer rows ahead of it in its pool start than the pool has
-    free slots; the rows that start are the online ones with a binary (``turn_decision``). So
-    the database counts, for each row, the startable rows ahead of it (a window over the rows
-    of its rollout, wave and pool up to the page's last position) and keeps those below the room.
-    """
-    rows = [row for row in rows if pools[row.pool_id].available > 0]
-    if not rows:
-        return set()
-    by_rollout: dict[UUID, list[NodeUpgrade]] = defaultdict(list)
-    for row in rows:
-        by_rollout[row.rollout_id].append(row)
-    condition = Q()
-    for rollout_id, group in by_rollout.items():
-        condition |= Q(
-            rollout_id=rollout_id,
-            wave=facts[rollout_id].startable_wave,
-            pool_id__in={row.pool_id for row in group},
-            position__lte=max(row.position for row in group),
-        )
-    room = Case(
-        *(When(pool_id=pool_id, then=Value(pools[pool_id].available)) for pool_id in {row.pool_id for row in rows}),
-        output_field=IntegerField(),
-    )
-    ahead = Window(
-        Count("id", filter=Q(online=True, has_binary=True)),
-        partition_by=[F("rollout_id"), F("pool_id")],
-        order_by=F("position").asc(),
-        frame=RowRange(start=None, end=-1),
-    )
-    reached = (
-        NodeUpgrade.objects.filter(condition)
-        .pending()
-        .with_start_facts(now=now)
-        .annotate(ahead=ahead)
-        .filter(ahead__lt=room)
-        .values_list("id", flat=True)
-    )
-    return set(reached)
-
-
-# --- the decisions for a page of rows ------------------------------------------------------------
-
-
-@dataclass
-class RowDecisions:
-    """The next tick's decision for each pending row of a page, with what it was taken on."""
-
-    decisions: dict[int, Decision] = field(default_factory=dict)
+    now: datetime
+    facts: dict[UUID, RolloutFacts] = field(default_factory=dict)
     pools: dict[UUID, PoolState] = field(default_factory=dict)
-    #: The rows of open pools in their starting wave, with their start facts.
+    #: Rollout id -> what it waits for as a whole.
+    rollouts: dict[UUID, RolloutDecision] = field(default_factory=dict)
+    #: Row id -> the next tick's decision, for each pending row of the page of a rollout that holds nodes.
+    rows: dict[int, Decision] = field(default_factory=dict)
+    #: The page's rows of open pools in their starting wave, with their start facts (``last_seen_at`` read).
     candidates: dict[int, Candidate] = field(default_factory=dict)
 
 
-def rows_decisions(rows: Sequence[NodeUpgrade], *, facts: Mapping[UUID, RolloutFacts], now: datetime) -> RowDecisions:
-    """The next tick's decision for each pending row of ``rows`` (loaded with ``rollout``): constant queries.
-
-    ``facts``: ``rollout_facts`` of their rollouts. Rows of finished rollouts get none.
-    """
-    result = RowDecisions()
-    starting: list[NodeUpgrade] = []
-    for row in rows:
-        rollout_facts_ = facts.get(row.rollout_id)
-        if row.state != State.PENDING or rollout_facts_ is None or row.rollout.state not in Rollout.ACTIVE_STATES:
-            continue
-        wait = rollout_wait(wave=row.wave, facts=rollout_facts_)
-        if wait is not None:
-            result.decisions[row.id] = wait
-        else:
-            starting.append(row)
-    if not starting:
-        return result
-    result.pools = pool_states({pool for f in facts.values() for pool in f.pending_pools()}, now=now)
+def plan_at(rollouts: Sequence[Rollout], *, now: datetime, rows: Sequence[NodeUpgrade] = ()) -> Plan:
+    """The plan of ``rollouts`` at ``now``, and of ``rows`` (pending or not, loaded with ``rollout``: their
+    rollouts must be among ``rollouts``): a constant number of queries whatever their numbers."""
+    holding = [rollout for rollout in rollouts if rollout.state in Rollout.HOLDING_STATES]
+    plan = Plan(now=now, facts=rollout_facts(holding, now=now))
+    starting = {pool for f in plan.facts.values() if f.starts_nodes for pool in f.pending_pools()}
+    plan.pools = pool_states(starting, now=now)
+    plan.rollouts = {rollout_id: rollout_decision(f, pools=plan.pools) for rollout_id, f in plan.facts.items()}
     open_rows = []
-    for row in starting:
-        pool = result.pools.get(row.pool_id)
-        if pool is not None and not pool.is_open:
-            result.decisions[row.id] = WAIT_WINDOW
+    for row in rows:
+        facts = plan.facts.get(row.rollout_id)
+        if row.state != State.PENDING or facts is None:
+            continue
+        wait = rollout_wait(wave=row.wave, facts=facts)
+        pool = plan.pools.get(row.pool_id)
+        if wait is not None:
+            plan.rows[row.id] = wait
+        elif pool is not None and not pool.is_open:
+            plan.rows[row.id] = WAIT_WINDOW
         elif pool is not None:
             open_rows.append(row)
     if not open_rows:
-        return result
+        return plan
     found = candidates(NodeUpgrade.objects.filter(id__in=[row.id for row in open_rows]), now=now, last_seen=True)
-    result.candidates = {candidate.id: candidate for candidate in found}
-    reached = rows_reached(open_rows, facts=facts, pools=result.pools, now=now)
+    plan.candidates = {candidate.id: candidate for candidate in found}
+    waves = {rollout_id: f.startable_wave for rollout_id, f in plan.facts.items() if f.startable_wave is not None}
+    room = {pool_id: pool.available for pool_id, pool in plan.pools.items()}
+    reached = rows_reached(open_rows, waves=waves, room=room, now=now)
     offline_is_down = offline_verdicts_trusted(now=now)
     for row in open_rows:
-        candidate = result.candidates.get(row.id)
+        candidate = plan.candidates.get(row.id)
         if candidate is not None:
-            result.decisions[row.id] = turn_decision(
-                candidate, reached=row.id in reached, offline_is_down=offline_is_down
-            )
-    return result
+            plan.rows[row.id] = turn_decision(candidate, reached=row.id in reached, offline_is_down=offline_is_down)
+    return plan

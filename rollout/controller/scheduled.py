@@ -20,9 +20,14 @@ State = Rollout.State
 EndBehavior = Rollout.EndBehavior
 
 
+def start_due(rollout: Rollout, *, now: datetime) -> bool:
+    """Whether the rollout is scheduled and its ``startAt`` has come: the tick starts it now."""
+    return rollout.state == State.SCHEDULED and rollout.start_at is not None and rollout.start_at <= now
+
+
 def rollout_start_due(*, rollout: Rollout, now: datetime) -> bool:
     """The tick's step: a scheduled rollout whose ``startAt`` has come becomes active. Whether it did."""
-    if rollout.state != State.SCHEDULED or rollout.start_at is None or rollout.start_at > now:
+    if not start_due(rollout, now=now):
         return False
     start_scheduled_rollout(rollout=rollout, at=now, actor="schedule")
     return True

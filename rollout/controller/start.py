@@ -1,7 +1,7 @@
 """Starting nodes within each pool's budget: the current wave's pending nodes, and convergence after completion.
 
-The start step executes its plan (rollout/controller/plan.py decides who starts, who is
-skipped and who waits). Under each pool's row lock, taken in pool id order by every worker,
+The start step executes the rollout's plan (rollout/controller/plan.py decides who starts, who is
+skipped and who waits, and why). Under each pool's row lock, taken in pool id order by every worker,
 so two workers starting at once never exceed a budget (docs/controller.md#the-tick).
 """
 
@@ -27,12 +27,13 @@ from fleet.interface import (
     online_node_q,
     pool_budget,
     pool_budgets,
-    pool_windows_at,
     pool_windows_open,
 )
 from rollout.controller.daemons import SignedRelease, min_protocol_version, set_daemons, signed_releases
-from rollout.controller.plan import Candidate, Decision, Move, PoolPlan, pool_turns
+from rollout.controller.decisions import Decision, Move
+from rollout.controller.plan import plan_at, rollout_wait
 from rollout.controller.timeouts import timeouts_due_arm_safely
+from rollout.controller.turns import Candidate, PoolPlan, pool_turns
 from rollout.controller.upgrade_transitions import (
     converge_upgrades,
     skip_upgrades,
@@ -66,21 +67,28 @@ class StartPlan:
 
 
 def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> StartPlan:
-    """Plan and start the current wave's pending nodes within each pool's budget (controller/plan.py says how)."""
-    pending = NodeUpgrade.objects.filter(rollout=rollout, wave=rollout.current_wave).pending()
-    waiting = sorted(rollout.pools.filter(Exists(pending.filter(pool_id=OuterRef("pk")))).values_list("id", flat=True))
-    plan = StartPlan(wave=rollout.current_wave)
+    """Execute the rollout's plan at ``now`` (controller/plan.py ``plan_at``): start and skip its starting wave's
+    pending nodes in its open pools, each pool's turn read again under the pool's row lock.
+
+    The plan says whether the rollout starts anything (gate, soak, pause, schedule, a stop the tick applies
+    first) and which pools are open; only what the locks protect is read again: the budget and the rows.
+    """
+    planned = plan_at([rollout], now=now)
+    facts = planned.facts[rollout.id]
+    wave = facts.startable_wave
+    plan = StartPlan(wave=rollout.current_wave if wave is None else wave)
+    if wave is None or rollout_wait(wave=wave, facts=facts) is not None:
+        return plan
+    pools = [planned.pools[pool_id] for pool_id in facts.pending_pools() if pool_id in planned.pools]
     # A closed pool's pending nodes wait (they are not skipped); the periodic tick sees the window open.
-    windows = pool_windows_at(pool_ids=waiting, now=now)
-    plan.closed = {pool_id: windows[pool_id].opens_at for pool_id in waiting if not windows[pool_id].open}
-    pool_ids = [pool_id for pool_id in waiting if pool_id not in plan.closed]
+    plan.closed = {pool.pool_id: pool.windows.opens_at for pool in pools if not pool.is_open}
+    pool_ids = [pool.pool_id for pool in pools if pool.is_open]
     if not pool_ids:
         return plan
-    if rollout.release.expired_at(now):
-        return plan  # never sent (docs/signing.md#expiry): the tick pauses the rollout
     # Right after the server could not hear its fleet (its database or web tier was down), a
     # node that looks offline may well be running: wait for it instead of skipping it.
     offline_is_down = offline_verdicts_trusted(now=now)
+    pending = NodeUpgrade.objects.filter(rollout=rollout, wave=wave).pending()
     # The pools' rows locked in id order (every writer's order) by one statement, then counted by one.
     budgets = pool_budgets(pool_ids=pool_ids, lock=True)
     for pool_id in pool_ids:

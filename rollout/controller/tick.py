@@ -244,8 +244,8 @@ def _rollout_tick_unless_held(*, rollout_id: UUID | str) -> TickResult | None:
             result.paused = True
             return result
         result.advanced = rollout_advance(rollout=rollout, now=now, counts=counts)
-        # No node starts unless every gate's latest result is a fresh pass (blocker "gate").
-        if rollout.state == Rollout.State.ACTIVE and not getattr(rollout, "gates_holding", False):
+        # The start step executes the plan, which also says whether anything starts (a gate holds: blocker "gate").
+        if rollout.state == Rollout.State.ACTIVE:
             result.plan = rollout_start_nodes(rollout=rollout, now=now)
             result.started, result.skipped = result.plan.started, result.plan.skipped
             if result.skipped and not result.started:

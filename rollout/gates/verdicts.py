@@ -7,11 +7,11 @@ most ``max``, or an HTTP URL that must answer 2xx. The evaluation task asks them
 (rollout/controller/gate_evaluation.py) and stores each one's latest result; everything here reads
 those stored results only, never the network:
 
-- the tick: ``with_gate_verdicts`` annotates the query that locks the rollout, so a rollout with 8
-  gates costs its tick no query more than one without (``gates_holding``: some gate's latest
-  result is not a pass taken within two intervals; ``gate_failed``: the first gate whose failures
-  in a row reached ``gateFailureLimit``);
-- the blockers: ``gates_holding_for`` (one query for many rollouts);
+- the tick: ``with_gate_verdicts`` annotates the query that locks the rollout with ``gate_failed``
+  (the first gate whose failures in a row reached ``gateFailureLimit``), so that pause costs no query;
+- the plan (rollout/controller/plan.py), which the tick executes and the blockers render:
+  ``gates_holding_for``, the first gate whose latest result is not a pass taken within two
+  intervals (one query for any number of rollouts);
 - the API and the admin: ``gates_of``, ``gate_json``.
 """
 
@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
+from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from rollout.gates.spec import GateOptions
 from rollout.models import Rollout, RolloutGate
@@ -58,11 +58,10 @@ def _not_fresh(now: datetime) -> Q:
 
 
 def with_gate_verdicts(queryset: QuerySet[Rollout], *, now: datetime) -> QuerySet[Rollout]:
-    """Rollouts annotated (in the same query) with ``gates_holding`` and ``gate_failed`` (a name or None)."""
+    """Rollouts annotated (in the same query) with ``gate_failed`` (a name or None)."""
     gates = RolloutGate.objects.filter(rollout=OuterRef("pk"))
     failed = gates.filter(consecutive_failures__gte=OuterRef("gate_failure_limit")).order_by("position")
     return queryset.annotate(
-        gates_holding=Exists(gates.filter(_not_fresh(now))),
         gate_failed=Subquery(failed.values("name")[:1]),
     )
 

@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 
 from fleet.models import FleetPulse, Node, NodeSession, Pool, Workflow
 from fleet.tokens import new_token, token_hash
-from rollout.controller.plan import Move
+from rollout.controller.decisions import Move
 from rollout.controller.tick import rollout_tick
 from rollout.models import NodeUpgrade, Release, Rollout, RolloutWave
 from rollout.rollouts.blockers import node_blockers
