@@ -1,10 +1,13 @@
-"""Reading ids and flags from a request's path and query string: a JSON 400 or 404 for a malformed one."""
+"""Reading ids and flags from a request's path and query string, and its body through a serializer: a JSON 400
+or 404 for a malformed one."""
 
 from __future__ import annotations
 
+from typing import Any
 from uuid import UUID
 
 from rest_framework.request import Request
+from rest_framework.serializers import BaseSerializer
 
 from core.errors import InvalidInput, NotFound
 
@@ -33,3 +36,10 @@ def query_bool(request: Request, name: str) -> bool | None:
     if value not in ("true", "false"):
         raise InvalidInput(f"{name} must be true or false.", code="invalid_input", field=name)
     return value == "true"
+
+
+def valid_body(serializer_class: type[BaseSerializer], request: Request) -> dict[str, Any]:
+    """The body's data as ``serializer_class`` validates it (its 400 otherwise)."""
+    serializer = serializer_class(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data

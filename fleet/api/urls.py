@@ -8,7 +8,7 @@ fleet-agent-session, fleet-agent-command-ack, fleet-tenant, fleet-audit-list.
 from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
-from fleet.api import views
+from fleet.api import agent_views, views
 from fleet.api.tenant import TenantView
 
 router = SimpleRouter()
@@ -19,10 +19,10 @@ router.register("workflows", views.WorkflowViewSet, basename="fleet-workflow")
 urlpatterns = [
     path("audit/", views.AuditListView.as_view(), name="fleet-audit-list"),
     path("tenant/", TenantView.as_view(), name="fleet-tenant"),
-    path("agent/session", views.AgentSessionView.as_view(), name="fleet-agent-session"),
+    path("agent/session", agent_views.AgentSessionView.as_view(), name="fleet-agent-session"),
     re_path(
         r"^agent/commands/(?P<command_id>[^/]+)/ack$",
-        views.AgentCommandAckView.as_view(),
+        agent_views.AgentCommandAckView.as_view(),
         name="fleet-agent-command-ack",
     ),
     *router.urls,

@@ -1,46 +1,31 @@
-"""Fleet (host) API and node-agent API. Thin: parse, call one service, render."""
+"""The fleet (host) API for operators; the node agents' is in agent_views.py. Thin: parse, call one service, render."""
 
 from __future__ import annotations
 
-import functools
 from typing import cast
 
-from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from core.errors import InvalidInput, NotFound
 from core.pagination import PaginatedViewMixin
 from fleet.api import serializers as s
-from fleet.api.agent_auth import AgentTokenAuthentication, IsAgent
-from fleet.api.agent_session import ANSWER_AT_ONCE_SCOPE_KEY, session_answer, session_answer_bytes, session_request
-from fleet.api.params import path_id, query_bool, query_id
+from fleet.api.params import path_id, query_bool, query_id, valid_body
 from fleet.api.schema import error_responses
 from fleet.models import AuditEntry, Node, Pool, Tenant, Workflow
 from fleet.services.audit import Actor
-from fleet.services.commands import command_ack
 from fleet.services.iam import Principal
 from fleet.services.labels import node_labels_set, node_selector_q, nodes_label
 from fleet.services.nodes import node_create, node_list_q
 from fleet.services.pools import pool_create, pool_update
-from fleet.services.sessions import SessionReport, agent_heartbeat, agent_session_leave, agent_session_report
-from fleet.services.watch import session_hold
 from fleet.services.workflows import workflow_finish, workflow_start
-from fleet.tokens import token_hash
 
 # Any path segment reaches the view, so a malformed id is a JSON 404 rather than an unmatched URL.
 ANY_SEGMENT = r"[^/]+"
-
-
-def _valid(serializer_class, request: Request) -> dict:
-    serializer = serializer_class(data=request.data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
 
 
 class TenantViewSet(PaginatedViewMixin, viewsets.ViewSet):
@@ -86,7 +71,7 @@ class PoolViewSet(TenantViewSet):
         },
     )
     def create(self, request: Request) -> Response:
-        data = _valid(s.PoolInSerializer, request)
+        data = valid_body(s.PoolInSerializer, request)
         policy = data.get("policy") or {}
         pool = pool_create(tenant=self.tenant, name=data["name"], actor=self.actor, **policy)
         return Response(s.PoolSerializer(pool).data, status=status.HTTP_201_CREATED)
@@ -106,7 +91,7 @@ class PoolViewSet(TenantViewSet):
     def partial_update(self, request: Request, pk: str) -> Response:
         """The policy fields given replace the pool's; nothing changes on a refusal (docs/api.md#pools)."""
         pool_id = path_id(pk, "pool")
-        data = _valid(s.PoolPatchSerializer, request)
+        data = valid_body(s.PoolPatchSerializer, request)
         # Windows pass through as JSON: the service validates them once, for the admin too.
         pool = pool_update(tenant=self.tenant, pool_id=pool_id, policy=data["policy"], actor=self.actor)
         return Response(s.PoolSerializer(pool).data)
@@ -164,7 +149,7 @@ class NodeViewSet(TenantViewSet):
     def partial_update(self, request: Request, pk: str) -> Response:
         """``labels`` replaces the node's whole label map; nothing changes on a refusal (docs/api.md#labels)."""
         node_id = path_id(pk, "node")
-        data = _valid(s.NodePatchSerializer, request)
+        data = valid_body(s.NodePatchSerializer, request)
         node_labels_set(tenant=self.tenant, node_id=node_id, labels=data["labels"], actor=self.actor)
         return self._node(pk)
 
@@ -182,7 +167,7 @@ class NodeViewSet(TenantViewSet):
     @action(detail=False, methods=["post"], url_path="labels")
     def labels(self, request: Request) -> Response:
         """Every matching node gets ``set`` merged in and ``remove`` taken out, in one UPDATE (docs/api.md#labels)."""
-        data = _valid(s.NodesLabelInSerializer, request)
+        data = valid_body(s.NodesLabelInSerializer, request)
         matched = nodes_label(
             tenant=self.tenant,
             selector=data["selector"],
@@ -206,7 +191,7 @@ class NodeViewSet(TenantViewSet):
         },
     )
     def create(self, request: Request) -> Response:
-        data = _valid(s.NodeInSerializer, request)
+        data = valid_body(s.NodeInSerializer, request)
         node, agent_token = node_create(
             tenant=self.tenant,
             name=data["name"],
@@ -267,7 +252,7 @@ class WorkflowViewSet(TenantViewSet):
         },
     )
     def create(self, request: Request) -> Response:
-        data = _valid(s.WorkflowInSerializer, request)
+        data = valid_body(s.WorkflowInSerializer, request)
         workflow = workflow_start(tenant=self.tenant, node_id=data["nodeId"], kind=data["kind"], actor=self.actor)
         return Response(s.WorkflowSerializer(workflow).data, status=status.HTTP_201_CREATED)
 
@@ -317,124 +302,3 @@ class AuditListView(generics.ListAPIView):
     )
     def get(self, request: Request, *args, **kwargs) -> Response:
         return super().get(request, *args, **kwargs)
-
-
-# --- the node-agent API: agent tokens only ------------------------------------------------
-class AgentView(APIView):
-    authentication_classes = [AgentTokenAuthentication]
-    permission_classes = [IsAgent]
-
-
-def _agent_node(request: Request) -> Node:
-    # IsAgent admits only a request whose ``request.auth`` is the agent token's Node.
-    return cast(Node, request.auth)
-
-
-def _plain_heartbeat(request: HttpRequest) -> HttpResponse | None:
-    """The answer to a plain heartbeat, without DRF; None for anything else (DRF answers it, errors included).
-
-    Only what AgentSessionView would answer 200 to is taken here: a Bearer token, a JSON body that the
-    strict parser and AgentSessionInSerializer accept (``session_request``: the same checks, never looser),
-    and an open session on the reported version (``agent_heartbeat``). The body limit is
-    BodySizeLimitMiddleware's, as for DRF. A held request (``wait``) is held here by polling: this is the
-    synchronous server's way; the production tier holds it in async code (fleet/watch/front.py).
-    """
-    parsed = session_request(
-        authorization=request.META.get("HTTP_AUTHORIZATION"),
-        content_type=request.content_type or "",
-        accept=request.META.get("HTTP_ACCEPT", "*/*"),
-        body=request.body,
-    )
-    if parsed is None:
-        return None
-    report = agent_heartbeat(
-        token_hash=token_hash(parsed.token),
-        daemon_version=parsed.daemon_version,
-        protocol_version=parsed.protocol_version,
-    )
-    if report is None:
-        return None
-    report = _held(request, report, wait=parsed.wait, seen=parsed.seen)
-    return HttpResponse(session_answer_bytes(report), content_type="application/json")
-
-
-def _held(request: HttpRequest, report: SessionReport, *, wait: int | None, seen: str | None) -> SessionReport:
-    """``report``, or (when it would repeat ``seen`` to a request with ``wait``) what the polling hold answers.
-
-    Never under the async tier (fleet/watch/front.py): a request it hands to Django is answered at once, so that
-    no request holds one of Django's threads and its database connection (the front holds what it answers).
-    """
-    if wait is None or seen != report.spec_revision or report.node_id is None:
-        return report
-    if request.META.get("asgi.scope", {}).get(ANSWER_AT_ONCE_SCOPE_KEY):
-        return report
-    return session_hold(node_id=report.node_id, seen=seen, wait=wait) or report
-
-
-class AgentSessionView(AgentView):
-    """Join, heartbeat, leave. A plain heartbeat (the hot path, docs/architecture.md#scale-targets) is answered
-    before DRF's machinery (request wrapping, negotiation, serializers) by ``_plain_heartbeat``, in one SQL
-    statement."""
-
-    @classmethod
-    def as_view(cls, **initkwargs):
-        drf_view = super().as_view(**initkwargs)
-
-        def view(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-            if request.method == "POST":
-                response = _plain_heartbeat(request)
-                if response is not None:
-                    return response
-            return drf_view(request, *args, **kwargs)
-
-        # Keeps cls, initkwargs (the schema generator reads them) and csrf_exempt.
-        return functools.update_wrapper(view, drf_view)
-
-    @extend_schema(
-        request=s.AgentSessionInSerializer,
-        responses={
-            200: s.AgentSessionSerializer,
-            **error_responses(
-                "AgentSession",
-                auth="agent",
-                json_body=True,
-                bad_request=["invalid_input"],
-                unavailable=["refusal_not_recorded", "overloaded"],
-            ),
-        },
-    )
-    def post(self, request: Request) -> Response:
-        data = _valid(s.AgentSessionInSerializer, request)
-        report = agent_session_report(
-            node=_agent_node(request),
-            daemon_version=data["daemonVersion"],
-            protocol_version=data["protocolVersion"],
-            refused=data.get("refused"),
-        )
-        return Response(session_answer(_held(request, report, wait=data.get("wait"), seen=data.get("seen"))))
-
-    @extend_schema(
-        request=None, responses={204: None, **error_responses("AgentLeave", auth="agent", unavailable=["overloaded"])}
-    )
-    def delete(self, request: Request) -> Response:
-        agent_session_leave(node=_agent_node(request))
-        return Response(status=status.HTTP_204_NO_CONTENT)
-
-
-class AgentCommandAckView(AgentView):
-    @extend_schema(
-        request=s.CommandAckInSerializer,
-        responses={
-            200: s.CommandSerializer,
-            **error_responses(
-                "CommandAck", auth="agent", json_body=True, bad_request=["invalid_input"], not_found=["not_found"]
-            ),
-        },
-    )
-    def post(self, request: Request, command_id: str) -> Response:
-        command_uuid = path_id(command_id, "command")
-        data = _valid(s.CommandAckInSerializer, request)
-        command = command_ack(
-            node_id=_agent_node(request).id, command_id=command_uuid, ok=data["ok"], error=data.get("error", "")
-        )
-        return Response(s.CommandSerializer(command).data)
