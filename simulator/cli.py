@@ -316,7 +316,7 @@ async def _run_here(
 
     try:
         running = asyncio.create_task(fleet.run(timeout=options.duration))
-        while fleet._stop_future is None and not running.done():  # let run() set up before report() starts
+        while not fleet.stopper.started and not running.done():  # let run() set up before report() starts
             await asyncio.sleep(0)
         reporter = asyncio.create_task(report())
         await running

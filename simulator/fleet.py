@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import random
@@ -22,6 +21,7 @@ from simulator.connection import AgentConnection, Answer
 from simulator.downloads import AgentDownloads, Downloads, Fetched, OnConnection, SharedDownloads, downloads_client
 from simulator.retry import BACKOFF, RETRIES, cut, told_to_wait
 from simulator.stats import FleetStats, FleetStatus
+from simulator.stopping import Stopper
 from simulator.thread import FleetThread
 
 logger = logging.getLogger(__name__)
@@ -143,13 +143,7 @@ class Fleet(FleetStatus):
         self._agent_downloads: AgentDownloads  # each agent's own bytes (``binaries`` unless shared_downloads)
         self._ssl_context: ssl.SSLContext
         self._gate: asyncio.Semaphore
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop_future: asyncio.Future[None] | None = None
-        # What stopping wakes: each sleep's own future, each held request. Not callbacks on the stop future:
-        # asyncio.wait on it adds one and removes it by scanning its list, O(agents) per sleep or held request.
-        self._sleeps: set[asyncio.Future[None]] = set()
-        self._held: set[asyncio.Future[Any]] = set()
-        self._stop_requested = threading.Event()
+        self.stopper = Stopper()  # every sleep and held request woken at once, from any thread
         self.started_at: float | None = None
         self.finished = threading.Event()
 
@@ -254,17 +248,7 @@ class Fleet(FleetStatus):
             # A held request occupies its connection for up to `wait`; stopping the fleet cancels it at once. When
             # it is cut, request() decides whether to send it again (not the connection, as for another request).
             exchange = own.request(method, url, json=json, headers=headers, replace_closed=self.retry != BACKOFF)
-            held = asyncio.ensure_future(exchange)
-            self._held.add(held)
-            try:
-                return await held
-            except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if held.cancelled() and self.stopping and not (current and current.cancelling()):
-                    return None
-                raise
-            finally:
-                self._held.discard(held)
+            return await self.stopper.held(exchange)
         if own is not None:  # the agent's other calls: its one connection, outside the gate
             return await own.request(method, url, json=json, headers=headers)
         assert self._client is not None, "the fleet is not running"
@@ -282,56 +266,15 @@ class Fleet(FleetStatus):
 
     async def sleep(self, delay: float) -> bool:
         """Sleep ``delay`` seconds; False (at once) when the fleet is stopping."""
-        stop = self._stop_future
-        if stop is None or stop.done():
-            return False
-        if delay <= 0:
-            await asyncio.sleep(0)
-            return not stop.done()
-        loop = asyncio.get_running_loop()
-        woken: asyncio.Future[None] = loop.create_future()
-        timer = loop.call_later(delay, _wake, woken)
-        self._sleeps.add(woken)
-        try:
-            await woken
-        finally:
-            timer.cancel()
-            self._sleeps.discard(woken)
-        return not stop.done()
+        return await self.stopper.sleep(delay)
 
     @property
     def stopping(self) -> bool:
-        return self._stop_requested.is_set()
+        return self.stopper.requested
 
     def stop(self) -> None:
         """Ask the fleet to stop; safe from any thread and from signal handlers."""
-        self._stop_requested.set()
-        loop, stop = self._loop, self._stop_future
-        if loop is None or stop is None or loop.is_closed():
-            return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-
-        def finish() -> None:
-            self._wake_all()
-
-        if running is loop:
-            finish()
-        else:
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(finish)
-
-    def _wake_all(self) -> None:
-        """The fleet stops: every sleep returns and every held request is cancelled (its agent sees None)."""
-        stop = self._stop_future
-        if stop is not None and not stop.done():
-            stop.set_result(None)
-        for woken in list(self._sleeps):
-            _wake(woken)
-        for held in list(self._held):
-            held.cancel()
+        self.stopper.stop()
 
     def connection(self, agent: Agent | None) -> AgentConnection | None:
         """A watching agent's own connection, as a node has one, for all its API calls (its held requests, its
@@ -392,10 +335,7 @@ class Fleet(FleetStatus):
         until ``stop()``, even when every agent is down or offline for good.
         """
         loop = asyncio.get_running_loop()
-        self._loop = loop
-        self._stop_future = loop.create_future()
-        if self._stop_requested.is_set():
-            self._stop_future.set_result(None)
+        self.stopper.start(loop)
         client = self._given_client or self._make_client()
         self._client = client
         self._ssl_context = httpx.create_ssl_context()  # one for every agent's own client: building one is costly
@@ -414,15 +354,14 @@ class Fleet(FleetStatus):
                 if until is not None and until(self):
                     met = True
                     break
-                if self._stop_future.done():
+                if self.stopper.done:
                     break
                 wait = poll if deadline is None else min(poll, deadline - loop.time())
                 if wait <= 0:
                     break
-                await asyncio.wait([self._stop_future], timeout=wait)
+                await self.stopper.wait(wait)
         finally:
-            self._stop_requested.set()
-            self._wake_all()
+            self.stopper.wake_all()
             if tasks:
                 # Agents return at their next sleep; give in-flight calls a moment, then cancel.
                 _, pending = await asyncio.wait(tasks, timeout=max(2.0, self.request_timeout / 2))
@@ -441,8 +380,3 @@ class Fleet(FleetStatus):
     def start_thread(self, timeout: float | None = None) -> FleetThread:
         """Run the fleet on its own event loop in a background thread (for synchronous callers)."""
         return FleetThread(self, timeout=timeout).start()
-
-
-def _wake(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
