@@ -34,7 +34,7 @@ TICK_SECONDS = Histogram(
 class RolloutCollector:
     """Node upgrades by state, active rollouts per tenant, and what holds each active rollout.
 
-    3 queries per scrape, plus at most 6 for the blockers (docs/controller.md#why-not-yet) whatever the number of
+    3 queries per scrape, plus at most 9 for the blockers (docs/controller.md#why-not-yet) whatever the number of
     rollouts.
     ``blockers`` is rollout.rollouts.blockers.rollout_blockers, passed in by the app's ready(): the
     controller imports this module (the tick histogram), so this module imports no service.
