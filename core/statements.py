@@ -3,7 +3,9 @@ settle (rollout/controller/statements.py), each run many times a second on a per
 
 from __future__ import annotations
 
+import re
 import weakref
+from collections.abc import Iterable
 from typing import Any
 
 import psycopg
@@ -28,6 +30,16 @@ class _PreparingCursor(psycopg.Cursor[Any]):
             return super().execute(query, params, prepare=True if prepare is None else prepare, binary=binary)
         finally:
             conn.prepare_threshold = threshold
+
+
+def constant_array(values: Iterable[str]) -> str:
+    """An SQL array of code constants (states, kinds: lower-case words), written into a hot statement's text rather
+    than bound: psycopg adapts a list parameter at every call, which cost the join path more web CPU than its
+    statements' other parameters together (a tenth of it during a 10,000-agent rollout, profiled)."""
+    words = [str(value) for value in values]
+    if not words or not all(re.fullmatch(r"[a-z_]+", word) for word in words):
+        raise ValueError(f"not constants: {words!r}")
+    return "ARRAY[" + ", ".join(f"'{word}'" for word in words) + "]::text[]"
 
 
 def prepared_cursor() -> Any:

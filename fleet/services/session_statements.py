@@ -11,7 +11,9 @@ PostgreSQL spends running it (docs/benchmarks.md).
 
 from __future__ import annotations
 
+from core.statements import constant_array
 from fleet.models import Command, Node, NodeSession
+from fleet.services.commands import OPEN_STATES
 from fleet.services.liveness import pulse_ctes
 
 
@@ -120,7 +122,7 @@ WITH node AS (
     UPDATE {Command._meta.db_table} AS c SET state = %(done)s, completed_at = %(now)s
     FROM recorded
     WHERE recorded.joined AND c.node_id = recorded.node_id AND c.kind = %(upgrade)s
-      AND c.state = ANY(%(open)s) AND c.payload -> 'version' = to_jsonb(%(version)s::text)
+      AND c.state = ANY({constant_array(OPEN_STATES)}) AND c.payload -> 'version' = to_jsonb(%(version)s::text)
     RETURNING c.id
 ), {pulse_ctes("node")}
 SELECT node.spec::text, node.id, coalesce(recorded.joined, false), prior.daemon_version,

@@ -40,7 +40,6 @@ from core.errors import Unavailable
 from core.statements import prepared_cursor
 from fleet.models import Command, Node, NodeSession
 from fleet.plugins import node_daemon_refused, node_session_reported, session_fields
-from fleet.services.commands import OPEN_STATES
 from fleet.services.liveness import pulse_params
 from fleet.services.nodes import heartbeat_seconds
 from fleet.services.revision import spec_revision
@@ -254,7 +253,7 @@ def _session_report(
     """``JOIN_SQL``; ``always``: the session row is written even when a heartbeat's write would be coalesced."""
     seconds = heartbeat_seconds()
     params = _statement_params(token_hash, daemon_version, protocol_version, now, seconds)
-    params.update(done=Command.State.DONE, open=list(OPEN_STATES), upgrade=Command.Kind.DAEMON_UPGRADE, always=always)
+    params.update(done=Command.State.DONE, upgrade=Command.Kind.DAEMON_UPGRADE, always=always)
     with prepared_cursor() as cursor:
         cursor.execute(JOIN_SQL, params)
         row = cursor.fetchone()

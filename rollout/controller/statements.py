@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from core.statements import constant_array
 from rollout.models import NodeUpgrade, Rollout, TickRequest
+
+_ACTIVE = constant_array(Rollout.ACTIVE_STATES)  # the rollout states that claim their nodes and may be ticked
 
 # in_flight -> succeeded for the node whose agent rejoined on the target, in ONE statement: the join path runs it
 # for every upgraded node (docs/controller.md#reacting-at-once). Only the common case: a row a tick holds locked is
@@ -19,7 +22,7 @@ WITH locked AS (
     FOR UPDATE OF u SKIP LOCKED
 ), settled AS (
     UPDATE {NodeUpgrade._meta.db_table} AS u
-    SET state = %(succeeded)s, settled_at = %(at)s, claims_node = r.state = ANY(%(claiming)s)
+    SET state = %(succeeded)s, settled_at = %(at)s, claims_node = r.state = ANY({_ACTIVE})
     FROM locked, {Rollout._meta.db_table} AS r
     WHERE u.id = locked.id AND r.id = u.rollout_id AND u.arrived_at IS NULL AND u.target_version = %(version)s
       AND r.min_ready_seconds = 0
@@ -37,6 +40,6 @@ FROM (VALUES (true)) AS one (row) LEFT JOIN settled ON true
 ASK_TICK_SQL = f"""
 UPDATE {TickRequest._meta.db_table} AS t SET queued = true
 FROM {Rollout._meta.db_table} AS r
-WHERE t.rollout_id = %(rollout)s AND NOT t.queued AND r.id = t.rollout_id AND r.state = ANY(%(asking)s)
+WHERE t.rollout_id = %(rollout)s AND NOT t.queued AND r.id = t.rollout_id AND r.state = ANY({_ACTIVE})
 RETURNING t.rollout_id
 """  # noqa: S608 - table names from the models, values bound

@@ -30,7 +30,7 @@ def tick_request_raise(*, rollout_id: UUID | str) -> bool:
     """Flip the rollout's tick request from idle to queued; whether this call flipped it (and so must send the
     tick). Only while the rollout is active or paused. One prepared statement."""
     with prepared_cursor() as cursor:
-        cursor.execute(ASK_TICK_SQL, {"rollout": rollout_id, "asking": list(Rollout.ACTIVE_STATES)})
+        cursor.execute(ASK_TICK_SQL, {"rollout": rollout_id})
         return cursor.fetchone() is not None
 
 

@@ -176,7 +176,6 @@ def succeed_rejoined(*, node_id: UUID, version: str, at: datetime) -> UUID | Lit
                 "at": at,
                 "in_flight": State.IN_FLIGHT,
                 "succeeded": State.SUCCEEDED,
-                "claiming": list(Rollout.ACTIVE_STATES),
             },
         )
         rollout_id, tenant, in_flight = cursor.fetchone()
