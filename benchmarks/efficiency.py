@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.bench_tier import bench_tier, nginx_env
 from benchmarks.database import DEFAULT_DATABASE_URL, database_urls, recreate_database
 from benchmarks.heartbeat_probes import CpuSampler, ProcessSampler, percentile
 from benchmarks.polling_price import requests_sent, upgrade_price, web_cpu_per_heartbeat
@@ -77,6 +78,7 @@ def run(
     idle_seconds: float = 0,
     addresses: int = 1,
     rollout: bool = True,
+    nginx: bool = False,
 ) -> dict:
     """One rollout over ``agents`` simulated agents, whole system; the rows to print (name -> value).
 
@@ -87,7 +89,8 @@ def run(
     plain heartbeats gives the web tier's CPU per heartbeat, hence what polling every 10 s would cost.
     ``addresses``: loopback addresses the web tier listens on, the simulator's processes spread over them (one
     source address reaches one server address over at most ~64,000 ephemeral ports). Without ``rollout``: the
-    idle fleet is measured (``idle_seconds``), and nothing is rolled out.
+    idle fleet is measured (``idle_seconds``), and nothing is rolled out. ``nginx``: production's tier, nginx in front
+    of gunicorn (benchmarks/bench_tier.py); the web CPU is still gunicorn's, nginx's is reported beside it.
     """
     database_url, admin_url = database_urls(os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL, bench_db)
     recreate_database(admin_url, bench_db)
@@ -117,6 +120,7 @@ def run(
         "AGENT_TOKEN_RATE": f"{(10 if watch else 5) * math.ceil(max(10, math.ceil(heartbeat)) / heartbeat)}/heartbeat",
         "LOG_LEVEL": "WARNING",
         "DJANGO_ALLOWED_HOSTS": ",".join(["localhost", *listen]),
+        **(nginx_env(run_dir) if nginx else {}),
     }
     os.environ.update(env)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
@@ -125,7 +129,7 @@ def run(
     django.setup()
     from django.core.management import call_command
 
-    from demo.processes import celery_beat, celery_worker, stop, wait_until, web_server
+    from demo.processes import celery_beat, celery_worker, stop, wait_until
     from fleet.models import Node
     from fleet.services.iam import tenant_create
     from fleet.services.pools import pool_create
@@ -169,14 +173,21 @@ def run(
 
     logs = run_dir / "logs"
     logs.mkdir(exist_ok=True)
-    web = web_server(
-        env, port=port, workers=web_workers, threads=web_threads, log_path=logs / "web.log", addresses=listen
-    )
+    tier = bench_tier(
+        env, port=port, workers=web_workers, threads=web_threads, logs=logs, addresses=listen,
+        nginx_run_dir=run_dir / "tier" if nginx else None,
+    )  # fmt: skip
+    web = tier.gunicorn
     worker = celery_worker(
         env, queue=env["CELERY_TASK_DEFAULT_QUEUE"], concurrency=worker_concurrency, log_path=logs / "worker.log"
     )
     beat = celery_beat(env, log_path=logs / "beat.log")
-    roots = {"worker": worker.pid, "web": web.pid, "beat": beat.pid}
+    roots = {
+        "worker": worker.pid,
+        "web": web.pid,
+        "beat": beat.pid,
+        **({"nginx": tier.nginx.pid} if tier.nginx else {}),
+    }
     fleet: ShardedFleet | None = None
     sampler = (
         ProcessSampler(
@@ -219,12 +230,15 @@ def run(
             # Priced while the agents watch (idle); polling agents would add their own heartbeats to it.
             per_heartbeat = web_cpu_per_heartbeat(web.pid, port, tokens) if measure and watch else 0.0
             idle_cpu = CpuSampler(lambda: ProcessSampler.tree(web.pid))
+            idle_nginx = CpuSampler(lambda: ProcessSampler.tree(tier.nginx.pid) if tier.nginx else [])
             idle_cpu.sample()
+            idle_nginx.sample()
             idle_requests = -requests_sent(fleet.stats)
             if sampler and not rollout:
                 sampler.start()
             time.sleep(idle_seconds)  # a measured window: every agent online, nothing changing
             idle_cpu.sample()
+            idle_nginx.sample()
             idle_requests += requests_sent(fleet.stats)
             if not rollout:
                 return _idle_result(
@@ -265,7 +279,8 @@ def run(
             round_trips = stats.round_trips[round_trips_before:]
             errors_during = stats.errors - errors_before
     finally:
-        stop(worker, beat, web)  # first: nothing may leave them running
+        stop(worker, beat)  # first: nothing may leave them running
+        tier.stop()
         if sampler:
             sampler.stop()
 
@@ -314,6 +329,11 @@ def run(
                     idle_seconds=idle_seconds, rollout_requests=requests_during, idle_requests=idle_requests,
                     upgraded=states["succeeded"], per_heartbeat=per_heartbeat,
                 )  # fmt: skip
+                if "nginx" in sampler.cpu:
+                    nginx_cpu = sampler.cpu["nginx"].seconds() - idle_nginx.seconds() / idle_seconds * window
+                    result["nginx CPU per upgraded node (idle share out)"] = (
+                        f"{1000 * nginx_cpu / states['succeeded']:.2f} ms (not in the ratio: gunicorn's only)"
+                    )
         if not watch:
             result["minimum + half a heartbeat per round"] = (
                 f"{reference:.1f} s (actual / that: {actual / reference:.2f})"

@@ -17,7 +17,9 @@ serves while also running the simulator, PostgreSQL and the worker.
     python -m benchmarks fleet10k [--agents 10000] [--heartbeat 30] [--restart-delay 5] [--soak 10]
 
 Downloads: per agent, as in the efficiency benchmark (each of the 10,000 fetches its own 40 KiB
-binary from gunicorn; delivery at scale is ``benchmarks/delivery.py``).
+binary from gunicorn; delivery at scale is ``benchmarks/delivery.py``). ``--nginx``: production's tier, nginx in
+front of gunicorn, which hands each download to nginx (X-Accel-Redirect); the web CPU measured is still gunicorn's,
+nginx's is printed beside it.
 
 About 11 minutes (23 rounds of restart + heartbeat wait); the last of ``make bench``'s default
 run, or alone: ``make bench ARGS=fleet10k``. ``--quick``: 2,000 agents, 6 s heartbeats.
@@ -64,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--watch", action="store_true", help="agents hold their session requests (wait = --heartbeat, at most 60 s)"
     )
+    parser.add_argument(
+        "--nginx", action="store_true",
+        help="production's tier: nginx in front of gunicorn, downloads handed to nginx (X-Accel-Redirect)",
+    )  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="2,000 agents, 6 s heartbeats (same offered rate)")
     args = parser.parse_args(argv)
     if args.quick:
@@ -72,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.agents:,} agents, heartbeat {args.heartbeat:g} s, restart {args.restart_delay:g} s, "
         f"soak {args.soak:g} s, {args.simulator_processes} simulator process(es)"
         + (", watching" if args.watch else "")
+        + (", nginx in front" if args.nginx else "")
         + ": starting (several minutes)",
         flush=True,
     )
@@ -95,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         start_spread=max(args.heartbeat, args.agents / args.join_rate),
         watch=args.watch,
         idle_seconds=args.idle,
+        nginx=args.nginx,
     )
     mode = "watching" if args.watch else "polling"
     if args.idle_only:
