@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from rollout.release.agent import DOWNLOAD_FAILED, Refused, TrustedRelease
+from rollout.release.agent import DOWNLOAD_FAILED, Refused
 from simulator.agent_fleet import AgentFleet
 from simulator.config import (
     ACK_PATH,
@@ -23,6 +23,7 @@ from simulator.config import (
     AgentState,
 )
 from simulator.downloads import Corrupt, fetch_expected
+from simulator.refusals import Refusals
 from simulator.retry import FIXED, backoff
 from simulator.stats import Refusal, Upgrade
 from simulator.trust import RootsUnavailable, Trust
@@ -50,7 +51,6 @@ class Agent:
         self.name = config.name or f"agent-{index}"
         self.version = config.daemon_version
         self.state = AgentState.OFFLINE if config.offline else AgentState.JOINING
-        self.confirmed_sequence = config.confirmed_sequence
         self.heartbeat_seconds: float | None = None  # the server's last answer
         self.spec: dict | None = None  # the server's last spec
         self.revision: str | None = None  # the server's last specRevision (what a watching agent has seen)
@@ -60,15 +60,13 @@ class Agent:
         self.consecutive_failures = 0
         self.last_error: str | None = None
         self.upgrades: list[Upgrade] = []  # every restart into a new binary, successful or not
-        self.refusals: list[Refusal] = []
+        self.refused = Refusals(self.name, fleet.stats)
         self.acked: dict[str, bool] = {}  # command id -> ok
-        self.trust = Trust(self, pins=fleet.release_pins, threshold=fleet.release_threshold)
-        self._refused: dict[str, str] | None = None  # reported on the next session call
-        self._running: tuple[str, int | None] | None = None  # (payload, sequence if it verified) of what it runs
-        self._installing: TrustedRelease | None = None  # verified, downloaded: confirmed at the rejoin
+        self.trust = Trust(
+            self, pins=fleet.release_pins, threshold=fleet.release_threshold, confirmed=config.confirmed_sequence
+        )
         self._session_open = False
         self._pending_confirm: str | None = None
-        self._given_up: dict[tuple[str, str, str], str] = {}  # section -> reason (refused or failed)
         # When (time.monotonic()) it leaves for a while, and for how long: flap after upgrade, down_after.
         self._away_at: float | None = None
         self._away_for = 0.0
@@ -88,6 +86,15 @@ class Agent:
     @property
     def failed_upgrades(self) -> list[Upgrade]:
         return [upgrade for upgrade in self.upgrades if upgrade.outcome != "upgraded"]
+
+    @property
+    def confirmed_sequence(self) -> int | None:
+        """The highest release sequence it confirmed (simulator/trust.py): it refuses any lower."""
+        return self.trust.confirmed
+
+    @property
+    def refusals(self) -> list[Refusal]:
+        return self.refused.all
 
     @property
     def online(self) -> bool:
@@ -165,7 +172,7 @@ class Agent:
         wait = watch_wait(self._base_interval()) if fleet.watch and self._session_open else None
         if wait is not None:
             sent.update(wait=wait, **({"seen": self.revision} if self.revision else {}))
-        refused = self._refused
+        refused = self.refused.to_report
         if refused is not None:
             sent["refused"] = refused
         response = await fleet.request(
@@ -179,7 +186,7 @@ class Agent:
         )
         if response is None:
             return self._after_failure()  # a refusal not heard yet goes again with the next beat
-        self._refused = None
+        self.refused.to_report = None
         if not response.is_success:
             return self._interval()  # the server would not take the refusal (counted as an error)
         if fleet.record_latencies:
@@ -206,7 +213,7 @@ class Agent:
             self.joins += 1
             fleet.stats.joins += 1
             upgraded = self._pending_confirm is not None
-            self._confirm()
+            self.trust.confirm_installed(self.version)
             self._pending_confirm = None
             if upgraded and self.config.flap_after is not None and not self._flapped:
                 # Flap after upgrade (once): stay a moment on the new version, then leave and return.
@@ -252,16 +259,6 @@ class Agent:
             return self._interval()
         return 0.0 if self._early == 1 else backoff(self._early - 1, cap=self._base_interval(), rng=self.rng)
 
-    def _confirm(self) -> None:
-        """The rejoin was answered: the release it installed (verified before the restart) is confirmed."""
-        installed, self._installing = self._installing, None
-        if installed is not None and installed.manifest.version == self.version:
-            self._confirm_sequence(installed.manifest.sequence)
-
-    def _confirm_sequence(self, sequence: int) -> None:
-        if self.confirmed_sequence is None or sequence > self.confirmed_sequence:
-            self.confirmed_sequence = sequence
-
     # -- commands ------------------------------------------------------------------------
 
     async def _handle_command(self, command: Any, *, going: bool) -> dict | None:
@@ -283,9 +280,7 @@ class Agent:
             return None
         if verdict is _Verdict.REFUSED:
             # Given up for good, or (a failed download) the refusal just recorded.
-            last = self.refusals[-1] if self.refusals else None
-            why = self._given_up.get(_section_key(section)) or (f"{last.reason}: {last.detail}" if last else "refused")
-            await self._ack(command_id, ok=False, error=why)
+            await self._ack(command_id, ok=False, error=self.refused.why(section))
             return None
         await self._ack(command_id, ok=True)
         return section if verdict is _Verdict.GO else None
@@ -304,33 +299,24 @@ class Agent:
     # -- upgrades ------------------------------------------------------------------------
 
     def _refuse(self, section: Any, reason: str, detail: str, *, report: bool = False, final: bool = True) -> _Verdict:
-        """Never run this section; with ``report``, say so on the next session call (docs/signing.md). Not
-        ``final`` (a download that failed): the same section offered again later is tried again."""
-        version = section.get("version") if isinstance(section, dict) else None
-        if report and isinstance(version, str):
-            self._refused = {"version": version, "code": reason, "detail": detail[:1000]}
-        if final:
-            self._given_up[_section_key(section)] = f"{reason}: {detail}"
-        self.refusals.append(Refusal(version=str(version), reason=reason, detail=detail, at=time.time()))
-        self.fleet.stats.refusals += 1
-        logger.info("simulated agent %s refuses %s: %s (%s)", self.name, version, reason, detail)
+        self.refused.refuse(section, reason, detail, report=report, final=final)
         return _Verdict.REFUSED
 
     async def _consider(self, section: Any) -> _Verdict:
         """Decide on a daemon section; on GO the verified binary is ready."""
         if not _valid_section(section):
-            if _section_key(section) in self._given_up:
+            if self.refused.given_up(section):
                 return _Verdict.REFUSED
             return self._refuse(section, "invalid_section", f"not a daemon section: {section!r}"[:200])
         version, url = section["version"], section["url"]
         if version == self.version:
-            self._learn_running(section)
+            self.trust.learn_running(section)
             return _Verdict.CURRENT
-        if _section_key(section) in self._given_up:
+        if self.refused.given_up(section):
             return _Verdict.REFUSED
         platform = f"linux-{self.config.arch}"
         try:  # what the release keys signed, before a byte is downloaded (docs/signing.md)
-            trusted = await self.trust.verify(section, confirmed_sequence=self.confirmed_sequence)
+            trusted = await self.trust.verify(section)
             binary = trusted.binary_for(platform)
         except Refused as refused:
             return self._refuse(section, refused.code, refused.detail, report=True)
@@ -359,22 +345,8 @@ class Agent:
             trusted.verify_binary(platform=platform, size=fetched.size, sha256=fetched.sha256)
         except Refused as refused:
             return self._refuse(section, refused.code, refused.detail, report=True)
-        self._installing = trusted
+        self.trust.installing = trusted
         return _Verdict.GO
-
-    def _learn_running(self, section: dict) -> None:
-        """Its spec names the version it runs: once that release verifies, its sequence is confirmed.
-
-        Judged once per signed payload (not at every beat), whether it verified or not.
-        """
-        release = section.get("release")
-        payload = release.get("payload") if isinstance(release, dict) else None
-        if not isinstance(payload, str) or (self._running is not None and self._running[0] == payload):
-            return
-        sequence = self.trust.adopt(section)
-        self._running = (payload, sequence)
-        if sequence is not None:
-            self._confirm_sequence(sequence)
 
     async def _leave(self) -> None:
         response = await self.fleet.request("DELETE", SESSION_PATH, self.config.token, kind="leave", agent=self)
@@ -406,7 +378,7 @@ class Agent:
         if failure == REJOIN_OLD:
             fleet.stats.failed_upgrades += 1
             # The new binary "crashed" and the old one came back: do not loop on that section.
-            self._given_up[_section_key(section)] = "rejoin_old: the new binary did not stay up"
+            self.refused.give_up(section, "rejoin_old: the new binary did not stay up")
             return 0.0
         fleet.stats.upgrades += 1
         self.version = new
@@ -423,9 +395,3 @@ def _valid_section(section: Any) -> bool:
     return isinstance(section, dict) and all(
         isinstance(section.get(key), str) and section.get(key) for key in ("version", "url")
     )
-
-
-def _section_key(section: Any) -> tuple[str, str, str]:
-    if not isinstance(section, dict):
-        return ("", "", repr(section))
-    return (str(section.get("version")), str(section.get("url")), str(section.get("sha256")).lower())

@@ -8,6 +8,10 @@ when a release does not verify against the root it holds (the answer's
 ``rootVersion`` may lag a rotation by a few seconds), then verifies the release
 that ``spec.daemon.release`` carries, and after the download the bytes against
 the signed manifest. It needs no API key: everything comes with its spec.
+
+It also holds the highest release sequence the agent confirmed (``confirmed``), below which it refuses a release
+(``sequence_rollback``): the sequence of a release it installed, once its rejoin is answered, and of the release
+its spec names for the version it runs, once that verifies.
 """
 
 from __future__ import annotations
@@ -31,17 +35,20 @@ class RootsUnavailable(Exception):
 class Trust:
     """One agent's trust: an ``AgentTrust`` from the fleet's pins and threshold, fed with roots it fetches."""
 
-    def __init__(self, agent: Agent, *, pins: Sequence[str], threshold: int) -> None:
+    def __init__(self, agent: Agent, *, pins: Sequence[str], threshold: int, confirmed: int | None = None) -> None:
         self._agent = agent
         self._trust = AgentTrust(pins=pins, threshold=threshold) if pins else None
         #: The newest root version the server announced (``rootVersion`` of its last answer).
         self.announced = 1
+        self.confirmed = confirmed
+        self.installing: TrustedRelease | None = None  # verified, downloaded: confirmed at the rejoin
+        self._running: tuple[str, int | None] | None = None  # (payload, sequence if it verified) of what it runs
 
     @property
     def root_version(self) -> int:
         return self._trust.root.version if self._trust is not None else 0
 
-    async def verify(self, section: dict[str, Any], *, confirmed_sequence: int | None) -> TrustedRelease:
+    async def verify(self, section: dict[str, Any]) -> TrustedRelease:
         """Checks 1 to 5 of ``rollout.release.agent`` for the release ``section`` names. Raises ``Refused`` or
         ``RootsUnavailable``."""
         trust = self._trust
@@ -52,12 +59,37 @@ class Trust:
             await self._follow()
             followed = True
         try:
-            return self._check(section, confirmed_sequence)
+            return self._check(section, self.confirmed)
         except Refused as refused:
             if refused.code != BAD_SIGNATURE or followed:
                 raise
         await self._follow()  # the answer's rootVersion may lag a rotation: ask once before refusing
-        return self._check(section, confirmed_sequence)
+        return self._check(section, self.confirmed)
+
+    def confirm_installed(self, version: str) -> None:
+        """The rejoin was answered on ``version``: the release it installed (verified before the restart) is
+        confirmed."""
+        installed, self.installing = self.installing, None
+        if installed is not None and installed.manifest.version == version:
+            self._confirm(installed.manifest.sequence)
+
+    def learn_running(self, section: dict[str, Any]) -> None:
+        """Its spec names the version it runs: once that release verifies, its sequence is confirmed.
+
+        Judged once per signed payload (not at every beat), whether it verified or not.
+        """
+        release = section.get("release")
+        payload = release.get("payload") if isinstance(release, dict) else None
+        if not isinstance(payload, str) or (self._running is not None and self._running[0] == payload):
+            return
+        sequence = self.adopt(section)
+        self._running = (payload, sequence)
+        if sequence is not None:
+            self._confirm(sequence)
+
+    def _confirm(self, sequence: int) -> None:
+        if self.confirmed is None or sequence > self.confirmed:
+            self.confirmed = sequence
 
     def adopt(self, section: dict[str, Any]) -> int | None:
         """The sequence of the release this agent runs, when its spec names it with a release that verifies."""
