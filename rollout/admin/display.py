@@ -69,6 +69,11 @@ def when(moment) -> str:
     return date_format(localtime(moment), "DATETIME_FORMAT") if moment else "-"
 
 
+def short_when(moment) -> str:
+    """A time in a narrow column: ``2026-12-06 04:26`` in the current time zone."""
+    return localtime(moment).strftime("%Y-%m-%d %H:%M") if moment else "-"
+
+
 def duration_text(seconds: int | None) -> str:
     if seconds is None:
         return "unbounded: a pool with a disruption budget of 0 never starts a node"

@@ -100,6 +100,10 @@ class ReleaseAdmin(BinaryUploadMixin, admin.ModelAdmin):
         "registered_by",
         "blocked_here",
     ]
+
+    class Media:
+        css = {"all": ["rollout/admin.css"]}
+
     search_fields = ["version", "notes"]
     ordering = ["-sequence"]
     inlines = [ReleaseBinaryInline]

@@ -16,31 +16,27 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import re_path, reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from core.errors import DomainError
 from fleet.interface import (
     Actor,
-    Pool,
     Tenant,
     TenantScopedAdmin,
     budget_percent,
     pool_budgets,
-    staff_user,
     tenant_id_of,
 )
 from rollout.admin.actions import ACTIONS, RolloutAction, bulk_admin_action
 from rollout.admin.approvals import ApprovalAdminMixin, ApprovalFilter
-from rollout.admin.display import counts_total, duration_text, progress_bar, rollout_label, short_id, when
-from rollout.admin.forms import RolloutCreateForm
+from rollout.admin.display import counts_total, progress_bar, rollout_label, short_id, short_when
+from rollout.admin.plan import RolloutPlanAdminMixin
 from rollout.controller.health import BEAT_COMMAND, WORKER_COMMAND, controller_stale_after, rollouts_without_controller
 from rollout.gates.verdicts import gates_of
 from rollout.models import NodeUpgrade, Rollout
 from rollout.rollouts.blocker_words import rollout_blocker_words
-from rollout.rollouts.create import rollout_create, rollout_plan
 from rollout.rollouts.reads import rollout_waves
-from rollout.rollouts.spec import RolloutPlan
 
 
 # --- rollouts --------------------------------------------------------------------------------
@@ -55,11 +51,12 @@ def event_words(data: dict[str, Any], pool_names: dict[str, str]) -> str:
 
 
 @admin.register(Rollout)
-class RolloutAdmin(ApprovalAdminMixin, TenantScopedAdmin):
+class RolloutAdmin(RolloutPlanAdminMixin, ApprovalAdminMixin, TenantScopedAdmin):
     """Rollouts are planned and operated here through the services; never edited by hand.
 
     - list: progress of every rollout on the page from one ``rollout_waves`` call (constant queries);
-    - add: a form, then a preview from ``rollout_plan`` (writes nothing), then ``rollout_create``;
+    - add: a form, then a preview from ``rollout_plan`` (writes nothing), then ``rollout_create``:
+      rollout/admin/plan.py;
     - detail (the read-only change view): waves, budget in use per pool, events, action buttons;
     - actions: on the list (selected rollouts) and as buttons, each confirmed on an intermediate page;
     - approve and deny (with a comment) on a rollout awaiting approval: rollout/admin/approvals.py.
@@ -75,9 +72,7 @@ class RolloutAdmin(ApprovalAdminMixin, TenantScopedAdmin):
         "state_badge",
         "wave_position",
         "progress",
-        "start_at",
-        "created_at",
-        "finished",
+        "times",
     ]
     list_filter = ["state", ApprovalFilter, "tenant"]
     list_select_related = ["release", "tenant"]
@@ -92,7 +87,7 @@ class RolloutAdmin(ApprovalAdminMixin, TenantScopedAdmin):
             {
                 "fields": [
                     "waves_requested",
-                    "max_failure_ratio",
+                    "failure_ratio_percent",
                     "failure_ratio_min_settled",
                     "soak_seconds",
                     "upgrade_timeout_seconds",
@@ -189,17 +184,28 @@ class RolloutAdmin(ApprovalAdminMixin, TenantScopedAdmin):
             sum(totals.values()),
         )
 
-    @admin.display(description="completed / aborted", ordering="completed_at")
-    def finished(self, rollout: Rollout) -> str:
-        if rollout.completed_at:
-            return when(rollout.completed_at)
-        if rollout.aborted_at:
-            return f"aborted {when(rollout.aborted_at)}"
-        return "-"
+    @admin.display(description="times", ordering="created_at")
+    def times(self, rollout: Rollout) -> SafeString:
+        """Created, then the scheduled start and the end when there are: short, one a line (the list fits 1,400
+        px, tests/browser); the page shows them in full."""
+        moments = [
+            ("created", rollout.created_at),
+            ("starts" if rollout.state == Rollout.State.SCHEDULED else "start at", rollout.start_at),
+            ("completed", rollout.completed_at),
+            ("aborted", rollout.aborted_at),
+        ]
+        return format_html_join(
+            "", '<div class="rollout-time">{} {}</div>', ((label, short_when(at)) for label, at in moments if at)
+        )
 
     @admin.display(description="pools")
     def pool_names(self, rollout: Rollout) -> str:
         return ", ".join(pool.name for pool in rollout.pools.order_by("name"))
+
+    @admin.display(description="max failure ratio")
+    def failure_ratio_percent(self, rollout: Rollout) -> str:
+        """In percent, as the budgets read (the API keeps the fraction)."""
+        return budget_percent(rollout.max_failure_ratio)
 
     @admin.display(description="waves (cumulative %)")
     def waves_requested(self, rollout: Rollout) -> str:
@@ -364,64 +370,3 @@ class RolloutAdmin(ApprovalAdminMixin, TenantScopedAdmin):
         if done:
             self.message_user(request, f"{action.done} {done} rollout(s).", messages.SUCCESS)
         return None
-
-    # creating: form -> preview (rollout_plan, writes nothing) -> confirm (rollout_create)
-    def add_view(self, request: HttpRequest, form_url: str = "", extra_context=None) -> HttpResponse:
-        if not self.has_add_permission(request):
-            raise PermissionDenied
-        form = RolloutCreateForm(request.POST or None, tenant=self.acting_tenant(request))
-        plan = None
-        if request.method == "POST" and "_edit" not in request.POST and form.is_valid():
-            try:
-                tenant, spec = form.chosen_tenant(), form.spec()
-                if tenant is None:  # the form requires a tenant from a superuser; others act in theirs
-                    raise PermissionDenied
-                if "_confirm" in request.POST:
-                    rollout = rollout_create(
-                        tenant=tenant, spec=spec, created_by=staff_user(request), actor=Actor.admin(request.user)
-                    )
-                    self.message_user(request, f"Created {rollout_label(rollout)}.", messages.SUCCESS)
-                    return HttpResponseRedirect(reverse("admin:rollout_rollout_change", args=[rollout.pk]))
-                plan = rollout_plan(tenant=tenant, spec=spec)
-            except DomainError as exc:
-                form.add_error(None, format_html("<code>{}</code>: {}", exc.code, exc.detail))
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.model._meta,
-            "media": self.media + form.media,
-            "form": form,
-            "has_view_permission": self.has_view_permission(request),
-        }
-        if plan is not None:
-            context.update(self.preview_context(form, plan))
-            return TemplateResponse(request, "admin/rollout/rollout/preview.html", context)
-        context["title"] = "Plan a rollout"
-        return TemplateResponse(request, "admin/rollout/rollout/create.html", context)
-
-    def preview_context(self, form: RolloutCreateForm, plan: RolloutPlan) -> dict[str, Any]:
-        pools = list(Pool.objects.filter(id__in=plan.pool_ids).order_by("name"))
-        ids = [str(pool.id) for pool in pools]
-        return {
-            "title": f"Preview: roll out {plan.version}",
-            "plan": plan,
-            "tenant": form.chosen_tenant(),
-            "plan_pools": pools,
-            "plan_waves": [
-                {
-                    "ordinal": wave.index + 1,
-                    "percent": wave.percent,
-                    "total": wave.total,
-                    "per_pool": [wave.pools.get(pool_id, 0) for pool_id in ids],
-                }
-                for wave in plan.waves
-            ],
-            "plan_budgets": [
-                {
-                    "pool": pool,
-                    "nodes": sum(wave.pools.get(str(pool.id), 0) for wave in plan.waves),
-                    "budget": plan.budgets[str(pool.id)],
-                }
-                for pool in pools
-            ],
-            "estimate": duration_text(plan.estimated_seconds),
-        }

@@ -14,14 +14,16 @@ from tests.admin.conftest import make_rollout
 pytestmark = pytest.mark.django_db
 
 
-def test_budgets_read_in_percent(root, tenant, releases):
-    rollout = make_rollout(tenant, {"gpu-a": (4, "0.05"), "gpu-b": (2, "0.125")})
+def test_budgets_and_the_failure_ratio_read_in_percent(root, tenant, releases):
+    rollout = make_rollout(tenant, {"gpu-a": (4, "0.05"), "gpu-b": (2, "0.125")}, max_failure_ratio=0.1)
     page = root.get("/admin/fleet/pool/").content.decode()
     assert "5 %" in page
     assert "12.5 %" in page
     assert "0.05000" not in page
     detail = root.get(f"/admin/rollout/rollout/{rollout.pk}/change/").content.decode()
     assert "<td>5 %</td>" in detail
+    assert '<div class="readonly">10 %</div>' in detail  # the max failure ratio
+    assert "0.10000" not in detail
 
 
 def test_release_binaries_is_spelled_right(root, releases):

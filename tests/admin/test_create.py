@@ -72,7 +72,7 @@ def test_preview_shows_the_plan_and_writes_nothing_then_confirm_creates(root, te
     # 20 nodes in waves of 10/50/100 %: 2, 8, 10 nodes; the columns are the pools.
     plan = preview.context["plan"]
     assert [wave.total for wave in plan.waves] == [2, 8, 10]
-    assert "<th>gpu-a</th><th>gpu-b</th>" in body
+    assert '<th scope="col">gpu-a</th><th scope="col">gpu-b</th>' in body
     assert [sum(w["per_pool"]) for w in preview.context["plan_waves"]] == [2, 8, 10]
     # Estimated duration: rounds by budget x timeout + soak between waves.
     assert preview.context["estimate"] == _duration(plan.estimated_seconds)

@@ -37,7 +37,7 @@ def test_the_list_shows_each_upgrade(root, two):
     for text in (flying.node.name, "pool-a", "in flight", "0.9.0", f"1.0.0 · {str(first.pk)[:8]}"):
         assert text in body
     assert "upgrade-state-in_flight" in body
-    for column in ("position", "reason", "previous version", "started at", "deadline", "settled at"):
+    for column in ("previous", "times", "started", "deadline", "waiting for"):
         assert column in body.lower()
 
 

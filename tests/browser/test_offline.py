@@ -18,7 +18,7 @@ from django.urls import NoReverseMatch, reverse
 from rollout.models import Rollout
 from rollout.rollouts.create import rollout_create
 from rollout.rollouts.spec import rollout_spec
-from tests.browser.test_admin_in_chromium import CHROMIUM_ARGS, browser_page  # noqa: F401  (shared fixture)
+from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, WIDTH
 from tests.factories import fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -67,9 +67,9 @@ def test_api_docs_and_every_admin_page_load_nothing_from_another_host(live_serve
         route.continue_()
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=OFFLINE_ARGS)
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=OFFLINE_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page = browser.new_page(viewport={"width": WIDTH, "height": 1000})
             page.route("**/*", guard)
             page.goto(f"{live_server.url}/api/docs/")
             # Swagger UI rendered the schema: its scripts and styles came from here.
