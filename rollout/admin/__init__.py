@@ -10,8 +10,8 @@ a wave is numbered from 1 ("wave 2 of 4"); the API and the event data count
 wave indexes from 0.
 
 Registered on import (Django's admin autodiscovery imports this package): releases.py,
-rollouts.py (with actions.py and display.py), node_upgrades.py (node upgrades and events), roots.py (the
-root chain of release keys, read-only).
+rollouts.py (with actions.py, display.py and plan.py, its "Add" page), node_upgrades.py (node upgrades
+and events), roots.py (the root chain of release keys, read-only).
 """
 
 from rollout.admin import node_upgrades, releases, rollouts, roots
