@@ -179,8 +179,8 @@ class FleetPulse(models.Model):
     Agents heartbeat through the web tier into the database; while either is
     down nothing is heard, and every node's ``last_seen_at`` ages although its
     agent keeps running. ``listening_since`` is when the current unbroken run of
-    heard heartbeats began: a node can be called offline only once the server
-    has listened for a whole online window (fleet.services.liveness).
+    heard heartbeats began: a node can be called offline only while the server
+    hears the fleet and has listened for a whole online window (fleet.services.liveness).
     """
 
     id = models.PositiveSmallIntegerField(primary_key=True, default=1)

@@ -9,14 +9,21 @@ So the server records whether it has been hearing the fleet (``FleetPulse``):
 every web process notes, at most once a second, that it heard a heartbeat; a
 silence of more than ``GAP_HEARTBEATS`` heartbeat intervals from the whole
 fleet restarts ``listening_since`` at the next heartbeat heard. A verdict
-"offline" is trusted only once the server has listened for a whole online
-window since then; until then a node that looks offline is neither skipped nor
-failed, only waited for.
+"offline" is trusted only while the server is hearing the fleet (its last
+heartbeat heard within the gap) and has listened for a whole online window
+since ``listening_since``; otherwise a node that looks offline is neither
+skipped nor failed, only waited for.
 
-What this cannot see: a web tier that is down *now* while the database and the
-workers run. Nothing distinguishes that silence from every agent being down
-until the first heartbeat after it; docs/operations.md says how to watch for it
-(``fleet_heard_seconds_ago``).
+The first condition covers the moments after an outage and before the first
+heartbeat heard: ``listening_since`` has not restarted yet, but the silence is
+the server's. A running agent was heard at most one interval before the server
+went deaf, so it looks offline once the silence passes 2 intervals: the gap
+(1.5) is under that, the online window (3) is not.
+
+The same rule holds while the web tier is down *now* and the database and the
+workers run: nothing is skipped or failed for offline until the fleet is heard
+again, which is also what it does when every agent is down. /metrics shows that
+silence (``fleet_heard_seconds_ago``, docs/operations.md).
 """
 
 from __future__ import annotations
@@ -39,6 +46,10 @@ _last_written_at: datetime | None = None  # this process's last pulse attempt; a
 
 def _online_window() -> timedelta:
     return timedelta(seconds=ONLINE_HEARTBEATS * heartbeat_seconds())
+
+
+def _gap() -> timedelta:
+    return timedelta(seconds=GAP_HEARTBEATS * heartbeat_seconds())
 
 
 def pulse_ctes(source: str) -> str:
@@ -71,7 +82,7 @@ def pulse_params(*, now: datetime) -> dict[str, datetime]:
     """The values ``pulse_ctes`` reads, for a heartbeat heard at ``now``."""
     return {
         "now": now,
-        "gap": now - timedelta(seconds=GAP_HEARTBEATS * heartbeat_seconds()),
+        "gap": now - _gap(),
         "pulse_due": now - PULSE_EVERY,
         "first_listening": online_since(now=now),
     }
@@ -96,10 +107,14 @@ def pulse_heard(*, now: datetime) -> None:
 def offline_verdicts_trusted(*, now: datetime | None = None) -> bool:
     """Whether "no heartbeat within 3 intervals" means the agent is down, not that the server was deaf.
 
-    False during the first online window after a gap in what the server heard
-    (its database or web tier was down): agents that kept running have not all
-    been heard again yet.
+    False while the server hears nothing from the whole fleet for longer than the gap (its database or web
+    tier is or was down, and no heartbeat has been heard since), and during the first online window after
+    such a gap: agents that kept running have not all been heard again yet. True before any heartbeat was
+    ever heard (no pulse row): there is no fleet to be deaf to.
     """
     now = now or timezone.now()
-    listening_since = FleetPulse.objects.filter(pk=1).values_list("listening_since", flat=True).first()
-    return listening_since is None or now - listening_since >= _online_window()
+    pulse = FleetPulse.objects.filter(pk=1).values_list("last_heard_at", "listening_since").first()
+    if pulse is None:
+        return True
+    last_heard_at, listening_since = pulse
+    return now - last_heard_at <= _gap() and now - listening_since >= _online_window()

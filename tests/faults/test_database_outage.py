@@ -26,15 +26,6 @@ from tests.faults.stack import HEARTBEAT_SECONDS
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "KNOWN BUG, open: right after the database returns, a tick can trust offline verdicts before the first "
-        "heartbeat restarts listening_since (agents now wait out the outage's Retry-After), and skip healthy nodes "
-        "as offline. The fix (no offline verdict while nothing was heard for an online window) changes how a "
-        "silent fleet is judged and is not finished; see the stop's closing note."
-    ),
-)
 def test_a_database_outage_answers_503_at_worst_and_skips_no_healthy_node(fault_stack):
     stack = fault_stack
     pools = {"db-a": (10, 0.5), "db-b": (10, 0.5)}

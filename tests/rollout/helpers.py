@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from uuid import UUID
+
 from django.test import TestCase
 from django.utils import timezone
 
-from fleet.models import Node, NodeSession
+from fleet.models import FleetPulse, Node, NodeSession
+from fleet.services.nodes import online_since
 from fleet.services.sessions import agent_session_leave, agent_session_report
 from rollout.controller.tick import rollout_tick
 from rollout.models import NodeUpgrade, Rollout
@@ -28,9 +32,14 @@ def rejoin(node_id, version: str, *, protocol: int = 3) -> None:
             hook()
 
 
-def heartbeat_all() -> None:
-    """Every agent heartbeats now (after moving time, so nodes stay online)."""
-    NodeSession.objects.filter(left_at__isnull=True).update(last_seen_at=timezone.now())
+def heartbeat_all(*, but: Iterable[UUID] = ()) -> None:
+    """Every agent (but the nodes ``but`` names, whose agents are down) heartbeats now, as it did all along while
+    time moved: nodes stay online, and the server has kept hearing the fleet (its pulse is fresh, with no gap:
+    offline verdicts stay trusted, docs/controller.md#liveness-against-the-fleet)."""
+    now = timezone.now()
+    NodeSession.objects.filter(left_at__isnull=True).exclude(node_id__in=list(but)).update(last_seen_at=now)
+    if not FleetPulse.objects.filter(pk=1).update(last_heard_at=now):
+        FleetPulse.objects.create(pk=1, last_heard_at=now, listening_since=online_since(now=now))
 
 
 def tick(rollout: Rollout):

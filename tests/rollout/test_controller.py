@@ -173,6 +173,7 @@ def _settle_wave(rollout, *, succeed: int, fail: int):
     for upgrade in upgrades[:succeed]:
         rejoin(upgrade.node_id, "1.0.0")
     with time_machine.travel(timezone.now() + timedelta(seconds=rollout.upgrade_timeout_seconds + 1), tick=False):
+        heartbeat_all(but=[upgrade.node_id for upgrade in upgrades[succeed:]])  # the others' agents are down
         tick(rollout)
 
 

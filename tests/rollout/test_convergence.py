@@ -22,7 +22,7 @@ from rollout.rollouts.create import rollout_create
 from rollout.rollouts.spec import rollout_spec
 from tests.concurrency import run_together
 from tests.factories import fleet
-from tests.rollout.helpers import in_flight, rejoin, tick
+from tests.rollout.helpers import heartbeat_all, in_flight, rejoin, tick
 
 
 def report(node_id, version: str) -> None:
@@ -81,6 +81,7 @@ def test_a_skipped_node_converges_when_it_comes_back_within_the_budget(tenant, r
     assert rollouts_converge(now=timezone.now()) == 1  # now the other one
     second = NodeUpgrade.objects.get(rollout=rollout, state="in_flight")
     with time_machine.travel(second.deadline + timedelta(seconds=1), tick=False):
+        heartbeat_all()
         rollouts_tick_all()  # it never rejoins on 1.0.0: it times out and goes back, like any node
     second.refresh_from_db()
     assert (second.state, second.reason, second.claims_node) == ("failed", "timeout", False)

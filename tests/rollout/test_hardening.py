@@ -266,6 +266,8 @@ def test_after_an_outage_no_running_agent_is_skipped_or_failed_before_it_can_be_
     # The database is down for 60 s (6 heartbeats): nothing is heard, every last_seen_at ages, deadlines pass.
     back = start + timedelta(seconds=60)
     with time_machine.travel(back, tick=False):
+        tick(rollout)  # the database is back, no heartbeat heard yet: the silence is the server's
+        assert states(rollout) == {"in_flight": 4}
         pulse(back)  # the first heartbeat heard after the gap
         assert FleetPulse.objects.get().listening_since == back
         tick(rollout)
@@ -288,9 +290,11 @@ def test_after_an_outage_an_offline_looking_node_waits_then_is_skipped(tenant, r
     pulse(start)
     back = start + timedelta(seconds=60)
     with time_machine.travel(back, tick=False):
+        rollout = create(tenant)
+        tick(rollout)
+        assert states(rollout) == {"pending": 2}  # nothing heard for 60 s: both may be running, neither skipped
         pulse(back)  # heard again after a 60 s gap
         NodeSession.objects.filter(node=nodes[0]).update(last_seen_at=back)
-        rollout = create(tenant)
         tick(rollout)
         assert states(rollout) == {"in_flight": 1, "pending": 1}  # not skipped: maybe running, not heard yet
     for second in range(HEARTBEAT, 4 * HEARTBEAT, HEARTBEAT):
@@ -300,6 +304,19 @@ def test_after_an_outage_an_offline_looking_node_waits_then_is_skipped(tenant, r
     with time_machine.travel(back + timedelta(seconds=3 * HEARTBEAT), tick=False):
         tick(rollout)
         assert states(rollout) == {"in_flight": 1, "skipped": 1}  # a whole window heard: it is down
+
+
+def test_a_silence_shorter_than_the_online_window_skips_no_node_heard_just_before_it(tenant, releases, pulse):
+    """A running agent was heard at most an interval before the server went deaf: it looks offline once the
+    silence passes 2 intervals, under the online window (3). Trust ends with the gap (1.5), not the window."""
+    nodes = fleet(tenant, {"a": (2, "1")})["a"]
+    start = timezone.now()
+    NodeSession.objects.filter(node=nodes[0]).update(last_seen_at=start - timedelta(seconds=HEARTBEAT - 1))
+    pulse(start)  # the last heartbeat heard (nodes[1]'s) before the database goes down
+    with time_machine.travel(start + timedelta(seconds=2.5 * HEARTBEAT), tick=False):
+        rollout = create(tenant)
+        tick(rollout)
+        assert states(rollout) == {"in_flight": 1, "pending": 1}  # nodes[0], unheard for 34 s, is waited for
 
 
 # --- 16: a failed upgrade whose node never came back still uses the budget -------------------------

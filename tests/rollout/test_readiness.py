@@ -106,13 +106,15 @@ def test_reporting_another_version_fails_at_once(tenant, releases):
     assert (row(upgrade).state, row(upgrade).reason) == ("failed", "not_ready")
 
 
-def test_going_offline_while_proving_fails(tenant, releases):
+def test_going_offline_while_proving_fails(tenant, other_tenant, releases):
     fleet(tenant, {"a": (1, "1")})
+    fleet(other_tenant, {"b": (1, "1")})  # the rest of the fleet, heard while this node is not
     rollout = create(tenant, min_ready_seconds=300)
     tick(rollout)
     (upgrade,) = in_flight(rollout)
     rejoin(upgrade.node_id, "1.0.0")
     with time_machine.travel(timezone.now() + timedelta(seconds=31), tick=False):  # no heartbeat for 3 x 10 s
+        heartbeat_all(but=[upgrade.node_id])
         assert tick(rollout).failed == 1
     assert (row(upgrade).state, row(upgrade).reason) == ("failed", "not_ready")
 
