@@ -92,10 +92,11 @@ _PULSE_SQL = f"WITH {pulse_ctes('(SELECT 1) AS heard_now')} SELECT 1"
 
 
 def pulse_heard(*, now: datetime) -> None:
-    """Held requests were heard at ``now`` (their nodes touched, fleet/services/watch.py): the pulse alone, one
-    statement. This process also sends none within ``PULSE_EVERY`` of its own last attempt (at most one a
-    second per process), so on this path the stored value may lag by up to twice ``PULSE_EVERY``, far inside
-    the gap."""
+    """Agents were heard at ``now`` by a path whose own statement does not write the pulse: held requests whose
+    nodes were touched (fleet/services/watch.py) or an arrival the async front answered from memory
+    (fleet/watch/front.py). The pulse alone, one statement. This process also sends none within ``PULSE_EVERY``
+    of its own last attempt (at most one a second per process), so on this path the stored value may lag by up
+    to twice ``PULSE_EVERY``, inside the gap at any ``heartbeatSeconds`` of 2 or more."""
     global _last_written_at
     if _last_written_at is not None and timedelta(0) <= now - _last_written_at < PULSE_EVERY:
         return

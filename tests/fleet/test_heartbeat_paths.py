@@ -1,12 +1,15 @@
-"""The plain heartbeat's one statement against its rules (tests/fleet/session_rules.py restates them).
+"""The plain heartbeat's statement and the held requests' two, each against its rules (tests/fleet/session_rules.py
+restates the heartbeat's).
 
 ``agent_heartbeat`` runs ``HEARTBEAT_SQL`` (fleet/services/session_statements.py): the coalesced ``last_seen_at``
-write (docs/fleet.md#watch, module docstring of fleet/services/sessions.py) and the fleet pulse
-(fleet/services/liveness.py). Hypothesis draws a node's state around every boundary of those rules (session none,
-open or left, on the reported version or another; ``last_seen_at`` long ago, at the interval, just under it, ahead
-of now; protocol version the same or changed; pending and settled commands; the pulse row missing, heard just now,
-at the one-second throttle, at the gap, before it, ahead) and runs the statement on it in a savepoint rolled back
-afterwards. Its outcome must be what the rules say: the report (or None), the session row and the pulse row after.
+write (``last_seen_due_sql``; module docstring of fleet/services/sessions.py) and the fleet pulse
+(fleet/services/liveness.py ``pulse_ctes``). Hypothesis draws a node's state around every boundary of those rules
+(session none, open or left, on the reported version or another; ``last_seen_at`` long ago, at the interval, just
+under it, ahead of now; protocol version the same or changed; pending and settled commands; the pulse row missing,
+heard just now, at the one-second throttle, at the gap, before it, ahead; the token known or not) and runs the
+statement on it in a savepoint rolled back afterwards. Its outcome must be what the rules say: the report (or None),
+the session row and the pulse row after. A woken held request's read (``held_sessions_read``) must answer what that
+heartbeat would and write nothing; the keeper's touch (``held_sessions_touch``) writes the sessions that are due.
 """
 
 from __future__ import annotations
