@@ -94,11 +94,27 @@ def broker(request, settings) -> Iterator[str]:
         pytest.fail("the end-to-end tests on RabbitMQ need AMQP_URL (make test sets it and starts RabbitMQ)")
     settings.CELERY_BROKER_URL = url
     settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"connect_timeout": 0.5}
-    celery_app.close()
+    previous = _app_broker()
+    _app_broker_set(url, {"connect_timeout": 0.5})
     try:
         yield url
     finally:
-        celery_app.close()
+        _app_broker_set(*previous)
+
+
+def _app_broker() -> tuple[str, dict]:
+    return celery_app.conf.broker_url, celery_app.conf.broker_transport_options
+
+
+def _app_broker_set(url: str, options: dict) -> None:
+    """The Celery app publishes to ``url`` from now on. It read its broker from the settings once (the write and
+    read URLs too) and keeps its connection and producer pools: each is set again, or it would go on publishing
+    to Redis."""
+    conf = celery_app.conf
+    conf.broker_url = conf.broker_write_url = conf.broker_read_url = url
+    conf.broker_transport_options = options
+    celery_app.close()  # drops the connection pool
+    celery_app.amqp._producer_pool = None
 
 
 @pytest.fixture

@@ -26,9 +26,9 @@ def releases(db):
 def published(monkeypatch, django_capture_on_commit_callbacks):
     """Every task the controller publishes after commit: (name, args, eta), as it reaches the broker's client.
 
-    The real ``dispatch.publish`` runs (its horizon check is what tests/rollout/test_hardening.py pins); only
-    Celery's ``apply_async``, the one call that would send the message, records it instead. Tests run in a
-    transaction that never commits: the on-commit publishes run here as a commit would.
+    The real ``dispatch.publish`` runs, its horizon check included (tests/integration/test_dispatch.py holds it on
+    the real brokers); only Celery's ``apply_async``, the one call that would send the message, records it instead.
+    Tests run in a transaction that never commits: the on-commit publishes run here as a commit would.
     """
     sent: list[tuple[str, list, object]] = []
     monkeypatch.setattr(transaction, "on_commit", lambda callback, using=None, robust=False: callback())

@@ -346,12 +346,3 @@ def test_a_failed_node_that_never_came_back_counts_as_disrupted(tenant, releases
 def test_rollout_spec_refuses_a_non_list_of_pools():
     with pytest.raises(InvalidInput):
         rollout_spec(version="1.0.0", pool_ids="not-a-list")
-
-
-def test_on_rabbitmq_no_message_waits_past_its_consumer_timeout(settings):
-    """RabbitMQ takes its channel from a worker holding a message unacked past consumer_timeout (30 min)."""
-    settings.CELERY_BROKER_URL = "amqp://guest:guest@127.0.0.1:5672//"
-    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"connect_timeout": 0.5}
-    assert dispatch.redelivery_horizon() == timedelta(minutes=30)
-    assert dispatch.max_delay() == timedelta(minutes=25)
-    assert not dispatch.publish(dispatch.TICK_TASK, args=["x"], eta=timezone.now() + timedelta(minutes=26))
