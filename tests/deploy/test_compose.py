@@ -1,7 +1,7 @@
 """docker-compose.yml, the Dockerfile and docker/: checked without Docker (parsed, and held against the project).
 
-Every command a container runs must be one the project really has, and every
-environment variable the settings read must be set for the app containers.
+Every environment variable the settings read must be set for the app containers; every command a container
+runs must be one the project really has (test_compose_commands.py).
 """
 
 from __future__ import annotations
@@ -11,109 +11,24 @@ import importlib
 import importlib.util
 import re
 import runpy
-import shlex
-import subprocess
-import sys
-from pathlib import Path
 
-import pytest
 import yaml
-from django.core.management import get_commands
-from django.utils.module_loading import import_string
 
+from tests.deploy.compose_file import (
+    APP_SERVICES,
+    COMPOSE,
+    COMPOSE_TEXT,
+    INTERPOLATION,
+    ROOT,
+    SERVICES,
+    all_commands_of,
+    argv,
+    interpolate,
+)
 from tests.deploy.nginx_conf import nginx_directives, number
 
-ROOT = Path(__file__).resolve().parents[2]
-COMPOSE_TEXT = (ROOT / "docker-compose.yml").read_text()
-COMPOSE = yaml.safe_load(COMPOSE_TEXT)
-SERVICES = COMPOSE["services"]
-APP_SERVICES = ("migrate", "web", "worker", "beat")
 # Read by the settings for test runs only: never set in a deployment.
 TEST_ONLY_ENV = {"TEST_DATABASE_NAME"}
-INTERPOLATION = re.compile(r"\$\{(?P<name>[A-Z0-9_]+)(?:(?::?[-?])(?P<default>[^}]*))?\}")
-
-
-def interpolate(text: str) -> str:
-    """Compose's ${NAME:-default} with its default (${NAME:?message} and ${NAME} as NAME), $$ as $."""
-    parts = text.split("$$")  # an escaped $ is never the start of a name
-    return "$".join(
-        INTERPOLATION.sub(lambda m: m["default"] if m["default"] is not None else m["name"], part) for part in parts
-    )
-
-
-def argv(command: str | list[str]) -> list[str]:
-    if isinstance(command, list):
-        return [interpolate(part) for part in command]
-    return shlex.split(interpolate(command))
-
-
-def requirement_names() -> set[str]:
-    names = set()
-    for line in (ROOT / "requirements.txt").read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            names.add(re.split(r"[\[=<>~!; ]", line, maxsplit=1)[0].lower())
-    return names
-
-
-def celery_subcommands() -> set[str]:
-    from celery.bin.celery import celery
-
-    return set(celery.commands)
-
-
-def parse_celery_options(args: list[str]) -> None:
-    """Parse ``worker ...``/``beat ...``/``inspect ...`` as celery's click CLI does: an unknown option fails."""
-    import click
-    from celery.bin.base import CLIContext
-    from celery.bin.celery import celery
-
-    from project import celery_app
-
-    parent = click.Context(celery, obj=CLIContext(app=celery_app, no_color=True, workdir=None, quiet=True))
-    try:
-        celery.commands[args[0]].make_context(args[0], list(args[1:]), parent=parent)
-    except click.UsageError as exc:
-        pytest.fail(f"celery {' '.join(args)}: {exc}")
-
-
-def assert_real_command(args: list[str]) -> None:
-    """The program is installed from requirements.txt (or is python) and its subcommand exists."""
-    if args[0] == "env":  # env -u NAME program args...
-        args = args[1:]
-        while args[0] == "-u":
-            args = args[2:]
-    program = args[0]
-    if program == "python":
-        if args[1] == "manage.py":
-            assert args[2] in get_commands(), f"manage.py has no {args[2]!r} command"
-        else:
-            assert (ROOT / args[1]).is_file(), args
-        return
-    assert program in requirement_names(), f"{program} is not in requirements.txt"
-    if program == "gunicorn":
-        target = next(arg for arg in args[1:] if ":" in arg and not arg.startswith("-"))
-        module, attribute = target.split(":")
-        assert callable(getattr(importlib.import_module(module), attribute)), target
-        # gunicorn itself loads the app and refuses an unknown option or a bad value.
-        gunicorn = Path(sys.executable).with_name("gunicorn")
-        checked = subprocess.run(
-            [str(gunicorn), "--check-config", *args[1:]], cwd=ROOT, capture_output=True, text=True, timeout=60
-        )
-        assert checked.returncode == 0, checked.stderr[-2000:]
-    elif program == "celery":
-        app_path = args[args.index("-A") + 1]
-        module = importlib.import_module(app_path)
-        from celery import Celery
-
-        assert any(isinstance(getattr(module, name, None), Celery) for name in ("app", "celery", "celery_app"))
-        rest = args[args.index("-A") + 2 :]
-        assert rest[0] in celery_subcommands(), rest[0]
-        parse_celery_options(rest)
-        if "--scheduler" in args:
-            import_string(args[args.index("--scheduler") + 1].replace(":", "."))
-    else:  # pragma: no cover - a new program needs a check here
-        pytest.fail(f"no check for {program}")
 
 
 def settings_env_vars() -> set[str]:
@@ -305,35 +220,6 @@ def test_media_and_metrics_directories_are_volumes():
     assert SERVICES["worker"]["pid"] == SERVICES["beat"]["pid"] == "service:web"
     assert argv(SERVICES["migrate"]["command"])[:3] == ["env", "-u", "PROMETHEUS_MULTIPROC_DIR"]
     assert "/var/lib/postgresql/data" in SERVICES["db"]["volumes"][0]
-
-
-# --- every command exists ------------------------------------------------------------------------
-
-
-def all_commands() -> list[tuple[str, list[str]]]:
-    commands = []
-    for name in APP_SERVICES:
-        commands.append((name, argv(SERVICES[name]["command"])))
-        test = SERVICES[name].get("healthcheck", {}).get("test")
-        if test:
-            test = argv(test)
-            commands.append((f"{name} healthcheck", shlex.split(test[1]) if test[0] == "CMD-SHELL" else test[1:]))
-    dockerfile_cmd = re.search(r"^CMD (\[.*?\])\s*$", (ROOT / "Dockerfile").read_text().replace("\\\n", ""), re.M)
-    commands.append(("Dockerfile CMD", yaml.safe_load(dockerfile_cmd[1])))
-    return commands
-
-
-def all_commands_of(where: str) -> list[str]:
-    return next(args for name, args in all_commands() if name == where)
-
-
-@pytest.mark.parametrize(("where", "args"), all_commands(), ids=[where for where, _ in all_commands()])
-def test_every_command_is_one_the_project_has(where, args):
-    assert_real_command(args)
-
-
-def test_gunicorn_and_celery_are_runtime_requirements():
-    assert {"gunicorn", "celery", "django-celery-beat", "psycopg", "redis"} <= requirement_names()
 
 
 # --- the environment -------------------------------------------------------------------------------
