@@ -12,7 +12,22 @@ from fleet.models import FleetPulse, Node, NodeSession
 from fleet.services.nodes import online_since
 from fleet.services.sessions import agent_session_leave, agent_session_report
 from rollout.controller.tick import rollout_tick
-from rollout.models import NodeUpgrade, Rollout
+from rollout.models import NodeUpgrade, Rollout, RolloutEvent
+from rollout.rollouts.create import rollout_create
+from rollout.rollouts.spec import rollout_spec
+
+
+def create(tenant, **kwargs) -> Rollout:
+    """A rollout to 1.0.0 in one wave of 100 % without soak, unless ``kwargs`` (``rollout_spec``'s) say otherwise."""
+    kwargs.setdefault("version", "1.0.0")
+    kwargs.setdefault("waves", [100])
+    kwargs.setdefault("soak_seconds", 0)
+    return rollout_create(tenant=tenant, spec=rollout_spec(**kwargs))
+
+
+def events(rollout: Rollout) -> list[str]:
+    """The kinds of the rollout's events, in the order they were written."""
+    return list(RolloutEvent.objects.filter(rollout=rollout).values_list("kind", flat=True))
 
 
 def rejoin(node_id, version: str, *, protocol: int = 3) -> None:

@@ -13,23 +13,10 @@ from fleet.services.workflows import workflow_start
 from rollout.controller.daemons import registered_daemon_section
 from rollout.models import NodeUpgrade, RolloutEvent
 from rollout.rollouts.actions import rollout_abort, rollout_pause, rollout_resume
-from rollout.rollouts.create import rollout_create
-from rollout.rollouts.spec import rollout_spec
 from tests.factories import fleet
-from tests.rollout.helpers import heartbeat_all, in_flight, rejoin, states, tick
+from tests.rollout.helpers import create, events, heartbeat_all, in_flight, rejoin, states, tick
 
 pytestmark = pytest.mark.django_db
-
-
-def create(tenant, **kwargs):
-    kwargs.setdefault("version", "1.0.0")
-    kwargs.setdefault("waves", [100])
-    kwargs.setdefault("soak_seconds", 0)
-    return rollout_create(tenant=tenant, spec=rollout_spec(**kwargs))
-
-
-def events(rollout) -> list[str]:
-    return list(RolloutEvent.objects.filter(rollout=rollout).values_list("kind", flat=True))
 
 
 def test_start_respects_the_pool_budget_and_sets_spec_daemon(tenant, releases):
@@ -165,63 +152,6 @@ def test_the_timeout_task_fails_one_node_on_time_and_is_idempotent(tenant, relea
     assert (upgrade.state, upgrade.reason) == ("failed", "timeout")
 
 
-def _settle_wave(rollout, *, succeed: int, fail: int):
-    """Start all nodes of the wave (budget 1.0), make ``succeed`` rejoin, let the others time out."""
-    tick(rollout)
-    upgrades = in_flight(rollout)
-    assert len(upgrades) == succeed + fail
-    for upgrade in upgrades[:succeed]:
-        rejoin(upgrade.node_id, "1.0.0")
-    with time_machine.travel(timezone.now() + timedelta(seconds=rollout.upgrade_timeout_seconds + 1), tick=False):
-        heartbeat_all(but=[upgrade.node_id for upgrade in upgrades[succeed:]])  # the others' agents are down
-        tick(rollout)
-
-
-def test_no_pause_at_exactly_the_failure_ratio(tenant, releases):
-    fleet(tenant, {"a": (10, "1")})
-    rollout = create(tenant, waves=[10, 100] and [100], max_failure_ratio=0.1, upgrade_timeout_seconds=60)
-    _settle_wave(rollout, succeed=9, fail=1)
-    assert rollout.state == "completed"
-
-
-def test_pause_when_the_failure_ratio_is_exceeded(tenant, releases):
-    fleet(tenant, {"a": (10, "1")})
-    rollout = create(tenant, waves=[100], max_failure_ratio=0.1, upgrade_timeout_seconds=60)
-    _settle_wave(rollout, succeed=8, fail=2)
-    assert (rollout.state, rollout.paused_reason) == ("paused", "failure_ratio")
-    paused = RolloutEvent.objects.get(rollout=rollout, kind="rollout.paused")
-    assert paused.data["reason"] == "failure_ratio"
-    assert (paused.data["failed"], paused.data["succeeded"]) == (2, 8)
-
-
-def test_a_canary_failure_pauses_before_the_next_wave(tenant, releases):
-    fleet(tenant, {"a": (20, "1")})
-    rollout = create(tenant, waves=[5, 100], max_failure_ratio=0.1, upgrade_timeout_seconds=60)
-    _settle_wave(rollout, succeed=0, fail=1)
-    assert rollout.state == "paused"
-    assert states(rollout, wave=1) == {"pending": 19}
-    assert tick(rollout).started == 0  # paused: nothing starts
-
-
-def test_resume_accepts_the_failures_seen_and_new_ones_pause_again(tenant, releases):
-    fleet(tenant, {"a": (4, "0.25")})  # one at a time
-    rollout = create(tenant, waves=[100], max_failure_ratio=0, upgrade_timeout_seconds=60)
-    tick(rollout)
-    with time_machine.travel(timezone.now() + timedelta(seconds=61), tick=False):
-        heartbeat_all()
-        tick(rollout)
-        assert rollout.state == "paused"
-        rollout_resume(rollout_id=rollout.id)
-        tick(rollout)
-        assert rollout.state == "active"
-        assert len(in_flight(rollout)) == 1
-    with time_machine.travel(timezone.now() + timedelta(seconds=200), tick=False):
-        heartbeat_all()
-        tick(rollout)
-        assert (rollout.state, rollout.paused_reason) == ("paused", "failure_ratio")
-    assert events(rollout).count("rollout.paused") == 2
-
-
 def test_soak_between_waves(tenant, releases):
     fleet(tenant, {"a": (4, "1")})
     rollout = create(tenant, waves=[50, 100], soak_seconds=60)
@@ -353,38 +283,6 @@ def test_pause_resume_abort_over_the_api(api, tenant, releases):
     assert sum(wave["cancelled"] for wave in body["waves"]) == 4
     finished = api.post(f"{url}/resume/", {}, format="json")
     assert (finished.status_code, finished.json()["code"]) == (409, "invalid_state")
-
-
-def test_a_failure_committed_after_the_judge_step_still_pauses_instead_of_advancing(tenant, releases):
-    from rollout.controller.tick import rollout_advance
-
-    fleet(tenant, {"a": (3, "1")})
-    rollout = create(tenant, waves=[100], max_failure_ratio=0.2, upgrade_timeout_seconds=60)
-    tick(rollout)
-    first, second, third = in_flight(rollout)
-    rejoin(first.node_id, "1.0.0")
-    rejoin(second.node_id, "1.0.0")
-    # The judge step ran and saw no failure; then a timeout task fails the third node.
-    NodeUpgrade.objects.filter(pk=third.pk).update(state="failed", reason="timeout", settled_at=timezone.now())
-    assert rollout_advance(rollout=rollout, now=timezone.now()) is False
-    rollout.refresh_from_db()
-    assert (rollout.state, rollout.paused_reason) == ("paused", "failure_ratio")
-    assert Pool.objects.get().default_daemon_version is None
-
-
-def test_failures_during_an_operators_pause_are_judged_after_resume(tenant, releases):
-    fleet(tenant, {"a": (4, "1")})
-    rollout = create(tenant, waves=[50, 100], max_failure_ratio=0.1, upgrade_timeout_seconds=60)
-    tick(rollout)
-    rollout_pause(rollout_id=rollout.id)
-    with time_machine.travel(timezone.now() + timedelta(seconds=61), tick=False):
-        heartbeat_all()
-        tick(rollout)  # the two in-flight nodes time out while paused
-        assert states(rollout, wave=0) == {"failed": 2}
-        rollout_resume(rollout_id=rollout.id)
-        tick(rollout)
-    assert (rollout.state, rollout.paused_reason) == ("paused", "failure_ratio")
-    assert states(rollout, wave=1) == {"pending": 2}
 
 
 def test_a_node_already_on_the_target_version_is_not_failed_at_its_deadline(tenant, releases):
