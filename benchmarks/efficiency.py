@@ -25,23 +25,17 @@ the rollout, 5xx, peak RSS of the worker and web processes).
 from __future__ import annotations
 
 import argparse
-import io
 import math
-import os
 import time
-import uuid
 from collections import Counter
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_tier import bench_tier, nginx_env
-from benchmarks.database import DEFAULT_DATABASE_URL, database_urls, recreate_database
+from benchmarks.bench_tier import bench_tier
+from benchmarks.bench_world import bench_world
 from benchmarks.heartbeat_probes import CpuSampler, ProcessSampler, percentile
 from benchmarks.polling_price import requests_sent, upgrade_price, web_cpu_per_heartbeat
-from demo.processes import free_port
 
-BASE_DIR = Path(__file__).resolve().parent.parent
 BENCH_DB = "rollout_bench_efficiency"
 
 
@@ -92,84 +86,17 @@ def run(
     idle fleet is measured (``idle_seconds``), and nothing is rolled out. ``nginx``: production's tier, nginx in front
     of gunicorn (benchmarks/bench_tier.py); the web CPU is still gunicorn's, nginx's is reported beside it.
     """
-    database_url, admin_url = database_urls(os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL, bench_db)
-    recreate_database(admin_url, bench_db)
-    broker = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/15")
-    if not broker.startswith("redis://"):
-        raise SystemExit("the efficiency benchmark runs on Redis: set CELERY_BROKER_URL=redis://…")
-    port = free_port()
-    run_dir = BASE_DIR / ".run" / f"bench-{bench_db}"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    from rollout.release.keys import generate_private_key, spki_pin
-
-    key = generate_private_key()
-    listen = [f"127.0.0.{index + 1}" for index in range(addresses)]
-    env = {
-        "DATABASE_URL": database_url,
-        "DATABASE_CONN_MAX_AGE": "60",
-        "CELERY_BROKER_URL": broker,
-        "CELERY_TASK_DEFAULT_QUEUE": f"bench-{uuid.uuid4().hex[:8]}",
-        "ROLLOUT_RUN_DIR": str(run_dir),
-        "ROLLOUT_RELEASE_PINS": spki_pin(key.public_key()),
-        "ROLLOUT_DOWNLOADS_URL": f"http://127.0.0.1:{port}/api/compute/downloads",
-        "ROLLOUT_EVERY": "30",
-        # The server's interval is what online/offline is judged by: never shorter than the agents'.
-        "FLEET_HEARTBEAT_SECONDS": str(max(10, math.ceil(heartbeat))),
-        # Agents faster than the server's interval: 5 requests per their own beat, not per the server's. Watching
-        # agents at a long interval: 10, as docs/operations.md#request-limits advises (an upgrade's 4 requests).
-        "AGENT_TOKEN_RATE": f"{(10 if watch else 5) * math.ceil(max(10, math.ceil(heartbeat)) / heartbeat)}/heartbeat",
-        "LOG_LEVEL": "WARNING",
-        "DJANGO_ALLOWED_HOSTS": ",".join(["localhost", *listen]),
-        **(nginx_env(run_dir) if nginx else {}),
-    }
-    os.environ.update(env)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
+    world = bench_world(
+        agents=agents, pools=pools, budget=budget, heartbeat=heartbeat, watch=watch, bench_db=bench_db,
+        addresses=addresses, nginx=nginx,
+    )  # fmt: skip
+    env, port, listen, run_dir, tenant = world.env, world.port, world.listen, world.run_dir, world.tenant
+    database_url, pool_rows, tokens = world.database_url, world.pools, world.tokens
     from demo.processes import celery_beat, celery_worker, stop, wait_until
-    from fleet.models import Node
-    from fleet.services.iam import tenant_create
-    from fleet.services.pools import pool_create
-    from fleet.tokens import new_token, token_hash
     from rollout.models import NodeUpgrade, Rollout
-    from rollout.registry.binaries import release_binary_store
-    from rollout.registry.releases import release_register
-    from rollout.release.dsse import envelope_to_bytes, sign_envelope
-    from rollout.release.manifest import manifest_for, manifest_to_bytes
     from rollout.rollouts.create import rollout_create
     from rollout.rollouts.spec import rollout_spec
     from simulator import ShardedFleet, build_agent_configs
-
-    call_command("migrate", verbosity=0)
-    tenant = tenant_create(slug="bench")
-    for sequence, version in enumerate(("1.0.0", "1.1.0"), start=1):
-        binary = f"bcd {version}\n".encode() * 4096
-        manifest = manifest_for(
-            version=version, sequence=sequence, binaries={"linux-amd64": binary}, protocol_version=3
-        )
-        release_register(envelope=envelope_to_bytes(sign_envelope(manifest_to_bytes(manifest), [key])))
-        release_binary_store(version=version, platform="linux-amd64", source=io.BytesIO(binary))
-    pool_rows = [pool_create(tenant=tenant, name=f"pool-{p}", disruption_budget=str(budget)) for p in range(pools)]
-    # Nodes bulk-inserted (as node_create makes them: no spec.daemon, no session until the agent joins):
-    # node_create one by one, with its audit row, takes minutes at 10,000.
-    tokens = [(f"node-{i:05d}", new_token("at")) for i in range(agents)]
-    Node.objects.bulk_create(
-        (
-            Node(
-                tenant=tenant,
-                pool=pool_rows[i % pools],
-                name=name,
-                arch="amd64",
-                spec={"daemon": None},
-                agent_token_hash=token_hash(token),
-            )
-            for i, (name, token) in enumerate(tokens)
-        ),
-        batch_size=5000,
-    )
 
     logs = run_dir / "logs"
     logs.mkdir(exist_ok=True)
