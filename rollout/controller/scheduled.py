@@ -2,8 +2,9 @@
 
 A rollout created with a ``startAt`` ahead is ``scheduled``: its nodes are held, nothing starts. The tick
 (every ``ROLLOUT_EVERY`` seconds: every holding rollout is ticked) starts it once ``startAt`` has come; an
-operator may start it at once. At ``endBy`` a rollout that is not finished stops starting nodes (those in
-flight settle) and pauses (``pausedReason: "deadline"``) or aborts, with rollback for ``abort_rollback``.
+operator may start it at once. At ``endBy`` a rollout that is not finished (a paused one too) stops starting
+nodes (those in flight settle), records ``rollout.deadline`` once, and pauses (``pausedReason: "deadline"``) or
+aborts, with rollback for ``abort_rollback``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from datetime import datetime
 
 from rollout.controller.events import DeadlinePassed, Paused, event_record
 from rollout.controller.settle import node_upgrades_roll_back
-from rollout.controller.transitions import abort_rollout, pause_rollout, start_scheduled_rollout
+from rollout.controller.transitions import abort_rollout, hold_at_deadline, pause_rollout, start_scheduled_rollout
 from rollout.controller.upgrade_transitions import cancel_pending_upgrades
 from rollout.models import Rollout
 
@@ -34,12 +35,19 @@ def rollout_start_due(*, rollout: Rollout, now: datetime) -> bool:
 
 
 def deadline_due(rollout: Rollout, *, now: datetime) -> bool:
-    """Whether the tick must apply the rollout's deadline now (once: a paused rollout stays paused)."""
+    """Whether the tick applies the deadline now: once, to a rollout not finished (docs/controller.md#schedules).
+
+    A paused rollout too: its ``endBehavior`` aborts it, or its pause becomes the deadline's (once: then its
+    ``pausedReason`` is ``deadline``).
+    """
     if rollout.end_by is None or rollout.end_by > now:
         return False
     if rollout.state in (State.ACTIVE, State.SCHEDULED):
         return True
-    return rollout.state == State.PAUSED and rollout.end_behavior in (EndBehavior.ABORT, EndBehavior.ABORT_ROLLBACK)
+    if rollout.state != State.PAUSED:
+        return False
+    aborts = rollout.end_behavior in (EndBehavior.ABORT, EndBehavior.ABORT_ROLLBACK)
+    return aborts or rollout.paused_reason != Rollout.PausedReason.DEADLINE
 
 
 def rollout_deadline(*, rollout: Rollout, now: datetime) -> bool:
@@ -52,6 +60,9 @@ def rollout_deadline(*, rollout: Rollout, now: datetime) -> bool:
         return False
     behavior = rollout.end_behavior or EndBehavior.PAUSE
     event_record(rollout=rollout, payload=DeadlinePassed(end_by=rollout.end_by, end_behavior=behavior), at=now)
+    if behavior == EndBehavior.PAUSE and rollout.state == State.PAUSED:
+        hold_at_deadline(rollout=rollout)
+        return True
     if behavior == EndBehavior.PAUSE:
         pause_rollout(rollout=rollout, at=now, paused=Paused(reason=Rollout.PausedReason.DEADLINE))
         return True

@@ -215,8 +215,9 @@ def _rollout_tick_unless_held(*, rollout_id: UUID | str) -> TickResult | None:
         rollout_ticked(rollout=rollout, at=now)
         result = TickResult()
         # Schedules (docs/controller.md#schedules): the deadline first, then a start that has come.
+        was_paused = rollout.state == Rollout.State.PAUSED
         if rollout_deadline(rollout=rollout, now=now):
-            result.paused = rollout.state == Rollout.State.PAUSED
+            result.paused = rollout.state == Rollout.State.PAUSED and not was_paused
         else:
             rollout_start_due(rollout=rollout, now=now)
         if rollout.state == Rollout.State.ACTIVE and rollout.release_blocked():

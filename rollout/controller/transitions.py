@@ -2,6 +2,7 @@
 
 ```
 Rollout      active ──pause_rollout──► paused ──resume_rollout──► active
+             paused ──hold_at_deadline──► paused (its deadline's: pausedReason "deadline")
              active ──start_next_wave──► active (next wave)
              active (soaking) ──promote_rollout──► active (soak over: next wave at the next tick)
              active ──complete_rollout──► completed
@@ -70,6 +71,18 @@ def pause_rollout(*, rollout: Rollout, at: datetime, paused: Paused) -> None:
         paused_reason=paused.reason,
     )
     event_record(rollout=rollout, payload=paused, at=at)
+
+
+def hold_at_deadline(*, rollout: Rollout) -> None:
+    """paused -> paused by its deadline: the pause it had (an operator's, a gate's…) becomes the deadline's, as
+    an active rollout's deadline pauses it (``pausedReason: "deadline"``). No ``rollout.paused``: it moved from
+    paused; the caller records ``rollout.deadline``."""
+    _move_rollout(
+        rollout,
+        sources=[Rollout.State.PAUSED],
+        action="held at its deadline",
+        paused_reason=Rollout.PausedReason.DEADLINE,
+    )
 
 
 def resume_rollout(

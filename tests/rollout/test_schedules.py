@@ -167,6 +167,23 @@ def test_the_deadline_pauses_by_default_and_nodes_in_flight_settle(api, nodes):
     assert (shown["pausedReason"], shown["endBy"]) == ("deadline", z(end_by))
 
 
+def test_a_paused_rollout_at_its_deadline_records_it_once_and_stays_paused_for_it(api, nodes):
+    end_by = timezone.now() + timedelta(minutes=5)
+    rollout = _running(api, None, end_by)
+    assert api.post(f"{URL}{rollout.id}/pause/").json()["pausedReason"] == "operator"
+    with time_machine.travel(end_by + timedelta(seconds=1), tick=False):
+        heartbeat_all()
+        tick(rollout)
+        tick(rollout)
+    assert (rollout.state, rollout.paused_reason) == ("paused", "deadline")
+    assert kinds(rollout.id)[-2:] == ["rollout.paused", "rollout.deadline"]  # the operator's pause, then once
+    assert RolloutEvent.objects.get(rollout=rollout, kind="rollout.deadline").data == {
+        "endBy": end_by.isoformat(),
+        "endBehavior": "pause",
+    }
+    assert states(rollout) == {"in_flight": 2, "pending": 8}
+
+
 def test_the_deadline_aborts_and_nodes_in_flight_stay(api, nodes):
     end_by = timezone.now() + timedelta(minutes=5)
     rollout = _running(api, "abort", end_by)
