@@ -2,11 +2,11 @@
 
 A node in flight fails when its deadline passes: the ``rollout/timeouts-due`` task settles a rollout's
 overdue nodes at that moment, and the periodic tick's sweep does it too, so a lost message never strands a
-node. The controller used to publish one such message per tick that started nodes: a worker held one
-delayed message per start time (hundreds in a long rollout), and a broker that came back delivered them
-all again, in front of the ticks (RabbitMQ requeues what a consumer held; docs/operations.md#broker-loss).
+node. Each rollout has at most ONE such message, not one per tick that started nodes: a worker would hold
+one delayed message per start time (hundreds in a long rollout), and a broker that came back would deliver
+them all again, in front of the ticks (RabbitMQ requeues what a consumer held; docs/operations.md#broker-loss).
 
-Now each rollout has at most ONE: due at the earliest deadline of its nodes in flight, its due time recorded
+That one is due at the earliest deadline of its nodes in flight, its due time recorded
 in the rollout's ``TickRequest.timeouts_due_at`` (a conditional UPDATE decides who publishes, as for ticks).
 When it runs it settles that rollout's overdue nodes and publishes the next one, due at the next earliest
 deadline (``timeouts_due_settle``). A tick that starts nodes publishes one only when none is due sooner

@@ -59,7 +59,7 @@ def started_one_by_one(tenant, ticks: int, *, gap: int = 10):
 def test_ticks_that_start_nodes_at_many_times_leave_one_message_per_rollout(tenant, releases, published):
     rollout, deadlines = started_one_by_one(tenant, 8)
     assert len(set(deadlines)) == 8
-    # One message, due at the first deadline; the controller used to publish one per tick (8 here).
+    # One message, due at the first deadline, not one per tick that started nodes (8 here).
     assert due_messages(published) == [deadlines[0]]
     assert due_at(rollout) == deadlines[0]
 
