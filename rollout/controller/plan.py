@@ -57,7 +57,7 @@ class RolloutFacts:
     rollout: Rollout
     now: datetime
     last_wave: int = 0
-    settled_at: dict[int, datetime | None] = field(default_factory=dict)
+    waves: dict[int, RolloutWave] = field(default_factory=dict)
     # (wave, pool) -> count, of pending rows and of in-flight rows
     pending: dict[tuple[int, UUID], int] = field(default_factory=lambda: defaultdict(int))
     in_flight: dict[tuple[int, UUID], int] = field(default_factory=lambda: defaultdict(int))
@@ -82,12 +82,15 @@ class RolloutFacts:
 
     @property
     def wave_settled(self) -> bool:
-        """The current wave settled, and a tick recorded it."""
-        return not self.wave_moving and self.settled_at.get(self.rollout.current_wave) is not None
+        """The current wave settled (``RolloutWave.settled``)."""
+        wave = self.waves.get(self.rollout.current_wave)
+        return wave is not None and wave.settled
 
     @property
     def soaking(self) -> bool:
-        return self.rollout.soaking(wave_settled=self.wave_settled, last_index=self.last_wave, at=self.now)
+        return self.rollout.soaking(
+            wave=self.waves.get(self.rollout.current_wave), last_index=self.last_wave, at=self.now
+        )
 
     @property
     def startable_wave(self) -> int | None:
@@ -119,11 +122,9 @@ def rollout_facts(rollouts: Iterable[Rollout], *, now: datetime) -> dict[UUID, R
     facts = {rollout.id: RolloutFacts(rollout=rollout, now=now) for rollout in rollouts}
     if not facts:
         return facts
-    for rollout_id, index, settled_at in RolloutWave.objects.filter(rollout_id__in=list(facts)).values_list(
-        "rollout_id", "index", "settled_at"
-    ):
-        facts[rollout_id].settled_at[index] = settled_at
-        facts[rollout_id].last_wave = max(facts[rollout_id].last_wave, index)
+    for wave in RolloutWave.objects.filter(rollout_id__in=list(facts)).only("rollout_id", "index", "settled_at"):
+        facts[wave.rollout_id].waves[wave.index] = wave
+        facts[wave.rollout_id].last_wave = max(facts[wave.rollout_id].last_wave, wave.index)
     rows = (
         NodeUpgrade.objects.filter(rollout_id__in=list(facts), state__in=[State.PENDING, State.IN_FLIGHT])
         .values_list("rollout_id", "wave", "pool_id", "state")

@@ -142,7 +142,7 @@ def rollout_advance(*, rollout: Rollout, now: datetime, counts: dict[str, int] |
         return False
     waves = {wave.index: wave for wave in RolloutWave.objects.filter(rollout=rollout)}
     wave = waves[rollout.current_wave]
-    if wave.settled_at is None:
+    if not wave.settled:
         last = NodeUpgrade.objects.filter(rollout=rollout, wave=wave.index).aggregate(last=Max("settled_at"))["last"]
         wave.settled_at = last or now
         wave.save(update_fields=["settled_at"])
@@ -154,7 +154,7 @@ def rollout_advance(*, rollout: Rollout, now: datetime, counts: dict[str, int] |
     if rollout.on_last_wave(last_index=max(waves)):
         complete_rollout(rollout=rollout, at=now)
         return True
-    if rollout.soaking(wave_settled=True, last_index=max(waves), at=now):
+    if rollout.soaking(wave=wave, last_index=max(waves), at=now):
         return False
     start_next_wave(rollout=rollout, wave=waves[rollout.current_wave + 1], at=now)
     return True

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from django.db.models import Count, Max, Q
+from django.db.models import Count
 
 from core.errors import InvalidState
 from fleet.interface import pools_set_default_daemon_version
@@ -153,12 +153,10 @@ def complete_rollout(*, rollout: Rollout, at: datetime) -> None:
 
 def rollout_soaking(rollout: Rollout, *, at: datetime) -> bool:
     """Whether the rollout's current wave soaks now (``Rollout.soaking``): what promote ends. One query."""
-    if rollout.state != Rollout.State.ACTIVE or rollout.next_wave_at is None or rollout.next_wave_at <= at:
+    if rollout.soak_until(at=at) is None:
         return False  # no query for what cannot be soaking
-    waves = RolloutWave.objects.filter(rollout=rollout).aggregate(
-        last=Max("index"), settled=Count("id", filter=Q(index=rollout.current_wave, settled_at__isnull=False))
-    )
-    return rollout.soaking(wave_settled=bool(waves["settled"]), last_index=waves["last"] or 0, at=at)
+    waves = {wave.index: wave for wave in RolloutWave.objects.filter(rollout=rollout).only("index", "settled_at")}
+    return rollout.soaking(wave=waves.get(rollout.current_wave), last_index=max(waves, default=0), at=at)
 
 
 def promote_rollout(*, rollout: Rollout, at: datetime, actor: str) -> None:

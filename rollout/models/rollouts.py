@@ -140,16 +140,21 @@ class Rollout(models.Model):
         """Whether its current wave is its last one (``last_index``: the highest index of its waves)."""
         return self.current_wave >= last_index
 
-    def soaking(self, *, wave_settled: bool, last_index: int, at: datetime) -> bool:
-        """The soak: active, its current wave settled (a tick recorded it), not the last, and ``next_wave_at``
-        ahead of ``at`` (docs/controller.md#the-tick, Advance). The tick, the plan and promote read it here."""
-        return (
-            self.state == Rollout.State.ACTIVE
-            and wave_settled
-            and not self.on_last_wave(last_index=last_index)
-            and self.next_wave_at is not None
-            and at < self.next_wave_at
-        )
+    def soak_until(self, *, at: datetime) -> datetime | None:
+        """When a soak that may run at ``at`` ends: ``next_wave_at``, while active and ahead of ``at``; else None.
+
+        ``rollout_advance`` sets it when a wave settles (its settled time plus ``soak_seconds``); whether
+        the rollout soaks also needs that wave settled and not the last (``soaking``)."""
+        if self.state != Rollout.State.ACTIVE or self.next_wave_at is None or self.next_wave_at <= at:
+            return None
+        return self.next_wave_at
+
+    def soaking(self, *, wave: RolloutWave | None, last_index: int, at: datetime) -> bool:
+        """The soak: active, its current ``wave`` settled (``RolloutWave.settled``), not the last, and
+        ``soak_until`` ahead of ``at`` (docs/controller.md#the-tick, Advance). The tick, the plan and promote read
+        it here."""
+        settled = wave is not None and wave.index == self.current_wave and wave.settled
+        return settled and not self.on_last_wave(last_index=last_index) and self.soak_until(at=at) is not None
 
 
 class TickRequest(models.Model):
@@ -185,6 +190,12 @@ class RolloutWave(models.Model):
 
     def __str__(self) -> str:
         return f"wave {self.index} of {self.rollout_id}"
+
+    @property
+    def settled(self) -> bool:
+        """None of its nodes is pending or in flight any more, and a tick recorded it (``rollout_advance`` sets
+        ``settled_at``): its soak runs from then, and the next wave waits for it."""
+        return self.settled_at is not None
 
 
 class NodeUpgrade(models.Model):
