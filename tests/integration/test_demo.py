@@ -104,7 +104,8 @@ def test_a_signal_stops_the_demo_and_everything_it_started(run_dir, tmp_path, si
         process = subprocess.Popen(demo(run_dir), cwd=BASE_DIR, env={**ENV, "HOME": str(tmp_path)}, stdout=stream,
                                    stderr=subprocess.STDOUT)  # fmt: skip
         try:
-            wait_until(lambda: "agents online" in log.read_text(), timeout=120, what="the demo's agents")
+            # Signalled once everything it starts is running (the agents, which come next, are threads of its own).
+            wait_until(lambda: "started gunicorn" in log.read_text(), timeout=120, what="the demo's processes")
             assert len(processes_on(run_dir)) >= 4  # PostgreSQL (and its backends), gunicorn, worker, beat
             process.send_signal(sig)
             process.wait(timeout=60)
