@@ -22,8 +22,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 LIMIT = 10
 
 
-@pytest.fixture
-def two_web_processes(tmp_path) -> Iterator[tuple[PrivateRedis, list[httpx.Client]]]:
+@pytest.fixture(scope="module")
+def two_web_processes(django_db_setup, tmp_path_factory) -> Iterator[tuple[PrivateRedis, list[httpx.Client]]]:
+    """Started once for the module: each test counts against credentials of its own."""
+    tmp_path = tmp_path_factory.mktemp("limits")
     store = PrivateRedis(tmp_path)
     store.start()
     env = {
