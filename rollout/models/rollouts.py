@@ -189,7 +189,7 @@ class RolloutWave(models.Model):
         constraints = [models.UniqueConstraint(fields=["rollout", "index"], name="rollout_wave_index_unique")]
 
     def __str__(self) -> str:
-        return f"wave {self.index} of {self.rollout_id}"
+        return f"wave {self.index + 1} of {self.rollout_id}"
 
     @property
     def settled(self) -> bool:

@@ -22,6 +22,8 @@ pending  ``awaiting_approval`` the rollout awaits its approvals (docs/controller
 in_flight ``awaiting_rejoin``  until its agent rejoins on the target, or its deadline
          ``proving_ready``     rejoined, proving readiness (minReadySeconds) until ``until``
 settled  ``None``
+
+The sentences count waves from 1, as the console does; the ``wave`` field is the API's index, from 0.
 """
 
 from __future__ import annotations
@@ -213,13 +215,13 @@ def node_blocker(row: NodeUpgrade, *, plan: Plan, approvals: int = 0) -> Blocker
         until = rollout.next_wave_at
         return Blocker(
             "soaking",
-            f"Wave {rollout.current_wave} settled and soaks until {at_words(until)}; the next wave starts then.",
+            f"Wave {rollout.current_wave + 1} settled and soaks until {at_words(until)}; the next wave starts then.",
             {"until": until},
         )
     if decision == WAIT_WAVE:
         return Blocker(
             "wave_not_started",
-            f"Its wave ({row.wave}) has not started: the rollout is at wave {rollout.current_wave}.",
+            f"Its wave (wave {row.wave + 1}) has not started: the rollout is at wave {rollout.current_wave + 1}.",
             {"wave": rollout.current_wave},
         )
     return _turn_blocker(decision, pool=plan.pools.get(row.pool_id), candidate=plan.candidates.get(row.id))
@@ -328,7 +330,7 @@ def rollout_blocker(rollout: Rollout, held: RolloutDecision | None, *, approvals
     if held.code == "soaking":
         until = rollout.next_wave_at
         return Blocker(
-            "soaking", f"Wave {rollout.current_wave} settled and soaks until {at_words(until)}.", {"until": until}
+            "soaking", f"Wave {rollout.current_wave + 1} settled and soaks until {at_words(until)}.", {"until": until}
         )
     pool_ids = [str(pool.pool_id) for pool in held.pools]
     if held.code == "outside_window":

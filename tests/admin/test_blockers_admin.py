@@ -40,7 +40,7 @@ def test_the_node_list_says_what_each_node_waits_for(root, tenant, releases):
     assert "waiting for" in body.lower()
     assert "Upgrading: waiting for its agent to rejoin on 1.0.0" in body  # the node in flight
     assert "Budget full in a: 1 of 1 nodes disrupted." in body  # the other node of wave 0
-    assert "Its wave (1) has not started: the rollout is at wave 0." in body
+    assert "Its wave (wave 2) has not started: the rollout is at wave 1." in body
     # The column costs a constant number of queries: a page of 40 rows as many as a page of 4 alike.
     with CaptureQueriesContext(connection) as few:
         root.get(LIST, {"rollout": rollout.pk})
