@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 MAX_EXAMPLES = 25  # per operation and kind of data (positive, negative, a seeded object's id)
 MIN_EXAMPLES = 3
 # Seconds for all the fuzzing: a slow machine gets fewer examples per operation, not a slower test.
-TIME_BUDGET = 60.0
+TIME_BUDGET = 30.0
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
