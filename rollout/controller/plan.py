@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from copy import copy
 from dataclasses import dataclass, field
 from datetime import datetime
 from uuid import UUID
@@ -88,9 +89,14 @@ class RolloutFacts:
 
     @property
     def soaking(self) -> bool:
-        return self.rollout.soaking(
-            wave=self.waves.get(self.rollout.current_wave), last_index=self.last_wave, at=self.now
-        )
+        """The current wave soaks as the next tick's advance sees it: a scheduled rollout whose ``startAt`` has come
+        is active by then (the tick starts it first), and a soak recorded before it was paused and resumed back to
+        ``scheduled`` holds it."""
+        rollout = self.rollout
+        if start_due(rollout, now=self.now):
+            rollout = copy(rollout)
+            rollout.state = Rollout.State.ACTIVE
+        return rollout.soaking(wave=self.waves.get(rollout.current_wave), last_index=self.last_wave, at=self.now)
 
     @property
     def startable_wave(self) -> int | None:

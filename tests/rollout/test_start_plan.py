@@ -317,8 +317,12 @@ def check(scenario: Scenario, tenant, release: Release) -> None:
 
 
 def rollout_soaks(rollout: Rollout) -> bool:
-    """Its current wave settled and soaks (the scenario records next_wave_at only then)."""
-    return rollout.state == Rollout.State.ACTIVE and rollout.next_wave_at is not None and rollout.next_wave_at > NOW
+    """Its current wave settled and soaks (the scenario records next_wave_at only then); a scheduled rollout whose
+    startAt has come soaks too: the tick starts it before it advances."""
+    running = rollout.state == Rollout.State.ACTIVE or (
+        rollout.state == Rollout.State.SCHEDULED and rollout.start_at is not None and rollout.start_at <= NOW
+    )
+    return running and rollout.next_wave_at is not None and rollout.next_wave_at > NOW
 
 
 def _turns(*, trusted: bool, hold: str = "none") -> Scenario:
@@ -344,6 +348,12 @@ def test_the_blockers_say_what_the_next_tick_does(tenant, releases):
             transaction.set_rollback(True)
 
     test = given(scenario=scenarios())(one_fleet)
+    # Started early, paused while its first wave soaked, resumed before its startAt (back to scheduled): when the
+    # startAt comes during the soak, the tick starts it and it soaks; the next wave waits.
+    up = [NodeSpec("amd64", "up", workflow=False, state=S.PENDING)] * 3
+    test = example(scenario=Scenario([("1", "none", up)], [0, 1, 2], 2, 0, True, False, False, True, "scheduled_due"))(
+        test
+    )
     # Each hold at least once on a pool where nodes would start (the draws reach them rarely).
     for scenario in [_turns(trusted=False), *(_turns(trusted=True, hold=hold) for hold in dict.fromkeys(HOLDS))]:
         test = example(scenario=scenario)(test)
