@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from uuid import UUID
 
-from django.db.models import BooleanField, Count, Exists, ExpressionWrapper, OuterRef, Q
+from django.db.models import Count
 
 from fleet.interface import Pool, PoolBudget, PoolWindows, offline_verdicts_trusted, pool_budgets, pool_windows_at
 from rollout.controller.decisions import (
@@ -40,10 +40,11 @@ from rollout.controller.decisions import (
     WAIT_WINDOW,
     Decision,
 )
-from rollout.controller.scheduled import deadline_due, start_due
+from rollout.controller.scheduled import start_due
+from rollout.controller.stops import tick_stops
 from rollout.controller.turns import Candidate, candidates, rows_reached, turn_decision
 from rollout.gates.verdicts import gates_holding_for
-from rollout.models import NodeUpgrade, Release, ReleaseBlock, Rollout, RolloutGate, RolloutWave
+from rollout.models import NodeUpgrade, Rollout, RolloutGate, RolloutWave
 
 State = NodeUpgrade.State
 
@@ -64,7 +65,8 @@ class RolloutFacts:
     in_flight: dict[tuple[int, UUID], int] = field(default_factory=lambda: defaultdict(int))
     #: Its first gate whose latest result is not a fresh pass (docs/controller.md#gates): no node starts.
     gate: RolloutGate | None = None
-    #: Why the next tick pauses it (or, past ``endBy``, aborts it) before it starts anything: a PausedReason.
+    #: Why the next tick pauses it (or, past ``endBy``, aborts it) before it starts anything
+    #: (rollout/controller/stops.py ``tick_stop``).
     stop: str | None = None
 
     @property
@@ -142,34 +144,9 @@ def rollout_facts(rollouts: Iterable[Rollout], *, now: datetime) -> dict[UUID, R
         target[wave, pool_id] += n
     for rollout_id, gate in gates_holding_for(facts, now=now).items():
         facts[rollout_id].gate = gate
-    for rollout_id, stop in tick_stops(facts.values(), now=now).items():
+    for rollout_id, stop in tick_stops((f.rollout for f in facts.values()), now=now).items():
         facts[rollout_id].stop = stop
     return facts
-
-
-def tick_stops(facts: Iterable[RolloutFacts], *, now: datetime) -> dict[UUID, str]:
-    """{rollout id: the PausedReason its next tick stops it with before starting anything}: one query.
-
-    The tick's own order (controller/tick.py): its deadline, then a release its tenant blocked, then an
-    expired release (docs/signing.md#expiry).
-    """
-    stops = {f.rollout.id: str(Rollout.PausedReason.DEADLINE) for f in facts if deadline_due(f.rollout, now=now)}
-    running = [f.rollout.id for f in facts if f.rollout.id not in stops and f.rollout.state in Rollout.ACTIVE_STATES]
-    if not running:
-        return stops
-    blocked = ReleaseBlock.objects.blocking(tenant=OuterRef("tenant_id"), release=OuterRef("release_id"))
-    found = (
-        Rollout.objects.filter(id__in=running)
-        .annotate(
-            blocked=Exists(blocked),
-            expired=ExpressionWrapper(Release.expired_q(now, prefix="release__"), BooleanField()),
-        )
-        .filter(Q(blocked=True) | Q(expired=True))
-        .values_list("id", "blocked")
-    )
-    for rollout_id, is_blocked in found:
-        stops[rollout_id] = Rollout.PausedReason.RELEASE_BLOCKED if is_blocked else Rollout.PausedReason.RELEASE_EXPIRED
-    return stops
 
 
 @dataclass(frozen=True)

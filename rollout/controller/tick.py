@@ -3,6 +3,8 @@
 A tick (docs/controller.md#the-tick), for one rollout, under its row lock taken with
 ``skip_locked`` so two workers never reconcile the same rollout at once:
 
+0. stop: its deadline, a blocked or expired release, a failed gate (rollout/controller/stops.py); else a
+   scheduled rollout whose ``startAt`` has come starts;
 1. settle: in-flight nodes whose session reports the target version succeed;
    overdue ones fail and their spec.daemon goes back to the previous section;
 2. judge: pause when the current wave's failure ratio exceeds the maximum;
@@ -43,12 +45,12 @@ from rollout.controller.settle import (
     readiness_tick_publish,
 )
 from rollout.controller.start import StartPlan, rollout_start_nodes, rollouts_converge
+from rollout.controller.stops import tick_stop, with_stop_facts
 from rollout.controller.tick_requests import holder_awaited, rollout_request_tick
 from rollout.controller.timeouts import timeouts_due_rearm
 from rollout.controller.transitions import complete_rollout, pause_rollout, start_next_wave
 from rollout.controller.upgrade_transitions import release_settled_claims
 from rollout.dispatch import TICK_TASK, publish_on_commit
-from rollout.gates.verdicts import with_gate_verdicts
 from rollout.metrics import TICK_SECONDS
 from rollout.models import NodeUpgrade, Rollout, RolloutGate, RolloutWave, TickRequest
 
@@ -163,11 +165,15 @@ def rollout_advance(*, rollout: Rollout, now: datetime, counts: dict[str, int] |
 # --- the tick --------------------------------------------------------------------------
 
 
-def rollout_pause_gate_failed(*, rollout: Rollout, name: str, now: datetime) -> None:
-    """active -> paused (``gate_failed:<name>``, docs/controller.md#gates), the gate's latest value in the event."""
+def rollout_stop(*, rollout: Rollout, reason: str, now: datetime) -> None:
+    """active -> paused for a stop other than the deadline (rollout/controller/stops.py); a gate's pause
+    (``gate_failed:<name>``, docs/controller.md#gates) carries the gate and its latest value in the event."""
+    if not reason.startswith(Rollout.GATE_FAILED_PREFIX):
+        pause_rollout(rollout=rollout, at=now, paused=Paused(reason=reason))
+        return
+    name = reason.removeprefix(Rollout.GATE_FAILED_PREFIX)
     value = RolloutGate.objects.filter(rollout=rollout, name=name).values_list("value", flat=True).first()
-    paused = Paused(reason=f"{Rollout.GATE_FAILED_PREFIX}{name}", gate=name, value=value)
-    pause_rollout(rollout=rollout, at=now, paused=paused)
+    pause_rollout(rollout=rollout, at=now, paused=Paused(reason=reason, gate=name, value=value))
 
 
 #: Ticks one asked tick tries at most, each but the first after waiting for another worker's (``rollout_tick``).
@@ -202,9 +208,9 @@ def rollout_tick(*, rollout_id: UUID | str, wait: bool = True) -> TickResult | N
 def _rollout_tick_unless_held(*, rollout_id: UUID | str) -> TickResult | None:
     with transaction.atomic():
         now = timezone.now()
-        # The gates' stored verdicts come with the lock, in the same query: a gate costs the tick nothing.
+        # What its stops read (a blocked or expired release, a failed gate) comes with the lock, in one query.
         rollout = (
-            with_gate_verdicts(
+            with_stop_facts(
                 Rollout.objects.select_for_update(skip_locked=True, of=("self",)).select_related("release"), now=now
             )
             .filter(pk=rollout_id)
@@ -214,24 +220,17 @@ def _rollout_tick_unless_held(*, rollout_id: UUID | str) -> TickResult | None:
             return None
         rollout_ticked(rollout=rollout, at=now)
         result = TickResult()
-        # Schedules (docs/controller.md#schedules): the deadline first, then a start that has come.
+        stop = tick_stop(rollout, now=now)
         was_paused = rollout.state == Rollout.State.PAUSED
-        if rollout_deadline(rollout=rollout, now=now):
+        if stop == Rollout.PausedReason.DEADLINE:
+            rollout_deadline(rollout=rollout, now=now)
             result.paused = rollout.state == Rollout.State.PAUSED and not was_paused
         else:
             rollout_start_due(rollout=rollout, now=now)
-        if rollout.state == Rollout.State.ACTIVE and rollout.release_blocked():
-            # First: a release blocked in the tenant pauses its rollouts; nodes in flight settle.
-            pause_rollout(rollout=rollout, at=now, paused=Paused(reason=Rollout.PausedReason.RELEASE_BLOCKED))
-            result.paused = True
-        elif rollout.state == Rollout.State.ACTIVE and rollout.release.expired_at(now):
-            # The periodic tick checks every active rollout each period: an expiry pauses it with no node settling.
-            pause_rollout(rollout=rollout, at=now, paused=Paused(reason=Rollout.PausedReason.RELEASE_EXPIRED))
-            result.paused = True
-        elif rollout.state == Rollout.State.ACTIVE and (gate_failed := getattr(rollout, "gate_failed", None)):
-            # A gate failed gateFailureLimit times in a row (docs/controller.md#gates); nodes in flight settle.
-            rollout_pause_gate_failed(rollout=rollout, name=gate_failed, now=now)
-            result.paused = True
+            if stop is not None:
+                # Nodes in flight settle below; nothing starts.
+                rollout_stop(rollout=rollout, reason=stop, now=now)
+                result.paused = True
         result.succeeded = node_upgrades_settle_succeeded(rollout=rollout, now=now)
         arrived, result.failed = node_upgrades_settle_overdue(now=now, rollout=rollout)
         ready, not_ready = node_upgrades_settle_ready(now=now, rollout=rollout)

@@ -11,7 +11,7 @@ Node blockers, first that applies wins:
 pending  ``awaiting_approval`` the rollout awaits its approvals (docs/controller.md#approvals): nothing starts
          ``no_controller``     the rollout is active and no tick reconciled it for max(3 x every, 10 s)
          ``scheduled``         the rollout is scheduled: nothing starts before its ``startAt``
-         ``rollout_paused``    the rollout is paused (or its next tick pauses it: deadline, release blocked or expired)
+         ``rollout_paused``    the rollout is paused (or its next tick pauses it: controller/stops.py)
          ``gate``              a gate's latest result is not a fresh pass (its wave is the current one)
          ``wave_not_started``  its wave is later than the startable wave, and no soak holds the rollout
          ``soaking``           the current wave settled and soaks (any later wave waits for the soak)

@@ -116,6 +116,9 @@ def test_failures_in_a_row_pause_the_rollout_and_each_is_an_event(tenant, releas
         assert rollout.state == "active"
         assert RolloutGate.objects.get().consecutive_failures == failures
     evaluate(rollout)
+    # The plan says what the next tick does: it pauses the rollout for the gate (controller/stops.py).
+    shown = api.get(f"/api/compute/rollouts/{rollout.id}/").json()["blocker"]
+    assert (shown["code"], shown["pausedReason"]) == ("paused", "gate_failed:errors")
     tick(rollout)
     assert (rollout.state, rollout.paused_reason) == ("paused", "gate_failed:errors")
     failed = RolloutEvent.objects.filter(rollout=rollout, kind="rollout.gate_failed").order_by("id")
