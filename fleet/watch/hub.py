@@ -207,13 +207,13 @@ class WatchHub:
 
     def unbroken_since(self, moment: float) -> bool:
         """Whether every change committed since ``moment`` has been notified: the NOTIFY subscription has been
-        live all along (never in poll mode); or the process is stopping (answer now)."""
+        live all along; or the process is stopping (answer now)."""
         return self.closing or self._listening_since <= moment
 
     def relistened_since(self, moment: float) -> bool:
         """Whether the hub listens again since ``moment`` (a read that began before may have missed a change that
         the resync's wake, which found no waiter for it then, was for)."""
-        return self.listening and self.conninfo is not None and self._listening_since > moment
+        return self.listening and self._listening_since > moment
 
     def remember(self, token_hash: str, known: Known) -> None:
         """Keep a plain heartbeat's read, to hold the token's next arrival on (fleet/watch/known.py): only when the
@@ -223,7 +223,7 @@ class WatchHub:
             self.known.remember(token_hash, known)
 
     def next_wake(self, node_id: UUID) -> asyncio.Future[None]:
-        """A future resolved by the next notification for ``node_id`` (or the next poll, or shutdown)."""
+        """A future resolved by the next notification for ``node_id`` (or a resync's wake, or shutdown)."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if self.closing:
             future.set_result(None)
