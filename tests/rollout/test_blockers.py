@@ -13,11 +13,10 @@ from django.utils import timezone
 from fleet.models import Node, NodeSession, Pool
 from fleet.services.sessions import agent_session_leave
 from fleet.services.workflows import workflow_start
-from rollout.models import NodeUpgrade
+from rollout.models import NodeUpgrade, Rollout
 from rollout.rollouts.actions import rollout_pause
-from rollout.rollouts.create import rollout_create
-from rollout.rollouts.spec import rollout_spec
 from tests.factories import fleet
+from tests.rollout import helpers
 from tests.rollout.helpers import heartbeat_all, in_flight, rejoin, tick
 
 pytestmark = pytest.mark.django_db
@@ -27,12 +26,10 @@ NODE = "/api/compute/rollouts/{}/nodes/{}/"
 ROLLOUT = "/api/compute/rollouts/{}/"
 
 
-def create(tenant, **kwargs):
-    kwargs.setdefault("version", "1.0.0")
-    kwargs.setdefault("waves", [100])
-    kwargs.setdefault("soak_seconds", 0)
+def create(tenant, **kwargs) -> Rollout:
+    """``helpers.create``, failures never pausing it unless ``kwargs`` say otherwise."""
     kwargs.setdefault("max_failure_ratio", 1)
-    return rollout_create(tenant=tenant, spec=rollout_spec(**kwargs))
+    return helpers.create(tenant, **kwargs)
 
 
 def node_rows(api, rollout, **params) -> list[dict]:

@@ -19,20 +19,12 @@ from rollout import dispatch
 from rollout.controller import tick as controller
 from rollout.models import NodeUpgrade, Rollout
 from rollout.rollouts.actions import rollout_abort
-from rollout.rollouts.create import rollout_create
 from rollout.rollouts.spec import rollout_spec
 from rollout.schedules import periodic_tick_ensure
 from tests.factories import fleet
-from tests.rollout.helpers import heartbeat_all, in_flight, rejoin, states, tick
+from tests.rollout.helpers import create, heartbeat_all, in_flight, rejoin, states, tick
 
 pytestmark = pytest.mark.django_db
-
-
-def create(tenant, **kwargs):
-    kwargs.setdefault("version", "1.0.0")
-    kwargs.setdefault("waves", [100])
-    kwargs.setdefault("soak_seconds", 0)
-    return rollout_create(tenant=tenant, spec=rollout_spec(**kwargs))
 
 
 # --- 5 / 17: abort with rollback never sends back a node that already runs the new version ---------

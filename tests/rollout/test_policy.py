@@ -19,10 +19,10 @@ from fleet.services.pools import pool_update
 from rollout.controller.tick import failure_ratio_exceeded
 from rollout.models import NodeUpgrade, Rollout, RolloutEvent
 from rollout.rollouts.actions import rollout_pause, rollout_promote
-from rollout.rollouts.create import rollout_create, rollout_plan
+from rollout.rollouts.create import rollout_plan
 from rollout.rollouts.spec import rollout_spec
 from tests.factories import fleet
-from tests.rollout.helpers import heartbeat_all, in_flight, rejoin, states, tick
+from tests.rollout.helpers import create, heartbeat_all, in_flight, rejoin, states, tick
 
 pytestmark = pytest.mark.django_db
 
@@ -34,13 +34,6 @@ MONDAY = datetime(2026, 6, 1, tzinfo=UTC)  # a Monday
 
 def at(hour: int, minute: int = 0, *, day: int = 0) -> datetime:
     return MONDAY + timedelta(days=day, hours=hour, minutes=minute)
-
-
-def create(tenant, **kwargs) -> Rollout:
-    kwargs.setdefault("version", "1.0.0")
-    kwargs.setdefault("waves", [100])
-    kwargs.setdefault("soak_seconds", 0)
-    return rollout_create(tenant=tenant, spec=rollout_spec(**kwargs))
 
 
 def set_windows(tenant, pool_id, windows) -> None:
