@@ -15,6 +15,9 @@ CACHE_URL ?= $(REDIS_URL)
 # (e.g. amqp://guest:guest@127.0.0.1:5672/h20): scripts/services.sh creates it.
 AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672//
 ARGS ?=
+# pytest-xdist workers (0: one process): each has its own test database, Redis database and RabbitMQ vhost
+# (tests/parallel.py); most tests wait on servers they started, so two share these two cores well.
+TEST_WORKERS ?= 2
 
 .PHONY: demo test web lint format bench clean lock
 
@@ -42,9 +45,9 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	bash scripts/system-deps.sh
-	AMQP_URL=$(AMQP_URL) bash scripts/services.sh
+	AMQP_URL=$(AMQP_URL) TEST_WORKERS=$(TEST_WORKERS) bash scripts/services.sh
 	DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) CACHE_URL=$(CACHE_URL) AMQP_URL=$(AMQP_URL) \
-		$(PY) -m pytest $(ARGS)
+		$(PY) -m pytest -n $(TEST_WORKERS) $(ARGS)
 
 # nginx (Debian's package, installed when missing) in front of gunicorn, in the foreground until Ctrl-C
 # or SIGTERM; settings from the environment (docs/operations.md#the-web-tier).

@@ -44,13 +44,21 @@ if ! rabbitmq-diagnostics -q ping >/dev/null 2>&1; then
   rabbitmq-server -detached >/dev/null 2>&1 || true
 fi
 wait_for RabbitMQ rabbitmq-diagnostics -q ping
-# The vhost named in AMQP_URL (a parallel run's own, like its Redis database), with guest's permissions.
+# The vhost named in AMQP_URL (a parallel run's own, like its Redis database), and one per pytest worker
+# (TEST_WORKERS: gwN, or <vhost>-gwN, as tests/parallel.py names them), each with guest's permissions.
 VHOST=$(python3 -c 'import sys, urllib.parse as u; p = u.urlsplit(sys.argv[1]).path[1:]; print(u.unquote(p) or "/")' \
   "${AMQP_URL:-amqp://guest:guest@127.0.0.1:5672//}")
-if ! rabbitmqctl -q list_vhosts | grep -qxF "$VHOST"; then
-  rabbitmqctl -q add_vhost "$VHOST"
-  rabbitmqctl -q set_permissions -p "$VHOST" guest ".*" ".*" ".*"
-fi
+VHOSTS=("$VHOST")
+for ((i = 0; i < ${TEST_WORKERS:-0}; i++)); do
+  if [ "$VHOST" = / ]; then VHOSTS+=("gw$i"); else VHOSTS+=("$VHOST-gw$i"); fi
+done
+EXISTING=$(rabbitmqctl -q list_vhosts)
+for vhost in "${VHOSTS[@]}"; do
+  if ! grep -qxF "$vhost" <<<"$EXISTING"; then
+    rabbitmqctl -q add_vhost "$vhost"
+    rabbitmqctl -q set_permissions -p "$vhost" guest ".*" ".*" ".*"
+  fi
+done
 
 if ! psql -h "$PGHOST" -p "$PGPORT" -U "$PGUSER" -d postgres -tAc "select 1 from pg_database where datname='$DBNAME'" | grep -q 1; then
   psql -h "$PGHOST" -p "$PGPORT" -U "$PGUSER" -d postgres -qc "create database $DBNAME"

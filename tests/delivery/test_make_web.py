@@ -147,7 +147,12 @@ def test_make_web_serves_everything_heals_killed_parts_and_stops_only_on_sigterm
         assert make.poll() is None
         started |= descendants(make.pid)
         make.send_signal(signal.SIGTERM)
-        out, _ = make.communicate(timeout=30)
+        try:
+            out, _ = make.communicate(timeout=30)
+        except subprocess.TimeoutExpired as timeout:
+            # Name what still holds make's output open (it has printed what it printed), to see why.
+            holders = {pid: command_line(pid) for pid in started | descendants(make.pid) if alive(pid)}
+            pytest.fail(f"make web's output still open 30 s after SIGTERM; alive: {holders}; out: {timeout.output!r}")
     finally:
         if make.poll() is None:
             make.kill()
