@@ -108,15 +108,17 @@ def web_server(
 
 def stop(*processes: subprocess.Popen | None, timeout: float = 15.0) -> None:
     """SIGTERM each process (a warm shutdown: it stops its own children, as under docker stop), then SIGKILL
-    what is left of its process group after ``timeout``."""
-    running = [p for p in processes if p is not None and p.poll() is None]
+    what is left of its process group after ``timeout``: also the group of one that had already exited (an
+    nginx master killed with SIGKILL leaves its workers serving)."""
+    started = [p for p in processes if p is not None]
+    running = [p for p in started if p.poll() is None]
     for process in running:
         process.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    for process in running:
+    for process in started:
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=max(0.1, deadline - time.monotonic()))
-        with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)  # children it left behind, or itself when it hung
         process.wait(timeout=5)
 

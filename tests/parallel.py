@@ -10,13 +10,17 @@ the settings, and every process a test starts, read:
 - RabbitMQ (``AMQP_URL``): a vhost per worker (``gwN``, or ``<vhost>-gwN``), which scripts/services.sh
   creates (``TEST_WORKERS``).
 
-Without xdist (``pytest`` alone, ``-n 0``) nothing changes.
+Without xdist (``pytest`` alone, ``-n 0``) nothing changes but the order: the files of ``integration`` tests
+(the long ones: real servers, waits of tens of seconds) run first, so that the short ones fill the workers' last
+minutes instead of one worker waiting alone on a long file at the end (xdist hands out files in this order).
 """
 
 from __future__ import annotations
 
 import os
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
+
+import pytest
 
 
 def worker_number() -> int | None:
@@ -60,3 +64,8 @@ def _isolate() -> None:
 
 
 _isolate()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The ``integration`` tests' files first, each file's tests in their order (a stable sort)."""
+    items.sort(key=lambda item: item.get_closest_marker("integration") is None)
