@@ -92,6 +92,7 @@ _.__getattr__
 # pytest and hypothesis: module marks, fixtures requested for their effect, a monkeypatched signature, the
 # state machine's teardown.
 _.pytestmark, _.django_db_setup, _.delivery_settings, _.using, _.robust, _.teardown
+_.pytest_collection_modifyitems  # tests/parallel.py, a plugin hook
 
 # Celery's app settings and producer pool, set again when a test moves the app to another broker
 # (tests/integration/conftest.py).

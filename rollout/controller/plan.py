@@ -24,10 +24,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from copy import copy
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from uuid import UUID
 
-from django.db.models import Count
+from django.db.models import Count, F, Max
 
 from fleet.interface import Pool, PoolBudget, PoolWindows, offline_verdicts_trusted, pool_budgets, pool_windows_at
 from rollout.controller.decisions import (
@@ -104,8 +104,8 @@ class RolloutFacts:
     def startable_wave(self) -> int | None:
         """The wave the next tick starts nodes of: the current one while it moves, the next once its soak is over.
 
-        None between the last node settling and the tick recording it (the next tick does), and
-        during the soak.
+        None during the soak (a wave whose last node settled after the last tick soaks from then: the
+        next tick records it first, ``_settles_unrecorded``), and on the last wave.
         """
         current = self.rollout.current_wave
         if self.wave_moving:
@@ -126,7 +126,7 @@ class RolloutFacts:
 
 
 def rollout_facts(rollouts: Iterable[Rollout], *, now: datetime) -> dict[UUID, RolloutFacts]:
-    """Facts of many rollouts in four queries."""
+    """Facts of many rollouts in four queries (five when a current wave settled that no tick recorded yet)."""
     facts = {rollout.id: RolloutFacts(rollout=rollout, now=now) for rollout in rollouts}
     if not facts:
         return facts
@@ -146,7 +146,36 @@ def rollout_facts(rollouts: Iterable[Rollout], *, now: datetime) -> dict[UUID, R
         facts[rollout_id].gate = gate
     for rollout_id, stop in tick_stops((f.rollout for f in facts.values()), now=now).items():
         facts[rollout_id].stop = stop
+    _settles_unrecorded(facts, now=now)
     return facts
+
+
+def _settles_unrecorded(facts: dict[UUID, RolloutFacts], *, now: datetime) -> None:
+    """A current wave whose last node settled after the last tick: the next tick's advance records it first
+    (``tick.rollout_advance``: settled at its last node's ``settled_at``, the soak from then), so the plan
+    sees it as recorded. One query, for the rollouts the next tick advances (it starts nodes)."""
+    unrecorded = [
+        f
+        for f in facts.values()
+        if f.starts_nodes
+        and not f.wave_moving
+        and (wave := f.waves.get(f.rollout.current_wave)) is not None
+        and not wave.settled
+    ]
+    if not unrecorded:
+        return
+    last = dict(
+        NodeUpgrade.objects.filter(rollout_id__in=[f.rollout.id for f in unrecorded], wave=F("rollout__current_wave"))
+        .values_list("rollout_id")
+        .annotate(last=Max("settled_at"))
+        .order_by()
+    )
+    for f in unrecorded:
+        wave = copy(f.waves[f.rollout.current_wave])
+        wave.settled_at = last.get(f.rollout.id) or now
+        f.waves[wave.index] = wave
+        f.rollout = copy(f.rollout)
+        f.rollout.next_wave_at = wave.settled_at + timedelta(seconds=f.rollout.soak_seconds)
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,8 @@
 Hypothesis draws a fleet (pools with budgets 0 to 1 and maintenance windows open, closed or
 absent; nodes of two archs whose agents are up, silent, gone or never joined; workflows) and a
 rollout in the middle of its life (waves, the current one moving with pending, in-flight and
-settled rows, or settled and soaking or done soaking; failed nodes back or not; active or
-paused; or held: awaiting approval, scheduled ahead or due, a gate holding or passing, its
+settled rows, or settled (recorded by a tick or not yet) and soaking or done soaking; failed
+nodes back or not; active or paused; or held: awaiting approval, scheduled ahead or due, a gate holding or passing, its
 release expired or blocked in the tenant, its deadline passed), writes it, reads every row's
 blocker and the rollout's, runs one tick at the same instant, and checks:
 
@@ -25,7 +25,7 @@ ahead, a failure ratio of 1): what is checked is the start step and the wave's a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from uuid import UUID
@@ -90,6 +90,8 @@ class Scenario:
     paused: bool
     trusted: bool
     hold: str = "none"
+    #: The current wave's last node settled after the last tick: no tick recorded it yet (the next one does).
+    unrecorded: bool = False
 
 
 NODES = st.builds(
@@ -126,6 +128,7 @@ def scenarios(draw) -> Scenario:
         paused=draw(st.integers(0, 9)) == 0,
         trusted=draw(st.integers(0, 5)) != 0,
         hold=draw(st.sampled_from(HOLDS)),
+        unrecorded=draw(st.booleans()),
     )
 
 
@@ -194,11 +197,14 @@ def build(scenario: Scenario, tenant, release: Release) -> Rollout:
             row.started_at, row.deadline = NOW - timedelta(minutes=20), NOW + timedelta(minutes=10)
         if state in (S.SUCCEEDED, S.FAILED, S.SKIPPED):
             # 90 s ago: an agent silent for 2 minutes has not been back since it failed (it still holds a slot).
-            row.settled_at = NOW - (timedelta(minutes=10) if wave < current else timedelta(seconds=90))
+            # A wave no tick recorded yet soaks from its last node's settle: over when that is 10 minutes ago.
+            long_ago = wave < current or (scenario.unrecorded and scenario.soak_over)
+            row.settled_at = NOW - (timedelta(minutes=10) if long_ago else timedelta(seconds=90))
             row.reason = {S.FAILED: "timeout", S.SKIPPED: "offline"}.get(state)
         rows.append(row)
     moving = any(row.wave == current and row.state in (S.PENDING, S.IN_FLIGHT) for row in rows)
-    settled_at = None if moving else NOW - timedelta(minutes=10)  # recorded by the tick that saw it settle
+    recorded = not moving and not scenario.unrecorded
+    settled_at = NOW - timedelta(minutes=10) if recorded else None  # recorded by the tick that saw it settle
     hold = scenario.hold
     state = Rollout.State.PAUSED if scenario.paused else Rollout.State.ACTIVE
     if hold == "approval" and not scenario.paused:
@@ -223,7 +229,7 @@ def build(scenario: Scenario, tenant, release: Release) -> Rollout:
         state=state,
         paused_reason=Rollout.PausedReason.OPERATOR if scenario.paused else None,
         current_wave=current,
-        next_wave_at=None if moving else NOW + timedelta(minutes=1 if not scenario.soak_over else -1),
+        next_wave_at=NOW + timedelta(minutes=1 if not scenario.soak_over else -1) if recorded else None,
         created_at=NOW - timedelta(hours=1),
         last_tick_at=NOW - timedelta(seconds=5),  # a controller runs (no_controller is tested in test_health.py)
     )
@@ -273,10 +279,14 @@ def check(scenario: Scenario, tenant, release: Release) -> None:
         assert node_blockers([row], now=NOW)[row.id] == blockers[row.id]
 
     soaking = rollout_soaks(rollout)  # before the tick: a wave it settles soaks only from then on
+    moving = any(row.wave == rollout.current_wave and row.state in (S.PENDING, S.IN_FLIGHT) for row in rows)
     held = rollout_blockers([rollout], now=NOW)[rollout.id]
     result = rollout_tick(rollout_id=rollout.id)
     assert result is not None
     after = dict(NodeUpgrade.objects.filter(rollout=rollout).values_list("id", "state"))
+    # A wave that had settled but that no tick had recorded soaks from its last node's settle: the tick recorded
+    # it, and the blockers saw it so before.
+    soaking = soaking or (not moving and rollout_soaks(Rollout.objects.get(pk=rollout.pk)))
     reasons = dict(NodeUpgrade.objects.filter(rollout=rollout).values_list("id", "reason"))
     started = {row.id for row in pending if after[row.id] == S.IN_FLIGHT}
     skipped = {row.id: reasons[row.id] for row in pending if after[row.id] == S.SKIPPED}
@@ -354,6 +364,10 @@ def test_the_blockers_say_what_the_next_tick_does(tenant, releases):
     test = example(scenario=Scenario([("1", "none", up)], [0, 1, 2], 2, 0, True, False, False, True, "scheduled_due"))(
         test
     )
+    # Its first wave settled after the last tick, and its soak counted from then is over: the tick records the
+    # settle and starts the next wave at once, and the blockers say so (next_tick, not wave_not_started).
+    unrecorded = Scenario([("1", "none", up)], [0, 1, 2], 2, 0, True, True, False, True, unrecorded=True)
+    test = example(scenario=unrecorded)(example(scenario=replace(unrecorded, soak_over=False))(test))
     # Each hold at least once on a pool where nodes would start (the draws reach them rarely).
     for scenario in [_turns(trusted=False), *(_turns(trusted=True, hold=hold) for hold in dict.fromkeys(HOLDS))]:
         test = example(scenario=scenario)(test)
