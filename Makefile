@@ -15,8 +15,9 @@ CACHE_URL ?= $(REDIS_URL)
 # (e.g. amqp://guest:guest@127.0.0.1:5672/h20): scripts/services.sh creates it.
 AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672//
 ARGS ?=
-# pytest-xdist workers (0: one process): each has its own test database, Redis database and RabbitMQ vhost
-# (tests/parallel.py); most tests wait on servers they started, so two share these two cores well.
+# pytest-xdist workers (0: one process): each has its own test database, Redis database (REDIS_URL's and the
+# TEST_WORKERS - 1 below it) and RabbitMQ vhost (tests/parallel.py); most tests wait on servers they
+# started, so two share these two cores well.
 TEST_WORKERS ?= 2
 
 .PHONY: demo test web lint format bench clean lock

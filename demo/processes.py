@@ -108,9 +108,10 @@ def web_server(
 
 def stop(*processes: subprocess.Popen | None, timeout: float = 15.0) -> None:
     """SIGTERM each process (a warm shutdown: it stops its own children, as under docker stop), then SIGKILL
-    what is left of its process group after ``timeout``: also the group of one that had already exited (an
-    nginx master killed with SIGKILL leaves its workers serving)."""
-    started = [p for p in processes if p is not None]
+    what is left of its process group after ``timeout``: also the group of one that exited but that no one has
+    reaped yet (an nginx master killed with SIGKILL leaves its workers serving). A process reaped earlier is
+    left alone: its group number may belong to another process by now (whoever reaped it killed its group)."""
+    started = [p for p in processes if p is not None and p.returncode is None]
     running = [p for p in started if p.poll() is None]
     for process in running:
         process.send_signal(signal.SIGTERM)

@@ -6,7 +6,8 @@ the settings, and every process a test starts, read:
 
 - the test database: pytest-django already names it per worker (``test_rollout_gw1``);
 - Redis (``CELERY_BROKER_URL``, ``CACHE_URL``): worker ``gwN`` uses the database numbered N below the one
-  given (15, 14, …), so that no worker's Celery consumes another's tasks;
+  given (15, 14, …), so that no worker's Celery consumes another's tasks (two runs at once on one Redis are
+  given databases at least ``TEST_WORKERS`` apart);
 - RabbitMQ (``AMQP_URL``): a vhost per worker (``gwN``, or ``<vhost>-gwN``), which scripts/services.sh
   creates (``TEST_WORKERS``).
 
@@ -57,7 +58,7 @@ def _isolate() -> None:
     if number is None:
         return
     for name in ("CELERY_BROKER_URL", "CACHE_URL"):
-        if os.environ.get(name, "").startswith("redis://"):
+        if os.environ.get(name, "").startswith(("redis://", "rediss://")):
             os.environ[name] = redis_url_for(os.environ[name], number)
     if os.environ.get("AMQP_URL", "").startswith("amqp://"):
         os.environ["AMQP_URL"] = amqp_url_for(os.environ["AMQP_URL"], number)

@@ -243,6 +243,8 @@ class RolloutDecision:
     #: outside_window: the closed pool whose window opens first.
     opening: PoolState | None = None
     in_flight: int = 0
+    #: soaking: when the soak ends (``nextWaveAt``, or as the next tick records it: ``_settles_unrecorded``).
+    soak_until: datetime | None = None
 
 
 MOVING = RolloutDecision(None)
@@ -281,7 +283,7 @@ def rollout_decision(facts: RolloutFacts, *, pools: dict[UUID, PoolState]) -> Ro
     if facts.gate is not None:
         return RolloutDecision("gate", gate=facts.gate)
     if wait == WAIT_SOAK:
-        return RolloutDecision("soaking")
+        return RolloutDecision("soaking", soak_until=facts.rollout.next_wave_at)
     waiting = [pools[pool_id] for pool_id in facts.pending_pools() if pool_id in pools]
     if any(pool.is_open and pool.available > 0 for pool in waiting):
         return MOVING

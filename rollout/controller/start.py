@@ -77,7 +77,9 @@ def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> StartPlan:
     facts = planned.facts[rollout.id]
     wave = facts.startable_wave
     plan = StartPlan(wave=rollout.current_wave if wave is None else wave)
-    if wave is None or rollout_wait(wave=wave, facts=facts) is not None:
+    # Only the advance moves a rollout to its next wave (and records it started): a plan that counts a wave the
+    # advance has not recorded as settled (an empty one, just started) starts nothing beyond it here.
+    if wave != rollout.current_wave or rollout_wait(wave=wave, facts=facts) is not None:
         return plan
     pools = [planned.pools[pool_id] for pool_id in facts.pending_pools() if pool_id in planned.pools]
     # A closed pool's pending nodes wait (they are not skipped); the periodic tick sees the window open.

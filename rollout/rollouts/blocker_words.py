@@ -52,7 +52,7 @@ def rollout_blocker_words(rollout: Rollout, *, now: datetime) -> str | None:
     if held.code == "awaiting_nodes":
         return f"waiting for {_count(held.in_flight, 'node')} in flight"
     if held.code == "soaking":
-        return f"soaking until {at_words(rollout.next_wave_at)}"
+        return f"soaking until {at_words(held.soak_until)}"
     if held.code == "scheduled":
         return f"scheduled to start at {at_words(rollout.start_at)}"
     approvals = approval_counts([rollout]).get(rollout.id, 0)

@@ -212,7 +212,7 @@ def node_blocker(row: NodeUpgrade, *, plan: Plan, approvals: int = 0) -> Blocker
     if decision == WAIT_GATE and held.gate is not None:
         return gate_blocker(held.gate)
     if decision == WAIT_SOAK:
-        until = rollout.next_wave_at
+        until = held.soak_until
         return Blocker(
             "soaking",
             f"Wave {rollout.current_wave + 1} settled and soaks until {at_words(until)}; the next wave starts then.",
@@ -328,7 +328,7 @@ def rollout_blocker(rollout: Rollout, held: RolloutDecision | None, *, approvals
     if held.code == "gate" and held.gate is not None:
         return gate_blocker(held.gate)
     if held.code == "soaking":
-        until = rollout.next_wave_at
+        until = held.soak_until
         return Blocker(
             "soaking", f"Wave {rollout.current_wave + 1} settled and soaks until {at_words(until)}.", {"until": until}
         )

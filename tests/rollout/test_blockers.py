@@ -121,6 +121,22 @@ def test_wave_not_started_then_soaking_then_next_tick(api, tenant, releases):
         assert rollout_blocker(api, rollout) is None
 
 
+def test_a_wave_no_tick_has_recorded_yet_soaks_from_its_last_settle(api, tenant, releases):
+    fleet(tenant, {"a": (4, "1")})
+    rollout = create(tenant, waves=[50, 100], soak_seconds=300)
+    tick(rollout)
+    for upgrade in in_flight(rollout):
+        rejoin(upgrade.node_id, "1.0.0")  # the join path settles wave 0; no tick has recorded it yet
+    assert not in_flight(rollout)
+    last = max(NodeUpgrade.objects.filter(rollout=rollout, wave=0).values_list("settled_at", flat=True))
+    until = iso(last + timedelta(seconds=300))
+    rows = node_rows(api, rollout, wave=1)
+    assert {(row["blocker"]["code"], row["blocker"]["until"]) for row in rows} == {("soaking", until)}
+    assert rollout_blocker(api, rollout)["until"] == until
+    tick(rollout)  # records the settle: the soak the blockers said
+    assert iso(rollout.next_wave_at) == until
+
+
 def test_paused_rollout(api, tenant, releases):
     fleet(tenant, {"a": (4, "0.25")})
     rollout = create(tenant)

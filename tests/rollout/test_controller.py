@@ -321,3 +321,19 @@ def test_completion_sets_the_default_only_of_pools_it_covered_nodes_in(tenant, r
     assert rollout.state == "completed"
     assert Pool.objects.get(pk=nodes[0].pool_id).default_daemon_version == "1.0.0"
     assert Pool.objects.get(pk=empty.pk).default_daemon_version is None
+
+
+def test_the_start_step_never_starts_a_wave_the_advance_has_not_started(tenant, releases):
+    """A wave left empty (its nodes deleted) is moved past by a tick's advance, never skipped by the start step."""
+    fleet(tenant, {"a": (6, "1")})
+    rollout = create(tenant, waves=[34, 67, 100])
+    tick(rollout)
+    Node.objects.filter(id__in=NodeUpgrade.objects.filter(rollout=rollout, wave=1).values("node_id")).delete()
+    for upgrade in in_flight(rollout):
+        rejoin(upgrade.node_id, "1.0.0")
+    tick(rollout)  # wave 0 settled: the rollout moves to wave 1, which has no node left
+    assert rollout.current_wave == 1
+    assert states(rollout, wave=2) == {"pending": 1}
+    tick(rollout)  # the next tick records wave 1 settled and starts wave 2
+    assert rollout.current_wave == 2
+    assert states(rollout, wave=2) == {"in_flight": 1}
