@@ -28,8 +28,9 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-# What overflows its width: the page itself (a horizontal scroll bar), and any table wider than the box that
-# holds it (the admin's lists scroll inside `.results`, which the page's own width would not show).
+# What overflows its width: the page itself (a horizontal scroll bar), any table wider than the box that
+# holds it (the admin's lists scroll inside `.results`, which the page's own width would not show), and the
+# page's action buttons drawn over the words of its title or subtitle (the admin floats them up beside those).
 OVERFLOW = """() => {
   const found = [];
   const root = document.documentElement;
@@ -38,6 +39,17 @@ OVERFLOW = """() => {
     const box = table.parentElement;
     if (table.offsetWidth > box.clientWidth + 1)
       found.push(`table ${table.id || table.className || '?'}: ${table.offsetWidth} > ${box.clientWidth}`);
+  }
+  const tools = document.querySelector('.object-tools');
+  if (tools && tools.offsetHeight) {
+    const b = tools.getBoundingClientRect();
+    for (const heading of document.querySelectorAll('#content > h1, #content > h2')) {
+      const words = document.createRange();
+      words.selectNodeContents(heading);
+      for (const a of words.getClientRects())
+        if (a.right > b.left && b.right > a.left && a.bottom > b.top && b.bottom > a.top)
+          found.push(`the actions over the ${heading.tagName} "${heading.textContent.trim()}"`);
+    }
   }
   return found;
 }"""

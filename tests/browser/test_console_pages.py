@@ -11,7 +11,7 @@ from fleet.models import Membership, Node
 from rollout.controller.tick import rollout_tick
 from rollout.models import ReleaseBinary, Rollout
 from rollout.registry.releases import release_register
-from tests.browser.conftest import keep_screenshots, log_in, shoot
+from tests.browser.conftest import keep_screenshots, log_in, overflowing, shoot
 from tests.factories import binary_bytes, fleet, manifest, signed
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -43,6 +43,7 @@ def test_an_operator_plans_finds_and_uploads_in_the_console(
     shoot(page, screenshots, "rollout-plan-preview.png")
     page.click("input[name=_confirm]")
     page.wait_for_selector(".rollout-state")
+    assert overflowing(page) == []  # its long subtitle ("rollout <uuid> of 1.0.0 (active)") beside its actions
     rollout = Rollout.objects.get()
     rollout_tick(rollout_id=rollout.id)  # 3 of the first wave start, the rest wait for their pool's budget
 
