@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from django.db.models import Count, F, Max
+from django.db.models import Count, F, Max, Q
 
 from fleet.interface import Pool, PoolBudget, PoolWindows, offline_verdicts_trusted, pool_budgets, pool_windows_at
 from rollout.controller.decisions import (
@@ -40,6 +40,7 @@ from rollout.controller.decisions import (
     WAIT_WINDOW,
     Decision,
 )
+from rollout.controller.judge import failure_ratio_exceeded
 from rollout.controller.scheduled import start_due
 from rollout.controller.stops import tick_stops
 from rollout.controller.turns import Candidate, candidates, rows_reached, turn_decision
@@ -63,10 +64,12 @@ class RolloutFacts:
     # (wave, pool) -> count, of pending rows and of in-flight rows
     pending: dict[tuple[int, UUID], int] = field(default_factory=lambda: defaultdict(int))
     in_flight: dict[tuple[int, UUID], int] = field(default_factory=lambda: defaultdict(int))
+    #: The current wave's rows per state (``judge.wave_counts``'s shape): what the tick's judge reads.
+    current_counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(State.values, 0))
     #: Its first gate whose latest result is not a fresh pass (docs/controller.md#gates): no node starts.
     gate: RolloutGate | None = None
     #: Why the next tick pauses it (or, past ``endBy``, aborts it) before it starts anything
-    #: (rollout/controller/stops.py ``tick_stop``).
+    #: (rollout/controller/stops.py ``tick_stop``, then the judge's ``failure_ratio``).
     stop: str | None = None
 
     @property
@@ -133,19 +136,27 @@ def rollout_facts(rollouts: Iterable[Rollout], *, now: datetime) -> dict[UUID, R
     for wave in RolloutWave.objects.filter(rollout_id__in=list(facts)).only("rollout_id", "index", "settled_at"):
         facts[wave.rollout_id].waves[wave.index] = wave
         facts[wave.rollout_id].last_wave = max(facts[wave.rollout_id].last_wave, wave.index)
+    moving = Q(state__in=[State.PENDING, State.IN_FLIGHT]) | Q(wave=F("rollout__current_wave"))
     rows = (
-        NodeUpgrade.objects.filter(rollout_id__in=list(facts), state__in=[State.PENDING, State.IN_FLIGHT])
+        NodeUpgrade.objects.filter(moving, rollout_id__in=list(facts))
         .values_list("rollout_id", "wave", "pool_id", "state")
         .annotate(n=Count("id"))
         .order_by()
     )
     for rollout_id, wave, pool_id, state, n in rows:
-        target = facts[rollout_id].pending if state == State.PENDING else facts[rollout_id].in_flight
-        target[wave, pool_id] += n
+        one = facts[rollout_id]
+        if wave == one.rollout.current_wave:
+            one.current_counts[state] += n
+        if state in (State.PENDING, State.IN_FLIGHT):
+            (one.pending if state == State.PENDING else one.in_flight)[wave, pool_id] += n
     for rollout_id, gate in gates_holding_for(facts, now=now).items():
         facts[rollout_id].gate = gate
     for rollout_id, stop in tick_stops((f.rollout for f in facts.values()), now=now).items():
         facts[rollout_id].stop = stop
+    for f in facts.values():
+        # The tick's judge, after its stops: the current wave's failures over the ratio pause it.
+        if f.starts_nodes and failure_ratio_exceeded(rollout=f.rollout, counts=f.current_counts):
+            f.stop = Rollout.PausedReason.FAILURE_RATIO
     _settles_unrecorded(facts, now=now)
     return facts
 

@@ -24,12 +24,11 @@ import random
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
 from uuid import UUID
 
 import structlog
 from django.db import transaction
-from django.db.models import Count, Max
+from django.db.models import Max
 from django.utils import timezone
 
 from core.maintenance import tables_vacuum
@@ -37,6 +36,7 @@ from fleet.interface import node_tables_vacuum
 from rollout import conf
 from rollout.controller.events import Paused
 from rollout.controller.health import controller_beat_record, rollout_ticked
+from rollout.controller.judge import failure_ratio_exceeded, wave_counts
 from rollout.controller.scheduled import rollout_deadline, rollout_start_due
 from rollout.controller.settle import (
     node_upgrades_settle_overdue,
@@ -72,44 +72,7 @@ class TickResult:
     plan: StartPlan | None = None
 
 
-# --- counts ----------------------------------------------------------------------------
-
-
-def wave_counts(*, rollout: Rollout, wave: int) -> dict[str, int]:
-    rows = NodeUpgrade.objects.filter(rollout=rollout, wave=wave).values("state").annotate(n=Count("id")).order_by()
-    counts = dict.fromkeys(State.values, 0)
-    counts.update({row["state"]: row["n"] for row in rows})
-    return counts
-
-
-def wave_failures(rollout: Rollout) -> int:
-    return wave_counts(rollout=rollout, wave=rollout.current_wave)[State.FAILED]
-
-
 # --- judging and advancing ---------------------------------------------------------------
-
-
-def failure_ratio_judged(*, rollout: Rollout, counts: dict[str, int]) -> bool:
-    """The ratio is judged once ``failureRatioMinSettled`` of the wave's nodes settled
-    (succeeded + failed), or once all of them have (nothing pending or in flight)."""
-    settled = counts[State.FAILED] + counts[State.SUCCEEDED]
-    wave_over = not counts[State.PENDING] and not counts[State.IN_FLIGHT]
-    return settled >= rollout.failure_ratio_min_settled or wave_over
-
-
-def failure_ratio_exceeded(*, rollout: Rollout, counts: dict[str, int]) -> bool:
-    """The rule: the current wave's failed / (succeeded + failed) exceeds maxFailureRatio.
-
-    Exactly "exceeds": equality does not pause. Exact arithmetic (Decimal).
-    Failures an operator accepted by resuming do not count again; a new one does.
-    Judged only once the wave's minimum sample settled (``failure_ratio_judged``).
-    """
-    failed, succeeded = counts[State.FAILED], counts[State.SUCCEEDED]
-    if failed <= rollout.acknowledged_failures or failed + succeeded == 0:
-        return False
-    if not failure_ratio_judged(rollout=rollout, counts=counts):
-        return False
-    return Decimal(failed) > rollout.max_failure_ratio * (failed + succeeded)
 
 
 def rollout_judge_failures(*, rollout: Rollout, now: datetime, counts: dict[str, int] | None = None) -> bool:

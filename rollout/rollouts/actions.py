@@ -22,8 +22,8 @@ from fleet.interface import (
     audit_record,
 )
 from rollout.controller.events import Paused
+from rollout.controller.judge import wave_failures
 from rollout.controller.settle import node_upgrades_roll_back
-from rollout.controller.tick import wave_failures
 from rollout.controller.tick_requests import rollout_request_tick
 from rollout.controller.transitions import (
     abort_rollout,

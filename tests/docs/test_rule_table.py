@@ -158,7 +158,7 @@ def row_problems(row: Row) -> list[str]:
 
 
 def test_the_reading_rules_catch_what_they_look_for():
-    good = Row(1, "r", "`rollout/controller/tick.py` `rollout_tick` (`refused`), `failure_ratio_exceeded`")
+    good = Row(1, "r", "`rollout/controller/judge.py` `wave_counts` (`refused`), `failure_ratio_exceeded`")
     assert row_problems(good) == []
     assert row_problems(Row(1, "r", "`tick.rollout_tick`"))
     assert row_problems(Row(1, "r", "`rollout/controller/tick.py` `no_such_function`"))

@@ -16,7 +16,7 @@ from django.utils import timezone
 from core.errors import InvalidInput, InvalidState
 from fleet.models import AuditEntry, Pool
 from fleet.services.pools import pool_update
-from rollout.controller.tick import failure_ratio_exceeded
+from rollout.controller.judge import failure_ratio_exceeded
 from rollout.models import NodeUpgrade, Rollout, RolloutEvent
 from rollout.rollouts.actions import rollout_pause, rollout_promote
 from rollout.rollouts.create import rollout_plan

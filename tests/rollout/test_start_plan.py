@@ -4,9 +4,10 @@ Hypothesis draws a fleet (pools with budgets 0 to 1 and maintenance windows open
 absent; nodes of two archs whose agents are up, silent, gone or never joined; workflows) and a
 rollout in the middle of its life (waves, the current one moving with pending, in-flight and
 settled rows, or settled (recorded by a tick or not yet) and soaking or done soaking; failed
-nodes back or not; active or paused; or held: awaiting approval, scheduled ahead or due, a gate holding or passing, its
-release expired or blocked in the tenant, its deadline passed), writes it, reads every row's
-blocker and the rollout's, runs one tick at the same instant, and checks:
+nodes back or not; active or paused; or held: awaiting approval, scheduled ahead or due, a gate
+holding or passing, its release expired or blocked in the tenant, its deadline passed, a failure
+in its wave over a ratio of 0), writes it, reads every row's blocker and the rollout's, runs one
+tick at the same instant, and checks:
 
 1. the rows whose blocker is ``next_tick`` are exactly the rows the tick started, plus the rows
    it skipped for want of a binary (the table has no code of its own for those: the next tick
@@ -19,8 +20,9 @@ blocker and the rollout's, runs one tick at the same instant, and checks:
 4. a single row asked alone says what it says in its page;
 5. the rollout's own blocker is null when the tick starts or skips a node (its nodes move).
 
-The tick's settle and judge steps are kept out of the way (no agent on its target, deadlines
-ahead, a failure ratio of 1): what is checked is the start step and the wave's advance.
+The tick's settle step is kept out of the way (no agent on its target, deadlines ahead), and its
+judge but where the hold is ``failure_ratio``: what is checked is the judge, the start step and the
+wave's advance.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ HOLDS = ("none",) * 8 + (
     "blocked",
     "deadline_pause",
     "deadline_abort",
+    "failure_ratio",
 )
 S = NodeUpgrade.State
 
@@ -223,7 +226,7 @@ def build(scenario: Scenario, tenant, release: Release) -> Rollout:
         end_by=NOW - timedelta(minutes=1) if hold.startswith("deadline") else None,
         end_behavior={"deadline_pause": "pause", "deadline_abort": "abort"}.get(hold),
         waves=[100 * (k + 1) // scenario.waves for k in range(scenario.waves)],
-        max_failure_ratio=1,
+        max_failure_ratio=0 if hold == "failure_ratio" else 1,  # then one failure in its wave pauses it
         soak_seconds=300,
         upgrade_timeout_seconds=1800,
         state=state,
@@ -284,6 +287,7 @@ def check(scenario: Scenario, tenant, release: Release) -> None:
     result = rollout_tick(rollout_id=rollout.id)
     assert result is not None
     after = dict(NodeUpgrade.objects.filter(rollout=rollout).values_list("id", "state"))
+    judged = Rollout.objects.get(pk=rollout.pk).paused_reason == Rollout.PausedReason.FAILURE_RATIO
     # A wave that had settled but that no tick had recorded soaks from its last node's settle: the tick recorded
     # it, and the blockers saw it so before.
     soaking = soaking or (not moving and rollout_soaks(Rollout.objects.get(pk=rollout.pk)))
@@ -308,7 +312,7 @@ def check(scenario: Scenario, tenant, release: Release) -> None:
         hold = scenario.hold
         if hold == "approval" and not scenario.paused:
             expected = {"awaiting_approval"}
-        elif scenario.paused or hold in ("expired", "blocked", "deadline_pause"):
+        elif scenario.paused or hold in ("expired", "blocked", "deadline_pause") or judged:
             expected = {"rollout_paused"}
         elif hold == "scheduled":
             expected = {"scheduled"}
@@ -368,6 +372,11 @@ def test_the_blockers_say_what_the_next_tick_does(tenant, releases):
     # settle and starts the next wave at once, and the blockers say so (next_tick, not wave_not_started).
     unrecorded = Scenario([("1", "none", up)], [0, 1, 2], 2, 0, True, True, False, True, unrecorded=True)
     test = example(scenario=unrecorded)(example(scenario=replace(unrecorded, soak_over=False))(test))
+    # A failure in its wave over a ratio of 0: the next tick pauses it, and the blockers say so.
+    failing = [NodeSpec("amd64", "up", workflow=False, state=S.FAILED), *up]
+    test = example(
+        scenario=Scenario([("1", "none", failing)], [0, 1, 2, 3], 1, 0, False, False, False, True, "failure_ratio")
+    )(test)
     # Each hold at least once on a pool where nodes would start (the draws reach them rarely).
     for scenario in [_turns(trusted=False), *(_turns(trusted=True, hold=hold) for hold in dict.fromkeys(HOLDS))]:
         test = example(scenario=scenario)(test)
