@@ -61,11 +61,18 @@ def migrate() -> None:
 
 
 def register_releases() -> None:
-    from rollout.registry.releases import release_register
-    from tests.factories import manifest, signed
+    """OLD and NEW, registered with their binaries stored (a rollout is refused a platform without one)."""
+    import io
 
-    release_register(envelope=signed(manifest(OLD, 1)))
-    release_register(envelope=signed(manifest(NEW, 2)))
+    from rollout.registry.binaries import release_binary_store
+    from rollout.registry.releases import release_register
+    from tests.factories import binary_bytes, manifest, signed
+
+    for version, sequence in ((OLD, 1), (NEW, 2)):
+        release_register(envelope=signed(manifest(version, sequence)))
+        for arch in ("amd64", "arm64"):
+            data = io.BytesIO(binary_bytes(version, arch))
+            release_binary_store(version=version, platform=f"linux-{arch}", source=data)
 
 
 def vacuum(*tables: str) -> None:
