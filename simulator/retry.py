@@ -1,8 +1,9 @@
 """How a simulated agent retries a call that failed: the agent protocol's rule (docs/fleet.md#retries), which a
 good real agent follows, so that a benchmark's fleet rejoining at once behaves like a good real fleet.
 
-- An answer with ``Retry-After`` (429 ``throttled``; 503 ``overloaded`` or ``database_unavailable``): the same
-  request again after ``Retry-After`` plus a random fraction of a second (``Fleet.request``).
+- An answer with ``Retry-After`` (429 ``throttled``; 503 ``overloaded``, ``unavailable`` or
+  ``database_unavailable``): the same request again after ``Retry-After`` plus a random fraction of a second
+  (``Fleet.request``).
 - A held request (one with ``wait``) cut without an answer, its connection closed or reset: again at once, once
   (``Fleet.request``); a second failure backs off.
 - Any other failure: the next beat after ``backoff``: uniform(0, min(interval, 1 s x 2^(failures - 1))).
