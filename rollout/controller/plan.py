@@ -24,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from copy import copy
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from uuid import UUID
 
 from django.db.models import Count, F, Max, Q
@@ -66,6 +66,8 @@ class RolloutFacts:
     in_flight: dict[tuple[int, UUID], int] = field(default_factory=lambda: defaultdict(int))
     #: The current wave's rows per state (``judge.wave_counts``'s shape): what the tick's judge reads.
     current_counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(State.values, 0))
+    #: When the current wave's last settled row settled (what the advance records once the wave is over).
+    current_last_settled: datetime | None = None
     #: Its first gate whose latest result is not a fresh pass (docs/controller.md#gates): no node starts.
     gate: RolloutGate | None = None
     #: Why the next tick pauses it (or, past ``endBy``, aborts it) before it starts anything
@@ -129,7 +131,7 @@ class RolloutFacts:
 
 
 def rollout_facts(rollouts: Iterable[Rollout], *, now: datetime) -> dict[UUID, RolloutFacts]:
-    """Facts of many rollouts in four queries (five when a current wave settled that no tick recorded yet)."""
+    """Facts of many rollouts in four queries."""
     facts = {rollout.id: RolloutFacts(rollout=rollout, now=now) for rollout in rollouts}
     if not facts:
         return facts
@@ -140,13 +142,15 @@ def rollout_facts(rollouts: Iterable[Rollout], *, now: datetime) -> dict[UUID, R
     rows = (
         NodeUpgrade.objects.filter(moving, rollout_id__in=list(facts))
         .values_list("rollout_id", "wave", "pool_id", "state")
-        .annotate(n=Count("id"))
+        .annotate(n=Count("id"), last=Max("settled_at"))
         .order_by()
     )
-    for rollout_id, wave, pool_id, state, n in rows:
+    for rollout_id, wave, pool_id, state, n, last in rows:
         one = facts[rollout_id]
         if wave == one.rollout.current_wave:
             one.current_counts[state] += n
+            if last is not None and (one.current_last_settled is None or last > one.current_last_settled):
+                one.current_last_settled = last
         if state in (State.PENDING, State.IN_FLIGHT):
             (one.pending if state == State.PENDING else one.in_flight)[wave, pool_id] += n
     for rollout_id, gate in gates_holding_for(facts, now=now).items():
@@ -163,30 +167,16 @@ def rollout_facts(rollouts: Iterable[Rollout], *, now: datetime) -> dict[UUID, R
 
 def _settles_unrecorded(facts: dict[UUID, RolloutFacts], *, now: datetime) -> None:
     """A current wave whose last node settled after the last tick: the next tick's advance records it first
-    (``tick.rollout_advance``: settled at its last node's ``settled_at``, the soak from then), so the plan
-    sees it as recorded. One query, for the rollouts the next tick advances (it starts nodes)."""
-    unrecorded = [
-        f
-        for f in facts.values()
-        if f.starts_nodes
-        and not f.wave_moving
-        and (wave := f.waves.get(f.rollout.current_wave)) is not None
-        and not wave.settled
-    ]
-    if not unrecorded:
-        return
-    last = dict(
-        NodeUpgrade.objects.filter(rollout_id__in=[f.rollout.id for f in unrecorded], wave=F("rollout__current_wave"))
-        .values_list("rollout_id")
-        .annotate(last=Max("settled_at"))
-        .order_by()
-    )
-    for f in unrecorded:
-        wave = copy(f.waves[f.rollout.current_wave])
-        wave.settled_at = last.get(f.rollout.id) or now
+    (``tick.rollout_advance``, ``Rollout.wave_settles``: settled at its last node's ``settled_at``, the soak
+    from then), so the plan sees it as recorded, on copies. For the rollouts the next tick advances (it starts
+    nodes); no query of its own."""
+    for f in facts.values():
+        wave = f.waves.get(f.rollout.current_wave)
+        if not f.starts_nodes or f.wave_moving or wave is None or wave.settled:
+            continue
+        wave, f.rollout = copy(wave), copy(f.rollout)
+        f.rollout.wave_settles(wave, at=f.current_last_settled or now)
         f.waves[wave.index] = wave
-        f.rollout = copy(f.rollout)
-        f.rollout.next_wave_at = wave.settled_at + timedelta(seconds=f.rollout.soak_seconds)
 
 
 @dataclass(frozen=True)

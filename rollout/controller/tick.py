@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from uuid import UUID
 
 import structlog
@@ -109,9 +109,8 @@ def rollout_advance(*, rollout: Rollout, now: datetime, counts: dict[str, int] |
     wave = waves[rollout.current_wave]
     if not wave.settled:
         last = NodeUpgrade.objects.filter(rollout=rollout, wave=wave.index).aggregate(last=Max("settled_at"))["last"]
-        wave.settled_at = last or now
+        rollout.wave_settles(wave, at=last or now)
         wave.save(update_fields=["settled_at"])
-        rollout.next_wave_at = wave.settled_at + timedelta(seconds=rollout.soak_seconds)
         rollout.save(update_fields=["next_wave_at"])
         if not rollout.on_last_wave(last_index=max(waves)):
             # One message for the soak's end, scheduled once (when the wave settles), not at every tick.

@@ -13,7 +13,7 @@ NodeUpgrade: pending -> in_flight -> succeeded | failed | rolled_back
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
@@ -139,6 +139,12 @@ class Rollout(models.Model):
     def on_last_wave(self, *, last_index: int) -> bool:
         """Whether its current wave is its last one (``last_index``: the highest index of its waves)."""
         return self.current_wave >= last_index
+
+    def wave_settles(self, wave: RolloutWave, *, at: datetime) -> None:
+        """Record on these instances that ``wave`` settled ``at`` (its last node's settle): its soak ends
+        ``soak_seconds`` later (``next_wave_at``). ``rollout_advance`` saves them; the plan foresees it on copies."""
+        wave.settled_at = at
+        self.next_wave_at = at + timedelta(seconds=self.soak_seconds)
 
     def soak_until(self, *, at: datetime) -> datetime | None:
         """When a soak that may run at ``at`` ends: ``next_wave_at``, while active and ahead of ``at``; else None.
