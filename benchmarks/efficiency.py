@@ -34,9 +34,10 @@ from typing import Any
 from benchmarks.bench_tier import bench_tier
 from benchmarks.bench_world import bench_world
 from benchmarks.heartbeat_probes import CpuSampler, ProcessSampler, percentile
-from benchmarks.polling_price import requests_sent, upgrade_price, web_cpu_per_heartbeat
+from benchmarks.polling_price import requests_sent, upgrade_price, web_cpu_per_download, web_cpu_per_heartbeat
 
 BENCH_DB = "rollout_bench_efficiency"
+DOWNLOADS = "/api/compute/downloads/bcd"
 
 
 def is_5xx(kind: str) -> bool:
@@ -205,6 +206,12 @@ def run(
             latencies = stats.latencies[latencies_before:]
             round_trips = stats.round_trips[round_trips_before:]
             errors_during = stats.errors - errors_before
+            # A download of the release, priced as the heartbeat was (the rollout's downloads are each agent's own).
+            per_download = (
+                web_cpu_per_download(web.pid, port, f"{DOWNLOADS}/1.1.0/linux-amd64", rate=agents / 10)
+                if measure and watch
+                else 0.0
+            )
     finally:
         stop(worker, beat)  # first: nothing may leave them running
         tier.stop()
@@ -256,6 +263,9 @@ def run(
                     idle_seconds=idle_seconds, rollout_requests=requests_during, idle_requests=idle_requests,
                     upgraded=states["succeeded"], per_heartbeat=per_heartbeat,
                 )  # fmt: skip
+                result["  a download, priced as the heartbeat"] = (
+                    f"{1000 * per_download:.2f} ms ({per_download / per_heartbeat:.1f} heartbeats)"
+                )
                 if "nginx" in sampler.cpu:
                     nginx_cpu = sampler.cpu["nginx"].seconds() - idle_nginx.seconds() / idle_seconds * window
                     result["nginx CPU per upgraded node (idle share out)"] = (

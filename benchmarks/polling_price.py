@@ -14,8 +14,21 @@ def web_cpu_per_heartbeat(web_pid: int, port: int, tokens: list[tuple[str, str]]
     """Web-tier CPU seconds per plain heartbeat when the agents poll every 10 s: ``len(tokens) / 10`` requests a
     second, paced over 16 connections for ``seconds`` (their sessions are open on 1.0.0: every request is a
     plain heartbeat). A server that cannot keep up serves as many as it can (then it is a closed loop)."""
-    connections, rate = 16, len(tokens) / 10
     requests = [request_bytes(REAL_PATH, token, port) for _, token in tokens]
+    return web_cpu_per_request(web_pid, port, requests, rate=len(tokens) / 10, seconds=seconds)
+
+
+def web_cpu_per_download(web_pid: int, port: int, path: str, *, rate: float, seconds: float = 10.0) -> float:
+    """Web-tier CPU seconds per download of ``path`` (a binary), paced as ``web_cpu_per_heartbeat`` paces its
+    heartbeats: what a download costs the tier beside a heartbeat, priced the same way in the same run."""
+    request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUser-Agent: bcd-sim\r\n\r\n".encode()
+    return web_cpu_per_request(web_pid, port, [request], rate=rate, seconds=seconds)
+
+
+def web_cpu_per_request(web_pid: int, port: int, requests: list[bytes], *, rate: float, seconds: float) -> float:
+    """Web-tier CPU seconds per answered request: ``requests`` in turn, ``rate`` a second over 16 keep-alive
+    connections for ``seconds``, each answer read whole (its Content-Length)."""
+    connections = 16
     answered = [0]
 
     async def paced(first: int) -> None:

@@ -21,11 +21,13 @@ from fleet.api.agent_auth import AgentTokenAuthentication, IsAgent
 from fleet.api.permissions import FleetAdminOrApprover, RolloutApprover
 from fleet.models import Command, Node, NodeSession, Pool, Tenant
 from fleet.plugins import (
+    QuickAnswer,
     node_daemon_refused,
     node_session_reported,
     register_daemon_resolver,
     register_disruption_source,
     register_node_links,
+    register_quick_answers,
     register_refusal_codes,
     register_session_fields,
 )
@@ -60,6 +62,7 @@ __all__ = [
     "PoolBudget",
     "PoolWindows",
     "Principal",
+    "QuickAnswer",
     "ReadOnlyMixin",
     "RolloutApprover",
     "Selector",
@@ -90,6 +93,7 @@ __all__ = [
     "register_daemon_resolver",
     "register_disruption_source",
     "register_node_links",
+    "register_quick_answers",
     "register_refusal_codes",
     "register_session_fields",
     "selector_q",

@@ -31,11 +31,20 @@ Plug-ins never reach into fleet internals; they use what is here:
 - ``register_node_links(fn)``: ``fn(node_id)`` returns ``(text, url)`` links the node's admin page
   shows (for rollout: the node's current rollout and its upgrade history). The host never imports
   the plug-in's admin; a link is all it knows of it.
+- ``register_quick_answers(fn)``: ``fn(method, path, headers)`` returns a ``QuickAnswer`` that the
+  web tier's async front (fleet/watch/front.py) sends for a ``GET`` or ``HEAD`` without a body,
+  without Django's request machinery, or None to leave the request to Django. ``headers`` has the
+  request's header names in lower case. It runs on the event loop, for every such request: it must
+  answer from what the process already holds (no statement, no blocking I/O but a local stat), and
+  say None at once to a path it does not know. The front adds what Django's middleware would
+  (X-Frame-Options and the other security headers) and answers only a Host Django would take. For
+  rollout: a download of a binary this process has served before, handed to nginx.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -50,11 +59,24 @@ DaemonResolver = Callable[[str, str], dict | None]
 SessionFields = Callable[[], dict[str, Any]]
 NodeLinks = Callable[[UUID], list[tuple[str, str]]]
 
+
+@dataclass(frozen=True)
+class QuickAnswer:
+    """A plug-in's answer that the async front sends as it is (``register_quick_answers``)."""
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes = b""
+
+
+QuickAnswers = Callable[[str, str, Mapping[str, str]], QuickAnswer | None]
+
 _disruption_sources: list[DisruptionSource] = []
 _daemon_resolvers: list[DaemonResolver] = []
 _refusal_codes: set[str] = set()
 _session_fields: list[SessionFields] = []
 _node_links: list[NodeLinks] = []
+_quick_answers: list[QuickAnswers] = []
 
 
 def register_disruption_source(source: DisruptionSource) -> None:
@@ -108,3 +130,17 @@ def register_node_links(links: NodeLinks) -> None:
 def node_links(node_id: UUID) -> list[tuple[str, str]]:
     """The plug-ins' links of a node's admin page (see ``register_node_links``), in registration order."""
     return [link for links in _node_links for link in links(node_id)]
+
+
+def register_quick_answers(answers: QuickAnswers) -> None:
+    if answers not in _quick_answers:
+        _quick_answers.append(answers)
+
+
+def quick_answer(method: str, path: str, headers: Mapping[str, str]) -> QuickAnswer | None:
+    """The first plug-in's answer to a request (see ``register_quick_answers``); None: Django answers it."""
+    for answers in _quick_answers:
+        answer = answers(method, path, headers)
+        if answer is not None:
+            return answer
+    return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -10,11 +11,13 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from fleet.interface import (
+    QuickAnswer,
     node_daemon_refused,
     node_session_reported,
     register_daemon_resolver,
     register_disruption_source,
     register_node_links,
+    register_quick_answers,
     register_refusal_codes,
     register_session_fields,
 )
@@ -79,11 +82,19 @@ def node_links(node_id: UUID) -> list[tuple[str, str]]:
     return links
 
 
+def download_quick_answer(method: str, path: str, headers: Mapping[str, str]) -> QuickAnswer | None:
+    """A download of a binary this process served before, answered by the async front (api/download_answers.py)."""
+    from rollout.api.download_answers import download_quick_answer as answer
+
+    return answer(method, path, headers)
+
+
 def connect() -> None:
     register_disruption_source(upgrades_disrupting)
     register_daemon_resolver(daemon_section_for)
     register_refusal_codes(REFUSAL_CODES)
     register_session_fields(session_fields)
     register_node_links(node_links)
+    register_quick_answers(download_quick_answer)
     node_session_reported.connect(on_node_session_reported, dispatch_uid="rollout.settle_on_join")
     node_daemon_refused.connect(on_node_daemon_refused, dispatch_uid="rollout.settle_on_refusal")

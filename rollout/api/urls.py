@@ -2,6 +2,7 @@ from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
 from rollout.api import views
+from rollout.api.download_answers import DOWNLOAD_URL_NAME
 
 router = SimpleRouter(trailing_slash=True)
 router.register("releases", views.ReleaseViewSet, basename="release")
@@ -16,6 +17,6 @@ urlpatterns = [
     re_path(
         r"^downloads/bcd/(?P<version>[A-Za-z0-9][A-Za-z0-9._+-]{0,63})/(?P<platform>linux-[a-z0-9_]+)$",
         views.download_binary,
-        name="release-download",
+        name=DOWNLOAD_URL_NAME,
     ),
 ]

@@ -88,6 +88,33 @@ def release_binary_served(*, version: str, platform: str) -> ServedBinary:
     return binary
 
 
+# A stored binary's facts never change: a release is never deleted, and its bytes are only ever its signed
+# manifest's. So a process keeps each binary it served with nginx moving the bytes (``accel``), beside its file's
+# identity, and the async front answers later downloads of it without a statement (rollout/api/views/downloads.py,
+# ``download_quick_answer``). The file's stat is checked each time: bytes stored again, or gone, are Django's again.
+_served_files: dict[tuple[str, str], tuple[ServedBinary, tuple[int, int, int]]] = {}
+
+
+def release_binary_served_keep(*, binary: ServedBinary) -> None:
+    """Keep a binary a download just served (``accel`` mode), for ``release_binary_served_kept``."""
+    identity = storage.stored_file_identity(binary.storage_name)
+    if identity is not None:
+        _served_files[(binary.version, binary.platform)] = (binary, identity)
+
+
+def release_binary_served_kept(*, version: str, platform: str) -> ServedBinary | None:
+    """The binary this process served before for ``version`` and ``platform`` if its file is still the one it
+    served (a stat, no statement); None otherwise."""
+    kept = _served_files.get((version, platform))
+    if kept is None:
+        return None
+    binary, identity = kept
+    if storage.stored_file_identity(binary.storage_name) != identity:
+        _served_files.pop((version, platform), None)
+        return None
+    return binary
+
+
 def release_binary_open(*, binary: ServedBinary) -> IO[bytes]:
     """An open handle on a served binary's bytes (Django streams them: ``none`` mode).
 

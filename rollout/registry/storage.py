@@ -84,6 +84,16 @@ def stored(name: str) -> bool:
     return bool(default_storage.exists(name))
 
 
+def stored_file_identity(name: str) -> tuple[int, int, int] | None:
+    """The stored file's inode, size and modification time (a stat; file system only), None when it is missing.
+    Bytes stored again are a new file (an atomic rename): a new identity."""
+    try:
+        stat = os.stat(default_storage.path(name))
+    except (FileNotFoundError, NotImplementedError):
+        return None
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
 def open_stored(name: str) -> IO[bytes]:
     """An open handle on stored bytes (file system only: ``none`` mode); FileNotFoundError when missing."""
     return default_storage.open(name, "rb")

@@ -6,7 +6,9 @@ otherwise, whatever moves the bytes), then, by ``ROLLOUT_DOWNLOADS_OFFLOAD``:
 
 - ``redirect``: 302 to a presigned URL of the object (its store answers ranges and conditionals);
 - ``accel``: Django answers the preconditions (304, 412) and hands the file to nginx
-  (X-Accel-Redirect), which serves ranges, If-Range and HEAD; no Python thread waits on a client;
+  (X-Accel-Redirect), which serves ranges, If-Range and HEAD; no Python thread waits on a client.
+  A request without preconditions for a binary the process served before is answered the same by
+  the async front, without Django's middleware, a thread or a statement (rollout/api/download_answers.py);
 - ``none``: Django serves it all itself, ranges included (core/ranges.py), as nginx would.
 """
 
@@ -21,8 +23,14 @@ from django.views.decorators.csrf import csrf_exempt
 
 from core.errors import NotFound
 from core.ranges import UNSATISFIABLE, WHOLE, ByteRange, requested_range, unsatisfied_content_range
+from rollout.api.download_answers import accel_headers, representation_headers
 from rollout.registry import storage
-from rollout.registry.binaries import ServedBinary, release_binary_open, release_binary_served
+from rollout.registry.binaries import (
+    ServedBinary,
+    release_binary_open,
+    release_binary_served,
+    release_binary_served_keep,
+)
 
 SAFE_METHODS = ("GET", "HEAD")
 _BLOCK = 256 << 10  # Django's own reads when the server has no sendfile (runserver, the test client)
@@ -49,22 +57,9 @@ def download_binary(request: HttpRequest, version: str, platform: str) -> HttpRe
     if answer is not None and answer is not proceed:
         return answer
     if mode is storage.Offload.ACCEL:
-        proceed["X-Accel-Redirect"] = storage.accel_location(binary.storage_name)
-        del proceed["Accept-Ranges"]  # nginx keeps Django's and adds its own: one is enough
-        return proceed
+        release_binary_served_keep(binary=binary)
+        return HttpResponse(headers=accel_headers(binary))
     return _serve(request, binary, headers)
-
-
-def representation_headers(binary: ServedBinary) -> dict[str, str]:
-    """What every 200/206/304 of a binary carries, on every path."""
-    return {
-        "Content-Type": storage.CONTENT_TYPE,
-        "ETag": f'"{binary.sha256}"',
-        "X-Checksum-Sha256": binary.sha256,
-        "Cache-Control": storage.IMMUTABLE,
-        "Accept-Ranges": "bytes",
-        "Content-Disposition": storage.attachment(binary.version, binary.platform),
-    }
 
 
 def _redirect(request: HttpRequest, binary: ServedBinary) -> HttpResponse:
