@@ -13,7 +13,12 @@ is read from the database. A connection can
 also be lost without an error (a peer gone behind a NAT or a failover, a backend that hangs): whenever it has
 listened for ``ping_seconds`` the hub asks it ``SELECT 1``, and one that does not answer within as long is
 dropped and replaced (libpq's TCP keepalives, set in fleet/watch/__init__.py, catch a dead peer too).
-psycopg keeps what arrives during the ping for the next ``notifies()`` (since 3.2.4): nothing is lost.
+
+Notifications are read by a reader on the connection's socket that the event loop keeps for as long as the hub
+listens, not by psycopg's ``notifies()``, which adds a reader, a future and a timer and removes them again for every
+notification it waits for: about 130 µs of a web process's CPU per notification against 50 µs (uvloop, measured
+on this machine), paid by every process for every join, leave and spec change of a fleet. What arrives while psycopg
+runs a statement on the connection (LISTEN, the ping) it hands to the hub's notify handler: nothing is lost.
 
 The hub also keeps what the process last read for each watching agent (``known``, fleet/watch/known.py): a
 notification for a node drops its read, a lost subscription all of them.
@@ -98,18 +103,44 @@ class WatchHub:
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(**self.conninfo, autocommit=True) as conn:
+                    conn.add_notify_handler(lambda notify: self._deliver(notify.payload))  # during a statement
                     await conn.execute(f'LISTEN "{self.channel}"')
                     self._set_listening(True)
                     log.info("fleet.watch.listening", channel=self.channel)
-                    while True:
-                        async for notify in conn.notifies(timeout=self.ping_seconds):
-                            self._deliver(notify.payload)
-                        await asyncio.wait_for(conn.execute("SELECT 1"), self.ping_seconds)
+                    await self._read_and_ping(conn)
             except Exception as exc:  # whatever broke it (a peer that stopped answering: TimeoutError): LISTEN again
                 log.warning("fleet.watch.subscription_lost", error=f"{type(exc).__name__}: {exc}"[:300])
             finally:
                 self._set_listening(False)
             await asyncio.sleep(self.reconnect_seconds)
+
+    async def _read_and_ping(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Deliver notifications as they arrive, and ``SELECT 1`` every ``ping_seconds``; raises what broke the
+        connection (it never returns)."""
+        loop = asyncio.get_running_loop()
+        pgconn, socket, encoding = conn.pgconn, conn.pgconn.socket, conn.info.encoding
+        broken: asyncio.Future[None] = loop.create_future()
+
+        def readable() -> None:
+            try:
+                pgconn.consume_input()
+                while (notify := pgconn.notifies()) is not None:
+                    self._deliver(notify.extra.decode(encoding))
+            except Exception as exc:  # the connection broke (or a bug here): the loop below raises it
+                loop.remove_reader(socket)
+                if not broken.done():
+                    broken.set_exception(exc)
+
+        while True:
+            loop.add_reader(socket, readable)
+            try:
+                readable()  # what came in with the last statement's answer
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(broken), self.ping_seconds)
+            finally:
+                loop.remove_reader(socket)
+            # psycopg reads the connection during the ping: what arrives meanwhile goes to the notify handler.
+            await asyncio.wait_for(conn.execute("SELECT 1"), self.ping_seconds)
 
     def _set_listening(self, listening: bool) -> None:
         self.listening = listening

@@ -6,7 +6,12 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import psycopg
+import pytest
+import uvloop
+
 from fleet.services.sessions import SessionReport
+from fleet.watch import listen_conninfo
 from fleet.watch.hub import WatchHub
 from fleet.watch.known import Known
 
@@ -134,3 +139,40 @@ def test_listening_again_wakes_them_even_when_the_touch_fails():
         assert wait.done()
 
     run(main())
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("event_loop", ["asyncio", "uvloop"])
+def test_every_notification_arrives_whether_the_reader_or_the_ping_reads_it(event_loop):
+    """The hub reads its connection with a reader of its own, and psycopg reads it during each ping: pinged every
+    few milliseconds while thousands of notifications arrive, one at a time and in batches, it delivers each."""
+    conninfo = listen_conninfo()
+    channel = f"watch_test_{uuid.uuid4().hex[:8]}"
+    sent = [uuid.uuid4() for _ in range(3000)]
+
+    async def main():
+        hub = WatchHub(conninfo=conninfo, channel=channel, reconnect_seconds=1, ping_seconds=0.005)
+        delivered: list[str] = []
+        deliver = hub._deliver
+        hub._deliver = lambda payload: (delivered.append(payload), deliver(payload))  # type: ignore[method-assign]
+        await hub.start(timeout=10)
+        assert hub.listening
+        async with await psycopg.AsyncConnection.connect(**conninfo, autocommit=True) as sender:
+            for start in range(0, len(sent), 3):
+                batch = sent[start : start + 3]
+                if start % 2:  # one statement, three notifications
+                    await sender.execute(
+                        "SELECT pg_notify(%(c)s, %(a)s), pg_notify(%(c)s, %(b)s), pg_notify(%(c)s, %(d)s)",
+                        {"c": channel, "a": batch[0].hex, "b": batch[1].hex, "d": batch[2].hex},
+                    )
+                else:
+                    for node in batch:
+                        await sender.execute("SELECT pg_notify(%s, %s)", [channel, node.hex])
+        deadline = asyncio.get_running_loop().time() + 10
+        while len(delivered) < len(sent) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        await hub.stop()
+        return delivered
+
+    delivered = uvloop.run(main()) if event_loop == "uvloop" else asyncio.run(main())
+    assert sorted(delivered) == sorted(node.hex for node in sent)
