@@ -55,6 +55,11 @@ BENCHMARKS: dict[str, tuple[str, str, list[str]]] = {
         "10,000 held agent sessions on the make web tier: its RSS, wake latency, plain heartbeats beside them",
         [],  # the module's QUICK_ARGV
     ),
+    "notify-read": (
+        "benchmarks.notify_read",
+        "what reading a NOTIFY costs a web process: the watch hub's reader against psycopg's notifies() and a floor",
+        [],  # the module's QUICK_ARGV
+    ),
     "gates": (
         "benchmarks.gates",
         "1,000 active rollouts x 2 gates evaluated every 30 s: a worker's CPU per evaluation and share of one process",
