@@ -30,7 +30,7 @@ from core.database import DATABASE_ERRORS, database_unavailable
 from core.middleware import MAX_BODY_BYTES
 from fleet.api.agent_session import ANSWER_AT_ONCE_SCOPE_KEY, SessionRequest, session_answer_bytes, session_request
 from fleet.api.limits import COUNTED_SCOPE_KEY, request_throttled
-from fleet.plugins import QuickAnswer, quick_answer, session_fields
+from fleet.plugins import session_fields
 from fleet.services.liveness import PULSE_EVERY, pulse_heard
 from fleet.services.nodes import heartbeat_seconds
 from fleet.services.sessions import (
@@ -58,6 +58,7 @@ from fleet.watch.asgi import (
 from fleet.watch.fields import FreshFields
 from fleet.watch.hub import WatchHub
 from fleet.watch.known import KNOWN_SECONDS, Known
+from fleet.watch.quick import plug_in_answer
 from fleet.watch.reads import WakeReads
 from fleet.watch.threads import SessionThreads, on_thread
 
@@ -74,11 +75,6 @@ ARRIVALS = Counter(
     "Held session requests by how their arrival was read: 'database' (a statement) or 'memory' (fleet/watch/known.py).",
     ["read"],
 )
-QUICK_ANSWERS = Counter(
-    "fleet_watch_quick_answers",
-    "Requests a plug-in answered in the async front, without Django (fleet.plugins.register_quick_answers).",
-)
-QUICK_METHODS = ("GET", "HEAD")
 
 
 class AgentSessionFront:
@@ -110,26 +106,11 @@ class AgentSessionFront:
                 await self.admission.serve(self._leave, scope, receive, send)
             else:
                 await self.django(scope, receive, send)
-        elif scope["type"] == "http" and (answer := self._quick_answer(scope)) is not None:
-            QUICK_ANSWERS.inc()
+        elif scope["type"] == "http" and (answer := plug_in_answer(scope)) is not None:
             extra = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in answer.headers]
             await self._respond(send, answer.body, status=answer.status, content_type=None, extra=extra)
         else:  # a Host that ALLOWED_HOSTS refuses included: Django answers it 400
             await self.django(scope, receive, send)
-
-    def _quick_answer(self, scope: Scope) -> QuickAnswer | None:
-        """A plug-in's answer to a ``GET`` or ``HEAD`` without a body and with a Host Django takes; None: Django's."""
-        if scope["method"] not in QUICK_METHODS:
-            return None
-        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
-        if headers.get("content-length", "0") != "0" or "transfer-encoding" in headers:
-            return None
-        try:
-            answer = quick_answer(scope["method"], scope["path"], headers)
-        except Exception:  # a plug-in's failure is no reason to fail a request Django can answer
-            log.exception("fleet.watch.quick_answer_failed", path=scope["path"])
-            return None
-        return answer if answer is not None and host_allowed(scope) else None
 
     # -- lifespan: the keeper; answering held requests when the server stops ------------------
 

@@ -7,7 +7,7 @@ import pytest
 
 from fleet import plugins
 from fleet.plugins import QuickAnswer
-from fleet.watch import application
+from fleet.watch.quick import plug_in_answer
 
 ANSWER = QuickAnswer(status=200, headers=(("X-Answer", "quick"),))
 
@@ -17,7 +17,8 @@ def scope(method: str = "GET", headers: tuple[tuple[bytes, bytes], ...] = ((b"ho
 
 
 @pytest.fixture
-def front(settings, monkeypatch):
+def asked(settings, monkeypatch) -> list[tuple[str, str, dict[str, str]]]:
+    """What the plug-in was asked: one plug-in answering ``/quick``."""
     settings.ALLOWED_HOSTS = ["localhost"]
     asked: list[tuple[str, str, dict[str, str]]] = []
 
@@ -26,15 +27,13 @@ def front(settings, monkeypatch):
         return ANSWER if path == "/quick" else None
 
     monkeypatch.setattr(plugins, "_quick_answers", [answers])
-    built = application()
-    built.asked = asked  # type: ignore[attr-defined]
-    return built
+    return asked
 
 
-def test_a_get_or_head_is_offered_with_its_headers(front):
-    assert front._quick_answer(scope()) == ANSWER
-    assert front._quick_answer(scope("HEAD", ((b"host", b"localhost"), (b"if-range", b'"x"')))) == ANSWER
-    assert front.asked == [
+def test_a_get_or_head_is_offered_with_its_headers(asked):
+    assert plug_in_answer(scope()) == ANSWER
+    assert plug_in_answer(scope("HEAD", ((b"host", b"localhost"), (b"if-range", b'"x"')))) == ANSWER
+    assert asked == [
         ("GET", "/quick", {"host": "localhost"}),
         ("HEAD", "/quick", {"host": "localhost", "if-range": '"x"'}),
     ]
@@ -50,13 +49,13 @@ def test_a_get_or_head_is_offered_with_its_headers(front):
         scope(headers=((b"host", b"elsewhere.example"),)),  # Django's 400
     ],
 )
-def test_what_django_answers_is_left_to_it(front, request_scope):
-    assert front._quick_answer(request_scope) is None
+def test_what_django_answers_is_left_to_it(asked, request_scope):
+    assert plug_in_answer(request_scope) is None
 
 
-def test_a_plug_in_that_fails_leaves_the_request_to_django(front, monkeypatch):
+def test_a_plug_in_that_fails_leaves_the_request_to_django(asked, monkeypatch):
     def failing(method: str, path: str, headers: dict[str, str]) -> QuickAnswer | None:
         raise RuntimeError("broken plug-in")
 
     monkeypatch.setattr(plugins, "_quick_answers", [failing])
-    assert front._quick_answer(scope()) is None
+    assert plug_in_answer(scope()) is None
