@@ -157,6 +157,12 @@ def run(
                 raise SystemExit(f"only {fleet.online_count()} of {agents} agents came online: {fleet.status_line()}")
             # Priced while the agents watch (idle); polling agents would add their own heartbeats to it.
             per_heartbeat = web_cpu_per_heartbeat(web.pid, port, tokens) if measure and watch else 0.0
+            # A download of the release the rollout sends, priced the same way, before the measured windows.
+            per_download = (
+                web_cpu_per_download(web.pid, port, f"{DOWNLOADS}/1.1.0/linux-amd64", rate=agents / 10)
+                if measure and watch
+                else 0.0
+            )
             idle_cpu = CpuSampler(lambda: ProcessSampler.tree(web.pid))
             idle_nginx = CpuSampler(lambda: ProcessSampler.tree(tier.nginx.pid) if tier.nginx else [])
             idle_cpu.sample()
@@ -206,12 +212,6 @@ def run(
             latencies = stats.latencies[latencies_before:]
             round_trips = stats.round_trips[round_trips_before:]
             errors_during = stats.errors - errors_before
-            # A download of the release, priced as the heartbeat was (the rollout's downloads are each agent's own).
-            per_download = (
-                web_cpu_per_download(web.pid, port, f"{DOWNLOADS}/1.1.0/linux-amd64", rate=agents / 10)
-                if measure and watch
-                else 0.0
-            )
     finally:
         stop(worker, beat)  # first: nothing may leave them running
         tier.stop()

@@ -16,9 +16,10 @@ dropped and replaced (libpq's TCP keepalives, set in fleet/watch/__init__.py, ca
 
 Notifications are read by a reader on the connection's socket that the event loop keeps for as long as the hub
 listens, not by psycopg's ``notifies()``, which adds a reader, a future and a timer and removes them again for every
-notification it waits for: about 130 µs of a web process's CPU per notification against 50 µs (uvloop, measured
-on this machine), paid by every process for every join, leave and spec change of a fleet. What arrives while psycopg
-runs a statement on the connection (LISTEN, the ping) it hands to the hub's notify handler: nothing is lost.
+notification it waits for: 140 µs of a web process's CPU per notification against 72 µs (uvloop, ``python -m
+benchmarks notify-read``), paid by every process for every join, leave and spec change of a fleet. What arrives
+while psycopg runs a statement on the connection (LISTEN, the ping) it hands to the hub's notify handler: nothing
+is lost.
 
 The hub also keeps what the process last read for each watching agent (``known``, fleet/watch/known.py): a
 notification for a node drops its read, a lost subscription all of them.
@@ -57,12 +58,19 @@ class WatchHub:
     """Wakes held requests when their node changes. Use from one event loop (the web process's)."""
 
     def __init__(
-        self, *, conninfo: dict[str, Any], channel: str, reconnect_seconds: float, ping_seconds: float = 30
+        self,
+        *,
+        conninfo: dict[str, Any],
+        channel: str,
+        reconnect_seconds: float,
+        ping_seconds: float = 30,
+        ping_timeout: float | None = None,
     ) -> None:
         self.conninfo = conninfo
         self.channel = channel
         self.reconnect_seconds = reconnect_seconds
-        self.ping_seconds = ping_seconds
+        self.ping_seconds = ping_seconds  # how often the connection is asked SELECT 1
+        self.ping_timeout = ping_seconds if ping_timeout is None else ping_timeout  # how long its answer may take
         self.listening = False
         self._waiters: dict[UUID, set[asyncio.Future[None]]] = {}
         self._held: Counter[UUID] = Counter()
@@ -120,6 +128,14 @@ class WatchHub:
         loop = asyncio.get_running_loop()
         pgconn, socket, encoding = conn.pgconn, conn.pgconn.socket, conn.info.encoding
         broken: asyncio.Future[None] = loop.create_future()
+        reading = False  # whether the reader is on the socket
+
+        def stop_reading() -> None:
+            # Once: libpq closes a broken connection's socket, and its number may be another connection's by now.
+            nonlocal reading
+            if reading:
+                loop.remove_reader(socket)
+                reading = False
 
         def readable() -> None:
             try:
@@ -127,20 +143,21 @@ class WatchHub:
                 while (notify := pgconn.notifies()) is not None:
                     self._deliver(notify.extra.decode(encoding))
             except Exception as exc:  # the connection broke (or a bug here): the loop below raises it
-                loop.remove_reader(socket)
+                stop_reading()
                 if not broken.done():
                     broken.set_exception(exc)
 
         while True:
             loop.add_reader(socket, readable)
+            reading = True
             try:
                 readable()  # what came in with the last statement's answer
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(broken), self.ping_seconds)
             finally:
-                loop.remove_reader(socket)
+                stop_reading()
             # psycopg reads the connection during the ping: what arrives meanwhile goes to the notify handler.
-            await asyncio.wait_for(conn.execute("SELECT 1"), self.ping_seconds)
+            await asyncio.wait_for(conn.execute("SELECT 1"), self.ping_timeout)
 
     def _set_listening(self, listening: bool) -> None:
         self.listening = listening

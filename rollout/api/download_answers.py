@@ -16,7 +16,7 @@ from django.urls import Resolver404, resolve, reverse
 
 from fleet.interface import QuickAnswer
 from rollout.registry import storage
-from rollout.registry.binaries import ServedBinary, release_binary_served_kept
+from rollout.registry.binaries import ServedBinary, release_binaries_kept, release_binary_served_kept
 
 DOWNLOAD_URL_NAME = "release-download"  # rollout/api/urls.py
 # The preconditions the view answers itself (get_conditional_response); If-Range is nginx's, with the bytes.
@@ -49,7 +49,11 @@ def download_quick_answer(method: str, path: str, headers: Mapping[str, str]) ->
     With nginx moving the bytes (``accel``), a ``GET`` or ``HEAD`` without preconditions of a binary this
     process served before gets the answer the view would give it, from what the process kept
     (``release_binary_served_kept``): every node of a rollout downloads the same few binaries."""
-    if storage.offload() is not storage.Offload.ACCEL or any(name in headers for name in PRECONDITIONS):
+    # Nothing kept yet: the view serves this one. Before the view's first download the URLconf may not be loaded,
+    # and loading it (below) would hold the event loop for a moment.
+    if not release_binaries_kept() or storage.offload() is not storage.Offload.ACCEL:
+        return None
+    if any(name in headers for name in PRECONDITIONS):
         return None
     target = _download_target(path) if path.startswith(_downloads_prefix()) else None
     if target is None:

@@ -90,8 +90,8 @@ def release_binary_served(*, version: str, platform: str) -> ServedBinary:
 
 # A stored binary's facts never change: a release is never deleted, and its bytes are only ever its signed
 # manifest's. So a process keeps each binary it served with nginx moving the bytes (``accel``), beside its file's
-# identity, and the async front answers later downloads of it without a statement (rollout/api/views/downloads.py,
-# ``download_quick_answer``). The file's stat is checked each time: bytes stored again, or gone, are Django's again.
+# identity, and the async front answers later downloads of it without a statement (rollout/api/download_answers.py).
+# The file's stat is checked each time: bytes stored again, or gone, are Django's again.
 _served_files: dict[tuple[str, str], tuple[ServedBinary, tuple[int, int, int]]] = {}
 
 
@@ -100,6 +100,11 @@ def release_binary_served_keep(*, binary: ServedBinary) -> None:
     identity = storage.stored_file_identity(binary.storage_name)
     if identity is not None:
         _served_files[(binary.version, binary.platform)] = (binary, identity)
+
+
+def release_binaries_kept() -> bool:
+    """Whether this process keeps any served binary (none before its first download through the view)."""
+    return bool(_served_files)
 
 
 def release_binary_served_kept(*, version: str, platform: str) -> ServedBinary | None:

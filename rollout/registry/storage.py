@@ -85,11 +85,11 @@ def stored(name: str) -> bool:
 
 
 def stored_file_identity(name: str) -> tuple[int, int, int] | None:
-    """The stored file's inode, size and modification time (a stat; file system only), None when it is missing.
-    Bytes stored again are a new file (an atomic rename): a new identity."""
+    """The stored file's inode, size and modification time (a stat; file system only), None when it cannot be
+    read (missing, unreadable). Bytes stored again are a new file (an atomic rename): a new identity."""
     try:
         stat = os.stat(default_storage.path(name))
-    except (FileNotFoundError, NotImplementedError):
+    except (OSError, NotImplementedError):
         return None
     return stat.st_ino, stat.st_size, stat.st_mtime_ns
 

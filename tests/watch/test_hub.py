@@ -143,20 +143,30 @@ def test_listening_again_wakes_them_even_when_the_touch_fails():
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("event_loop", ["asyncio", "uvloop"])
-def test_every_notification_arrives_whether_the_reader_or_the_ping_reads_it(event_loop):
-    """The hub reads its connection with a reader of its own, and psycopg reads it during each ping: pinged every
-    few milliseconds while thousands of notifications arrive, one at a time and in batches, it delivers each."""
+@pytest.mark.parametrize(
+    ("ping_seconds", "within"),
+    [
+        pytest.param(30, 5, id="read by the hub's reader alone"),  # no ping within the test's wait
+        pytest.param(0.005, 10, id="pinged every 5 ms meanwhile"),  # psycopg reads during each ping too
+    ],
+)
+def test_every_notification_arrives_once(event_loop, ping_seconds, within):
+    """The hub reads its connection with a reader of its own, and psycopg reads it during each ping: thousands of
+    notifications, one at a time and three in a statement, each delivered once, on one unbroken subscription."""
     conninfo = listen_conninfo()
     channel = f"watch_test_{uuid.uuid4().hex[:8]}"
-    sent = [uuid.uuid4() for _ in range(3000)]
+    sent = [uuid.uuid4() for _ in range(1500)]
 
     async def main():
-        hub = WatchHub(conninfo=conninfo, channel=channel, reconnect_seconds=1, ping_seconds=0.005)
+        hub = WatchHub(
+            conninfo=conninfo, channel=channel, reconnect_seconds=1, ping_seconds=ping_seconds, ping_timeout=30
+        )
         delivered: list[str] = []
         deliver = hub._deliver
         hub._deliver = lambda payload: (delivered.append(payload), deliver(payload))  # type: ignore[method-assign]
         await hub.start(timeout=10)
         assert hub.listening
+        listening_since = asyncio.get_running_loop().time()
         async with await psycopg.AsyncConnection.connect(**conninfo, autocommit=True) as sender:
             for start in range(0, len(sent), 3):
                 batch = sent[start : start + 3]
@@ -168,11 +178,13 @@ def test_every_notification_arrives_whether_the_reader_or_the_ping_reads_it(even
                 else:
                     for node in batch:
                         await sender.execute("SELECT pg_notify(%s, %s)", [channel, node.hex])
-        deadline = asyncio.get_running_loop().time() + 10
+        deadline = asyncio.get_running_loop().time() + within
         while len(delivered) < len(sent) and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)
+        unbroken = hub.unbroken_since(listening_since)
         await hub.stop()
-        return delivered
+        return delivered, unbroken
 
-    delivered = uvloop.run(main()) if event_loop == "uvloop" else asyncio.run(main())
+    delivered, unbroken = uvloop.run(main()) if event_loop == "uvloop" else asyncio.run(main())
     assert sorted(delivered) == sorted(node.hex for node in sent)
+    assert unbroken  # no notification came through a second subscription
