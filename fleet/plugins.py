@@ -36,8 +36,8 @@ Plug-ins never reach into fleet internals; they use what is here:
   without Django's request machinery, or None to leave the request to Django. ``headers`` has the
   request's header names in lower case. It runs on the event loop, for every such request: it must
   answer from what the process already holds (no statement, no blocking I/O but a local stat), and
-  say None at once to a path it does not know. The front adds what Django's middleware would
-  (X-Frame-Options and the other security headers) and answers only a Host Django would take. It
+  say None at once to a path it does not know. The front adds Content-Length and what Django's
+  middleware would (X-Frame-Options and the other security headers) and answers only a Host Django would take. It
   counts no request limit (fleet/api/limits.py): a plug-in answers only paths the limits exempt. For
   rollout: a download of a binary this process has served before, handed to nginx.
 """

@@ -21,6 +21,7 @@ from demo.processes import wait_until
 from fleet.services.nodes import node_create, nodes_set_daemon
 from fleet.services.pools import pool_create
 from fleet.watch.front import SESSION_PATH
+from tests.metrics import metric_sample
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 HELD = 16  # more than the tier's threads for Django's views (3 processes x 4): a request held on one would starve
@@ -48,9 +49,7 @@ class Agent:
 
 def held_now(url: str) -> int:
     """Requests the tier holds now (fleet_watch_held, summed over its processes)."""
-    text = httpx.get(f"{url}/metrics", timeout=10).text
-    lines = [line for line in text.splitlines() if line.startswith("fleet_watch_held ")]
-    return int(float(lines[0].split()[1])) if lines else 0
+    return metric_sample(url, "fleet_watch_held")
 
 
 @pytest.fixture

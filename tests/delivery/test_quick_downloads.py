@@ -15,6 +15,7 @@ from django.core.files.storage import default_storage
 
 from rollout.registry.binaries import release_binary_store
 from tests.delivery.conftest import Stored, store_release
+from tests.metrics import metric_sample
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -24,9 +25,7 @@ DATA = os.urandom(20_000)
 
 def quick_answers(url: str) -> int:
     """Requests the tier's front answered for a plug-in (summed over its processes)."""
-    text = httpx.get(f"{url}/metrics", timeout=10).text
-    lines = [line for line in text.splitlines() if line.startswith(f"{QUICK} ")]
-    return int(float(lines[0].split()[1])) if lines else 0
+    return metric_sample(url, QUICK)
 
 
 def answered_by_front(http: httpx.Client, url: str, method: str, path: str, **headers: str) -> httpx.Response:

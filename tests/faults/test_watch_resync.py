@@ -30,6 +30,7 @@ import pytest
 
 from demo.processes import BASE_DIR, stop, wait_until
 from tests.faults.stack import PrivatePostgres, free_port, run_command
+from tests.metrics import metric_sample
 
 pytestmark = pytest.mark.integration
 
@@ -51,10 +52,7 @@ class Tier:
         return httpx.post(self.url + SESSION, json=body, headers=headers, timeout=WAIT + 30)
 
     def held(self) -> int:
-        for line in httpx.get(f"{self.url}/metrics", timeout=10).text.splitlines():
-            if line.startswith("fleet_watch_held "):
-                return int(float(line.split()[-1]))
-        return 0
+        return metric_sample(self.url, "fleet_watch_held")
 
 
 @pytest.fixture(scope="module")

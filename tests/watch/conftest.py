@@ -26,6 +26,7 @@ from rollout.rollouts.create import rollout_create
 from rollout.rollouts.spec import rollout_spec
 from tests.databases import database_url
 from tests.factories import manifest, release_stored, rollout_settings
+from tests.metrics import metric_sample
 
 SESSION = "/api/compute/agent/session"
 HEARTBEAT_SECONDS = 1  # the server's and the tests': a node is offline after 3 s unheard
@@ -43,10 +44,7 @@ class Server:
 
     def metric(self, sample: str) -> int:
         """The value of one sample of the server's /metrics (``name`` or ``name{labels}``); 0 when absent."""
-        for line in httpx.get(f"{self.url}/metrics", timeout=10).text.splitlines():
-            if line.startswith(f"{sample} "):
-                return int(float(line.split()[-1]))
-        return 0
+        return metric_sample(self.url, sample)
 
     def held(self) -> int:
         """Requests held now (the server's gauge)."""
