@@ -10,9 +10,10 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from operator import attrgetter
@@ -161,17 +162,25 @@ class Schedule:
     end_behavior: str | None = None  # a Rollout.EndBehavior value; "pause" when endBy is given without it
 
 
+#: RFC 3339's date-time (section 5.6): a full date, "T", a full time with seconds, an optional fraction, and an
+#: offset ("Z" or ±hh:mm). ``datetime.fromisoformat`` alone takes ISO 8601's other forms too (week dates, basic
+#: format, no seconds, an offset without its colon).
+RFC3339_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})")
+
+
 def schedule_time(value: object, name: str) -> datetime | None:
-    """An RFC 3339 time with its offset, or 400 ``invalid_schedule`` naming the field."""
+    """An RFC 3339 time with its offset, in years 1 to 9999 in UTC, or 400 ``invalid_schedule`` naming the field."""
     if value is None:
         return None
     parsed = None
-    if isinstance(value, str) and len(value) <= 64 and "T" in value.upper():
+    if isinstance(value, str) and RFC3339_TIME.fullmatch(value):
         try:
-            parsed = datetime.fromisoformat(value.replace("z", "Z"))
-        except ValueError:
+            # Python takes at most 6 fraction digits: a finer fraction is cut to microseconds.
+            text = re.sub(r"(\.\d{6})\d+", r"\1", value.upper())
+            parsed = datetime.fromisoformat(text).astimezone(UTC)  # out of range in UTC (9999-12-31T23:00-01:00)
+        except (ValueError, OverflowError):
             parsed = None
-    if parsed is None or parsed.tzinfo is None:
+    if parsed is None:
         raise InvalidInput(
             f"{name} must be an RFC 3339 time with an offset, e.g. 2026-06-01T09:00:00Z.",
             code="invalid_schedule",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import time_machine
@@ -116,6 +116,18 @@ def test_abort_of_a_scheduled_rollout_frees_its_nodes(api, nodes):
         {"startAt": "tomorrow"},
         {"startAt": "2026-06-01"},
         {"startAt": "2026-06-01T09:00:00"},  # no offset
+        # ISO 8601 that is not RFC 3339 (Python's fromisoformat takes each of these)
+        {"startAt": "2030-06-01T09:00Z"},  # no seconds
+        {"startAt": "2030-06-01T09Z"},
+        {"startAt": "20300601T090000Z"},  # basic format
+        {"startAt": "2030-W22-1T09:00:00Z"},  # a week date
+        {"startAt": "2030-06-01T09:00:00+0100"},  # an offset without its colon
+        {"startAt": "2030-06-01T09:00:00,5Z"},  # a comma before the fraction
+        {"startAt": "2030-06-01 09:00:00Z"},
+        {"startAt": "2030-06-01T25:00:00Z"},
+        # after 9999-12-31 in UTC: PostgreSQL would store it, psycopg could not read it back
+        {"startAt": "9999-12-31T23:59:59-01:00"},
+        {"endBy": "9999-12-31T23:59:59-01:00"},
         {"startAt": 1},
         {"startAt": "2020-01-01T00:00:00Z"},
         {"endBy": "2020-01-01T00:00:00Z"},
@@ -134,6 +146,22 @@ def test_a_bad_schedule_is_400_invalid_schedule_and_writes_nothing(api, nodes, b
         assert response.json()["code"] == "invalid_schedule"
     assert not Rollout.objects.exists()
     assert not NodeUpgrade.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "offset"),
+    [
+        ("2030-06-01T09:00:00Z", timedelta(0)),
+        ("2030-06-01t09:00:00z", timedelta(0)),
+        ("2030-06-01T09:00:00.123456789+05:30", timedelta(hours=5, minutes=30)),
+        ("2030-06-01T09:00:00-01:00", timedelta(hours=-1)),
+    ],
+)
+def test_start_at_takes_rfc_3339_forms(api, nodes, text, offset):
+    body = create(api, startAt=text)
+    assert body["state"] == "scheduled"
+    expected = datetime(2030, 6, 1, 9, tzinfo=UTC) - offset
+    assert Rollout.objects.get(pk=body["id"]).start_at.replace(microsecond=0) == expected
 
 
 def test_start_at_a_few_seconds_past_starts_at_once(api, nodes):
@@ -217,6 +245,8 @@ def test_resume_after_the_deadline_needs_a_later_end_by(api, nodes):
         assert (refused.status_code, refused.json()["code"]) == (409, "deadline_passed")
         assert api.post(url, {"endBy": z(end_by)}, format="json").json()["code"] == "invalid_schedule"
         assert api.post(url, {"endBy": "soon"}, format="json").json()["code"] == "invalid_schedule"
+        beyond = api.post(url, {"endBy": "9999-12-31T23:59:59-01:00"}, format="json")
+        assert (beyond.status_code, beyond.json()["code"]) == (400, "invalid_schedule")
         rollout.refresh_from_db()
         assert (rollout.state, rollout.end_by) == ("paused", end_by)
         later = end_by + timedelta(hours=1)
