@@ -6,14 +6,14 @@ import math
 import uuid
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 from uuid import UUID
 
 import structlog
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from core.errors import Conflict, InvalidInput, Unavailable
@@ -63,10 +63,13 @@ class Snapshot:
     pools: list[Pool]
     nodes: list[tuple[UUID, UUID]]  # (node id, pool id)
     options: RolloutOptions
+    #: ``nodes`` as a query: another rollout's hold on any of them is a conflict (``_conflicts``).
+    node_query: QuerySet[Node] = field(compare=False)
     #: Nodes left out because they run a release of a higher sequence (``excluded.newer``).
     excluded_newer: int = 0
     selector: Selector | None = None
-    #: Pools some of whose nodes the selector left out: their default version stays (docs/api.md#rollouts).
+    #: Pools some of whose nodes the snapshot left out (the selector's, or newer): their default version stays
+    #: (docs/api.md#rollouts).
     partly_covered: tuple[str, ...] = ()
 
 
@@ -123,9 +126,10 @@ def _snapshot(*, tenant: Tenant, spec: RolloutSpec) -> Snapshot:
         pools=pools,
         nodes=nodes,
         options=spec.options,
+        node_query=eligible.nodes,
         excluded_newer=eligible.newer,
         selector=spec.selector,
-        partly_covered=_partly_covered(pools, nodes) if spec.selector is not None else (),
+        partly_covered=_partly_covered(pools, nodes),
     )
     conflicts = _conflicts(snapshot)
     if conflicts:
@@ -141,15 +145,12 @@ def _partly_covered(pools: list[Pool], nodes: list[tuple[UUID, UUID]]) -> tuple[
 
 
 def _conflicts(snapshot: Snapshot) -> Taken | None:
-    """Nodes of the snapshot that another rollout holds (409 ``conflict``, docs/api.md#rollouts).
+    """Nodes of the snapshot that another rollout holds (409 ``conflict``, docs/api.md#rollouts): only those, so
+    that another rollout may hold the nodes a selector, or a newer release, leaves out.
 
     Holding: active, paused, scheduled or awaiting approval (``Rollout.HOLDING_STATES``)."""
     holding = NodeUpgrade.objects.filter(claims_node=True, rollout__state__in=Rollout.HOLDING_STATES)
-    if snapshot.selector is None:
-        taken = holding.filter(node__pool__in=snapshot.pools)
-    else:  # only the selected nodes: another rollout may hold the rest of the pools
-        chosen = Node.objects.filter(pool__in=snapshot.pools).filter(selector_q(snapshot.selector))
-        taken = holding.filter(node__in=chosen.values("id"))
+    taken = holding.filter(node__in=snapshot.node_query.values("id"))
     return Taken.of(taken.values_list("node_id", "rollout_id"))
 
 

@@ -3,7 +3,8 @@
 - a platform of a snapshotted node without stored bytes: 400 ``binary_missing`` (create and dry run);
 - nodes on a release of a higher sequence: left out and counted (``excluded.newer``), or 400
   ``sequence_rollback`` when that is every node;
-- a 409 ``conflict`` names the rollouts holding the nodes (``rolloutIds``).
+- a 409 ``conflict`` names the rollouts holding the nodes (``rolloutIds``), and only the snapshot's nodes conflict;
+- a pool with nodes left out as newer keeps its default version.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from fleet.models import NodeSession
+from fleet.models import Node, NodeSession, Pool
 from rollout.models import NodeUpgrade, Release, Rollout, binary_storage_name
 from tests.factories import fleet, manifest, release_stored
-from tests.rollout.helpers import tick
+from tests.rollout.helpers import in_flight, rejoin, tick
 
 pytestmark = pytest.mark.django_db
 
@@ -141,3 +142,37 @@ def test_a_conflict_names_the_rollouts_that_hold_the_nodes(api, tenant, releases
         assert error["rolloutIds"] == sorted([first, second])
         assert error["nodeIds"] == sorted(str(node.id) for pool in pools.values() for node in pool)
     assert Rollout.objects.count() == 2
+
+
+def test_a_node_left_out_as_newer_is_no_conflict_when_another_rollout_holds_it(api, tenant, releases):
+    """Only the snapshot's nodes can conflict: one left out (it runs a newer release) may be held elsewhere."""
+    release_stored(manifest("2.0.0", 3, archs=("amd64",)))
+    pools = fleet(tenant, {"a": (3, "1")})
+    held = pools["a"][0]
+    Node.objects.filter(pk=held.pk).update(labels={"ring": "canary"})
+    first = api.post(URL, body(version="2.0.0", selector="ring=canary"), format="json")
+    assert first.status_code == 201, first.content
+    NodeSession.objects.filter(node=held).update(daemon_version="2.0.0")  # upgraded; its rollout still active
+
+    for url in (DRY, URL):
+        response = api.post(url, body(), format="json")
+        assert response.status_code in (200, 201), response.content
+        assert response.json()["excluded"] == {"newer": 1}
+    taken = set(NodeUpgrade.objects.exclude(rollout_id=first.json()["id"]).values_list("node_id", flat=True))
+    assert taken == {node.id for node in pools["a"][1:]}
+
+
+def test_a_pool_with_nodes_left_out_as_newer_keeps_its_default(api, tenant, releases):
+    release_stored(manifest("2.0.0", 3, archs=("amd64",)))
+    pools = fleet(tenant, {"a": (3, "1")})
+    NodeSession.objects.filter(node=pools["a"][0]).update(daemon_version="2.0.0")
+    response = api.post(URL, body(), format="json")
+    assert response.json()["excluded"] == {"newer": 1}
+    rollout = Rollout.objects.get(pk=response.json()["id"])
+    tick(rollout)
+    while in_flight(rollout):
+        for upgrade in in_flight(rollout):
+            rejoin(upgrade.node_id, "1.0.0")
+        tick(rollout)
+    assert rollout.state == Rollout.State.COMPLETED
+    assert Pool.objects.get().default_daemon_version is None  # the node on 2.0.0 was not in the snapshot
