@@ -96,15 +96,18 @@ def prometheus_verdict(fetched: Fetched, *, maximum: float) -> Outcome:
             value = float(pair[1])
         except ValueError:
             return _inconclusive("a sample's value is not a number")
-        if not math.isfinite(value):
-            return _inconclusive(f"a sample's value is {pair[1]:.10}")
         values.append(value)
     if not values:
         return Outcome(state=PASS, value=None, detail="no sample (empty vector)")
+    # A pass is every value <= max: NaN is not (nor is +Inf); -Inf is. Neither infinity nor NaN is a JSON number:
+    # such a value is reported as null, and said in the detail.
+    if any(math.isnan(value) for value in values):
+        return Outcome(state=FAIL, value=None, detail=f"{len(values)} sample(s), one of them NaN: not <= {maximum:g}")
     worst = max(values)
+    shown = worst if math.isfinite(worst) else None
     if worst <= maximum:
-        return Outcome(state=PASS, value=worst, detail=f"{len(values)} sample(s), the largest {worst:g} <= {maximum:g}")
-    return Outcome(state=FAIL, value=worst, detail=f"{len(values)} sample(s), the largest {worst:g} > {maximum:g}")
+        return Outcome(state=PASS, value=shown, detail=f"{len(values)} sample(s), the largest {worst:g} <= {maximum:g}")
+    return Outcome(state=FAIL, value=shown, detail=f"{len(values)} sample(s), the largest {worst:g} > {maximum:g}")
 
 
 def prometheus_probe(base_url: str, query: str, *, maximum: float, timeout: float = TIMEOUT_SECONDS) -> Outcome:

@@ -24,8 +24,8 @@ DEFAULT_INTERVAL_SECONDS = 30
 INTERVAL_RANGE = (5, 3600)
 DEFAULT_FAILURE_LIMIT = 3
 FAILURE_LIMIT_RANGE = (1, 100)
-#: A name: 1 to 63 of [A-Za-z0-9-_.], beginning and ending with a letter or digit (as a label's name).
-NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
+#: A name: 1 to 63 characters, none of them a control character (NUL included: PostgreSQL stores no NUL).
+NAME = re.compile(r"[^\x00-\x1f\x7f-\x9f]{1,63}")
 #: A pass counts this many intervals after it was taken.
 FRESH_INTERVALS = 2
 
@@ -105,10 +105,7 @@ def _gate(raw: object, index: int) -> GateSpec:
         raise _invalid(f"gates[{index}] must be an object.")
     name = raw.get("name")
     if not isinstance(name, str) or not NAME.fullmatch(name):
-        raise _invalid(
-            f"gates[{index}].name must be 1 to 63 characters of letters, digits, '-', '_' and '.', beginning and "
-            "ending with a letter or digit."
-        )
+        raise _invalid(f"gates[{index}].name must be 1 to 63 characters, none of them a control character.")
     kinds = [key for key in ("prometheus", "http") if key in raw]
     unknown = sorted(set(raw) - {"name", "prometheus", "http"})
     if unknown or len(kinds) != 1:
@@ -120,6 +117,8 @@ def _gate(raw: object, index: int) -> GateSpec:
         query, maximum = body["query"], body["max"]
         if not isinstance(query, str) or not query.strip() or len(query.encode("utf-8", "replace")) > MAX_QUERY_BYTES:
             raise _invalid(f"Gate {name}: the query is 1 to {MAX_QUERY_BYTES} bytes of PromQL.", gate=name)
+        if "\x00" in query:
+            raise _invalid(f"Gate {name}: the query holds a NUL character.", gate=name)
         if isinstance(maximum, bool) or not isinstance(maximum, int | float) or not math.isfinite(maximum):
             raise _invalid(f"Gate {name}: max must be a number.", gate=name)
         if prometheus_url() is None:

@@ -82,10 +82,9 @@ def _http(url: str, name: str = "h") -> dict:
         [{**PROM, "name": f"g{i}"} for i in range(9)],  # more than 8
         [{**PROM, "name": ""}],
         [{**PROM, "name": "x" * 64}],
-        [{**PROM, "name": "-starts"}],
-        [{**PROM, "name": "ends."}],
-        [{**PROM, "name": "has space"}],
-        [{**PROM, "name": "ünïcode"}],
+        [{**PROM, "name": "nul\u0000"}],  # PostgreSQL stores no NUL
+        [{**PROM, "name": "two\nlines"}],
+        [{"name": "q", "prometheus": {"query": "up\u0000", "max": 1}}],
         [{**PROM, "name": 7}],
         [PROM, PROM],  # the same name twice
         [{"name": "both", "prometheus": PROM["prometheus"], "http": {"url": "http://127.0.0.1:1/"}}],
@@ -106,10 +105,19 @@ def _http(url: str, name: str = "h") -> dict:
 )
 def test_bad_gates_are_400_invalid_gate_and_nothing_is_written(api, tenant, releases, prometheus, gates):
     fleet(tenant, {"a": (2, "0.5")})
-    response = api.post(URL, {"version": "1.0.0", "gates": gates}, format="json")
-    assert response.status_code == 400, response.content
-    assert response.json()["code"] == "invalid_gate"
+    for query in ("", "?dryRun=true"):
+        response = api.post(URL + query, {"version": "1.0.0", "gates": gates}, format="json")
+        assert response.status_code == 400, response.content
+        assert response.json()["code"] == "invalid_gate"
     assert nothing_written()
+
+
+@pytest.mark.parametrize("name", ["x" * 63, "error rate", "slo:latency-p99", "-starts", "ends.", "ünïcode"])
+def test_a_gate_name_is_any_1_to_63_characters(api, tenant, releases, prometheus, name):
+    fleet(tenant, {"a": (2, "0.5")})
+    response = api.post(URL, {"version": "1.0.0", "gates": [{**PROM, "name": name}]}, format="json")
+    assert response.status_code == 201, response.content
+    assert [gate["name"] for gate in api.get(f"{URL}{response.json()['id']}/gates/").json()] == [name]
 
 
 def test_a_query_of_exactly_4_kib_is_accepted(api, tenant, releases, prometheus):
