@@ -27,7 +27,8 @@ from core.errors import DomainError
 from fleet.interface import Actor, can_approve, staff_user
 from rollout.admin.display import rollout_label, when
 from rollout.models import Rollout
-from rollout.rollouts.approvals import MAX_COMMENT, rollout_approve, rollout_deny
+from rollout.rollouts.actions import MAX_COMMENT
+from rollout.rollouts.approvals import rollout_approve, rollout_deny
 
 
 @dataclass(frozen=True)

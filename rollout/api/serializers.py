@@ -63,7 +63,15 @@ class RawTimeField(serializers.JSONField):
     """Passed through as JSON; checked once by rollout.rollouts.spec.schedule_validate (400 ``invalid_schedule``)."""
 
 
-class ResumeSerializer(StrictSerializer):
+class ActionSerializer(StrictSerializer):
+    """pause, start, promote: an optional comment, kept in the audit entry (its rule: rollout.rollouts.actions)."""
+
+    comment = StrictCharField(
+        required=False, allow_blank=True, trim_whitespace=False, help_text="0 to 500 characters, in the audit entry."
+    )
+
+
+class ResumeSerializer(ActionSerializer):
     endBy = RawTimeField(required=False, help_text="A later deadline: needed to resume past the rollout's endBy.")
 
 

@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub = verb(action, commands.act, help)
         sub.set_defaults(action=action)
         sub.add_argument("id")
-        if action in ("approve", "deny"):
+        if action != "abort":
             sub.add_argument("--comment", metavar="C", required=action == "deny", help="recorded with it")
         if action == "resume":
             sub.add_argument("--end-by", metavar="T", help="RFC 3339: a new deadline")

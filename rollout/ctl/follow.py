@@ -1,8 +1,8 @@
 """Following a rollout until it decides: ``wait`` (exit codes a pipeline branches on) and ``status --watch``.
 
 Both read ``GET /rollouts/{id}/`` every ``--interval`` seconds. An answer that says "later" (no answer,
-429, 502, 503, 504) is asked again, up to ``TRANSIENT_TRIES`` times in a row; any other refusal ends the
-command with exit 1.
+429, 502, 503, 504) is asked again, up to ``TRANSIENT_TRIES`` times in a row (or until ``--timeout``, when
+that comes first: then too the error is the outcome); any other refusal ends the command with exit 1.
 """
 
 from __future__ import annotations
@@ -32,10 +32,13 @@ TRANSIENT_TRIES = 5
 def readings(
     api: Api, rollout_id: str, *, interval: float, timeout: float | None, warn: Callable[[ApiError], None]
 ) -> Iterator[dict[str, Any]]:
-    """The rollout, read again every ``interval`` seconds; the iteration ends when ``timeout`` has passed."""
+    """The rollout, read again every ``interval`` seconds; the iteration ends when ``timeout`` has passed, or
+    raises the last read's error when that read failed (a server that stopped answering is an error, not a
+    rollout still running)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     failures = 0
     while True:
+        failed: ApiError | None = None
         try:
             rollout = api.get(f"rollouts/{rollout_id}/")
         except ApiError as exc:
@@ -43,6 +46,7 @@ def readings(
             if not exc.transient or failures >= TRANSIENT_TRIES:
                 raise
             warn(exc)
+            failed = exc
         else:
             failures = 0
             yield rollout
@@ -50,6 +54,8 @@ def readings(
         if deadline is not None:
             left = deadline - time.monotonic()
             if left <= 0:
+                if failed is not None:
+                    raise failed
                 return
             pause = min(pause, left)
         time.sleep(pause)

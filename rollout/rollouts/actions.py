@@ -56,6 +56,29 @@ def _state(rollout: Rollout) -> dict[str, str | None]:
     return {"state": rollout.state, "pausedReason": rollout.paused_reason}
 
 
+#: An operator's comment on an action: at most this many characters.
+MAX_COMMENT = 500
+
+
+def comment_checked(value: object, *, required: bool = False) -> str:
+    """An action's comment, 0 to 500 characters ("" when absent), or 1 to 500 when ``required`` (a denial's);
+    400 ``invalid_input`` (``field: comment``) otherwise."""
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or len(value) > MAX_COMMENT or (required and not value):
+        raise InvalidInput(
+            f"comment must be {'1' if required else '0'} to {MAX_COMMENT} characters.",
+            code="invalid_input",
+            field="comment",
+        )
+    return value
+
+
+def _commented(after: dict[str, Any], comment: str) -> dict[str, Any]:
+    """What an audit entry records after an action, with the operator's comment when there is one."""
+    return {**after, "comment": comment} if comment else after
+
+
 def rollout_locked(*, tenant: Tenant | None, rollout_id: UUID | str) -> Rollout:
     """The rollout, row-locked (waits for a running tick), or NotFound (also for another tenant's)."""
     queryset = Rollout.objects.select_for_update().select_related("release")
@@ -67,14 +90,17 @@ def rollout_locked(*, tenant: Tenant | None, rollout_id: UUID | str) -> Rollout:
         raise NotFound("No such rollout.", code="not_found") from exc
 
 
-def rollout_pause(*, rollout_id: UUID | str, tenant: Tenant | None = None, actor: Actor | None = None) -> Rollout:
-    """active -> paused. In-flight nodes still settle; nothing new starts."""
+def rollout_pause(
+    *, rollout_id: UUID | str, tenant: Tenant | None = None, actor: Actor | None = None, comment: object = None
+) -> Rollout:
+    """active -> paused. In-flight nodes still settle; nothing new starts. ``comment``: in the audit entry."""
+    text = comment_checked(comment)
     with transaction.atomic():
         rollout = rollout_locked(tenant=tenant, rollout_id=rollout_id)
         before = _state(rollout)
         paused = Paused(reason=Rollout.PausedReason.OPERATOR, actor=event_actor(actor))
         pause_rollout(rollout=rollout, at=timezone.now(), paused=paused)
-        audit_rollout(rollout, actor, "rollout.pause", before=before, after=_state(rollout))
+        audit_rollout(rollout, actor, "rollout.pause", before=before, after=_commented(_state(rollout), text))
     return rollout
 
 
@@ -84,9 +110,11 @@ def rollout_resume(
     tenant: Tenant | None = None,
     actor: Actor | None = None,
     end_by: object = None,
+    comment: object = None,
 ) -> Rollout:
     """paused -> active (scheduled while its startAt is ahead). Failures seen so far in the current wave are
     accepted; only new ones re-pause. Past its ``endBy``: 409 ``deadline_passed`` unless ``end_by`` moves it."""
+    text = comment_checked(comment)
     now = timezone.now()
     new_end_by = schedule_time(end_by, "endBy")
     if new_end_by is not None and new_end_by <= now:
@@ -133,28 +161,34 @@ def rollout_resume(
         gates_counts_clear(rollout=rollout, now=timezone.now())
         rollout_request_tick(rollout_id=rollout.id)
         after = {**_state(rollout), **({"endBy": new_end_by} if new_end_by is not None else {})}
-        audit_rollout(rollout, actor, "rollout.resume", before=before, after=after)
+        audit_rollout(rollout, actor, "rollout.resume", before=before, after=_commented(after, text))
     return rollout
 
 
-def rollout_start(*, rollout_id: UUID | str, tenant: Tenant | None = None, actor: Actor | None = None) -> Rollout:
+def rollout_start(
+    *, rollout_id: UUID | str, tenant: Tenant | None = None, actor: Actor | None = None, comment: object = None
+) -> Rollout:
     """scheduled -> active now (``rollout.started``, docs/controller.md#schedules); 409 unless scheduled."""
+    text = comment_checked(comment)
     with transaction.atomic():
         rollout = rollout_locked(tenant=tenant, rollout_id=rollout_id)
         before = _state(rollout)
         start_scheduled_rollout(rollout=rollout, at=timezone.now(), actor=event_actor(actor))
         rollout_request_tick(rollout_id=rollout.id)
-        audit_rollout(rollout, actor, "rollout.start", before=before, after=_state(rollout))
+        audit_rollout(rollout, actor, "rollout.start", before=before, after=_commented(_state(rollout), text))
     return rollout
 
 
-def rollout_promote(*, rollout_id: UUID | str, tenant: Tenant | None = None, actor: Actor | None = None) -> Rollout:
+def rollout_promote(
+    *, rollout_id: UUID | str, tenant: Tenant | None = None, actor: Actor | None = None, comment: object = None
+) -> Rollout:
     """End the current wave's soak now: the next wave starts at the next tick.
 
     See docs/controller.md#pause-resume-promote-abort.
 
     409 ``invalid_state`` unless the rollout is active and its current wave is soaking.
     """
+    text = comment_checked(comment)
     with transaction.atomic():
         rollout = rollout_locked(tenant=tenant, rollout_id=rollout_id)
         before = {"currentWave": rollout.current_wave, "nextWaveAt": rollout.next_wave_at}
@@ -166,7 +200,7 @@ def rollout_promote(*, rollout_id: UUID | str, tenant: Tenant | None = None, act
             actor,
             "rollout.promote",
             before=before,
-            after={"currentWave": rollout.current_wave, "nextWaveAt": rollout.next_wave_at},
+            after=_commented({"currentWave": rollout.current_wave, "nextWaveAt": rollout.next_wave_at}, text),
         )
     return rollout
 

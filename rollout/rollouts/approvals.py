@@ -27,32 +27,15 @@ from uuid import UUID
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from core.errors import Conflict, Forbidden, InvalidInput, InvalidState
+from core.errors import Conflict, Forbidden, InvalidState
 from fleet.interface import Actor, Tenant
 from rollout.controller.tick_requests import rollout_request_tick
 from rollout.controller.transitions import approve_rollout, deny_rollout
 from rollout.models import Rollout, RolloutApproval
-from rollout.rollouts.actions import audit_rollout, event_actor, rollout_locked
+from rollout.rollouts.actions import audit_rollout, comment_checked, event_actor, rollout_locked
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import _User
-
-MAX_COMMENT = 500
-
-
-def _comment(value: object, *, required: bool) -> str:
-    """An approval's comment (optional) or a denial's (1 to 500 characters, not only spaces)."""
-    if value is None and not required:
-        return ""
-    if not isinstance(value, str) or len(value) > MAX_COMMENT or (required and not value.strip()):
-        needed = "1" if required else "0"
-        raise InvalidInput(
-            f"comment must be {needed} to {MAX_COMMENT} characters{' (not only spaces)' if required else ''}.",
-            code="invalid_input",
-            field="comment",
-        )
-    return value
-
 
 # --- the services ---------------------------------------------------------------------------------
 
@@ -71,7 +54,7 @@ def rollout_approve(
     user approved it before, whatever its state now); 409 ``invalid_state`` (not awaiting approval);
     403 ``self_approval`` (its creator). Nothing is written when one answers.
     """
-    text = _comment(comment, required=False)
+    text = comment_checked(comment)
     with transaction.atomic():
         rollout = rollout_locked(tenant=tenant, rollout_id=rollout_id)
         if RolloutApproval.objects.filter(rollout=rollout, user=user).exists():
@@ -114,7 +97,7 @@ def rollout_deny(
 
     Refusals: 400 ``invalid_input`` (the comment: 1 to 500 characters); 404; 409 ``invalid_state``.
     """
-    text = _comment(comment, required=True)
+    text = comment_checked(comment, required=True)
     with transaction.atomic():
         rollout = rollout_locked(tenant=tenant, rollout_id=rollout_id)
         before = {"state": rollout.state}

@@ -237,3 +237,24 @@ def test_admin_changes_are_recorded_and_the_trail_is_read_only(staff, tenant, re
     assert staff.post(f"/admin/fleet/auditentry/{entry.pk}/delete/", {"post": "yes"}).status_code == 403
     assert AuditEntry.objects.filter(pk=entry.pk, action=entry.action).exists()
     assert audit_verify() is None
+
+
+def test_an_actions_comment_is_kept_in_its_audit_entry_and_a_bad_one_writes_nothing(api, tenant, releases):
+    """pause, resume, start and promote take an optional comment (docs/api.md#rollouts): in the audit entry."""
+    from rollout.models import Rollout
+    from tests.factories import fleet
+
+    fleet(tenant, {"a": (2, "1")})
+    rollout_id = api.post("/api/compute/rollouts/", {"version": "1.0.0"}, format="json").json()["id"]
+    url = f"/api/compute/rollouts/{rollout_id}/"
+    for bad in ({"comment": "x" * 501}, {"comment": 5}, {"why": "x"}):
+        response = api.post(url + "pause/", bad, format="json")
+        assert (response.status_code, response.json()["code"]) == (400, "invalid_input"), response.content
+    assert Rollout.objects.get().state == "active"
+    assert _audit(api, action="rollout.pause") == []
+
+    assert api.post(url + "pause/", {"comment": "change 42 is out"}, format="json").status_code == 200
+    assert api.post(url + "resume/", {"comment": ""}, format="json").status_code == 200
+    paused, resumed = _audit(api, action="rollout.pause")[0], _audit(api, action="rollout.resume")[0]
+    assert paused["after"] == {"state": "paused", "pausedReason": "operator", "comment": "change 42 is out"}
+    assert resumed["after"] == {"state": "active", "pausedReason": None}  # an empty comment is none

@@ -3,6 +3,8 @@ against a real local HTTP server answering as the API does."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.ctl.conftest import KEY, rollout
 
 RID = rollout()["id"]
@@ -59,3 +61,11 @@ def test_a_server_that_does_not_answer_is_an_error(ctl):
     status, _, err = ctl("list", "--server", "http://127.0.0.1:9")
     assert status == 1
     assert err.startswith("error: unreachable: http://127.0.0.1:9/api/compute/")
+
+
+@pytest.mark.parametrize("action", ["pause", "resume", "promote", "start", "approve", "deny"])
+def test_every_action_but_abort_sends_a_comment(api, ctl, action):
+    api.on("POST", f"rollouts/{RID}/{action}/", (200, rollout()))
+    code, _, _ = ctl(action, RID, "--comment", "change 42")
+    assert code == 0
+    assert api.seen[-1].body == {"comment": "change 42"}

@@ -54,3 +54,20 @@ def test_a_timeout_that_is_no_number_of_seconds_is_a_usage_error(api, ctl, bad):
     assert code == 1
     assert "is not a number of seconds" in err
     assert api.seen == []
+
+
+def test_a_timeout_while_the_server_does_not_answer_is_an_error_not_a_timeout(api, ctl):
+    """``--timeout`` passes while the reads fail: the error is the outcome (1), not "still running" (4)."""
+    busy = (503, {"code": "database_unavailable", "detail": "The database is unavailable."})
+    api.on("GET", f"rollouts/{RID}/", busy)
+    code, _, err = ctl("wait", RID, "--timeout", "0.05", "--interval", "0.02")
+    assert code == 1
+    assert len(api.seen) < TRANSIENT_TRIES  # the timeout came first
+    assert err.splitlines()[-1] == "error: database_unavailable: The database is unavailable."
+
+
+def test_a_timeout_after_a_good_read_is_still_4(api, ctl):
+    api.on("GET", f"rollouts/{RID}/", (200, rollout("active")))
+    code, _, err = ctl("wait", RID, "--timeout", "0.05", "--interval", "0.02")
+    assert code == 4
+    assert "timed out after 0.05 s: the rollout is still active" in err

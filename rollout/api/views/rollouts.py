@@ -28,6 +28,7 @@ from rollout.api.schema import (
 )
 from rollout.api.serializers import (
     AbortSerializer,
+    ActionSerializer,
     ApproveSerializer,
     DenySerializer,
     NodeUpgradeSerializer,
@@ -126,6 +127,17 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
 
     def _fresh(self, rollout_id: UUID) -> dict[str, Any]:
         return self._represent([self.get_queryset().get(pk=rollout_id)])[0]
+
+    def _action(self, request: Request) -> dict[str, Any]:
+        """What pause, start and promote are given: the rollout, its tenant, who asks, and their comment."""
+        serializer = ActionSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        return {
+            "rollout_id": self.get_object().id,
+            "tenant": caller_principal(request).tenant,
+            "actor": caller_actor(request),
+            "comment": serializer.validated_data.get("comment"),
+        }
 
     @extend_schema(
         request=RolloutCreateSerializer,
@@ -235,12 +247,10 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
     def gates(self, request: Request, pk: str | None = None) -> Response:
         return Response([gate_json(gate) for gate in gates_of(self.get_object())])
 
-    @extend_schema(request=None, parameters=[ROLLOUT_ID], responses=ROLLOUT_ACTION_RESPONSES)
+    @extend_schema(request=ActionSerializer, parameters=[ROLLOUT_ID], responses=ROLLOUT_ACTION_RESPONSES)
     @action(detail=True, methods=["post"])
     def pause(self, request: Request, pk: str | None = None) -> Response:
-        rollout = rollout_pause(
-            rollout_id=self.get_object().id, tenant=caller_principal(request).tenant, actor=caller_actor(request)
-        )
+        rollout = rollout_pause(**self._action(request))
         return Response(self._fresh(rollout.id))
 
     @extend_schema(request=ResumeSerializer, parameters=[ROLLOUT_ID], responses=ROLLOUT_RESUME_RESPONSES)
@@ -253,24 +263,23 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
             tenant=caller_principal(request).tenant,
             actor=caller_actor(request),
             end_by=serializer.validated_data.get("endBy"),
+            comment=serializer.validated_data.get("comment"),
         )
         return Response(self._fresh(rollout.id))
 
     @extend_schema(
-        request=None,
+        request=ActionSerializer,
         parameters=[ROLLOUT_ID],
         responses=ROLLOUT_ACTION_RESPONSES,
         description="Start a scheduled rollout now (`rollout.started`); 409 `invalid_state` unless it is scheduled.",
     )
     @action(detail=True, methods=["post"])
     def start(self, request: Request, pk: str | None = None) -> Response:
-        rollout = rollout_start(
-            rollout_id=self.get_object().id, tenant=caller_principal(request).tenant, actor=caller_actor(request)
-        )
+        rollout = rollout_start(**self._action(request))
         return Response(self._fresh(rollout.id))
 
     @extend_schema(
-        request=None,
+        request=ActionSerializer,
         parameters=[ROLLOUT_ID],
         responses=ROLLOUT_ACTION_RESPONSES,
         description="End the current wave's soak now: the next wave starts at the next tick (`rollout.promoted`, "
@@ -279,9 +288,7 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
     )
     @action(detail=True, methods=["post"])
     def promote(self, request: Request, pk: str | None = None) -> Response:
-        rollout = rollout_promote(
-            rollout_id=self.get_object().id, tenant=caller_principal(request).tenant, actor=caller_actor(request)
-        )
+        rollout = rollout_promote(**self._action(request))
         return Response(self._fresh(rollout.id))
 
     @extend_schema(
