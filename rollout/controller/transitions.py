@@ -89,7 +89,8 @@ def resume_rollout(
     *, rollout: Rollout, at: datetime, acknowledged_failures: int, actor: str, state: str = Rollout.State.ACTIVE
 ) -> None:
     """paused -> active, or scheduled while its startAt is ahead (``rollout.resumed``), accepting
-    ``acknowledged_failures`` of the current wave."""
+    ``acknowledged_failures`` of the current wave. A scheduled rollout paused before its start that is resumed
+    active starts now too (``rollout.started``, its first wave's ``startedAt``), as its startAt would have."""
     _move_rollout(
         rollout,
         sources=[Rollout.State.PAUSED],
@@ -99,6 +100,8 @@ def resume_rollout(
         acknowledged_failures=acknowledged_failures,
     )
     event_record(rollout=rollout, payload=Resumed(actor=actor), at=at)
+    if state == Rollout.State.ACTIVE and rollout.current_wave == 0 and _first_wave_started(rollout, at=at):
+        event_record(rollout=rollout, payload=Started(actor=actor, start_at=rollout.start_at), at=at)
 
 
 def abort_rollout(
@@ -220,7 +223,10 @@ def start_scheduled_rollout(*, rollout: Rollout, at: datetime, actor: str) -> No
     event_record(rollout=rollout, payload=Started(actor=actor, start_at=rollout.start_at), at=at)
 
 
-def _first_wave_started(rollout: Rollout, *, at: datetime) -> None:
-    RolloutWave.objects.filter(rollout=rollout, index=rollout.current_wave, started_at__isnull=True).update(
-        started_at=at
+def _first_wave_started(rollout: Rollout, *, at: datetime) -> bool:
+    """The current wave starts now; whether it had not started before."""
+    return bool(
+        RolloutWave.objects.filter(rollout=rollout, index=rollout.current_wave, started_at__isnull=True).update(
+            started_at=at
+        )
     )

@@ -99,7 +99,14 @@ def test_pause_abort_and_resume_of_a_scheduled_rollout(api, nodes):
     assert resumed["state"] == "scheduled"  # its startAt is still ahead
     with time_machine.travel(start + timedelta(minutes=1), tick=False):
         api.post(f"{URL}{body['id']}/pause/")
-        assert api.post(f"{URL}{body['id']}/resume/", {}, format="json").json()["state"] == "active"
+        resumed = api.post(f"{URL}{body['id']}/resume/", {}, format="json").json()
+        # Resumed past its startAt, it starts now: as the schedule would have started it.
+        assert resumed["state"] == "active"
+        assert resumed["waves"][0]["startedAt"] == z(timezone.now())
+        assert kinds(body["id"])[-2:] == ["rollout.resumed", "rollout.started"]
+        api.post(f"{URL}{body['id']}/pause/")
+        api.post(f"{URL}{body['id']}/resume/", {}, format="json")
+        assert kinds(body["id"]).count("rollout.started") == 1  # once
 
 
 def test_abort_of_a_scheduled_rollout_frees_its_nodes(api, nodes):
