@@ -76,6 +76,9 @@ class ResumeSerializer(ActionSerializer):
 
 
 class RolloutCreateSerializer(StrictSerializer):
+    """What a create takes. The fields the representation carries as null (``selector``, ``startAt``, ``endBy``,
+    ``endBehavior``) take null as "not given": a representation sent back creates the same rollout."""
+
     version = StrictCharField(max_length=64, trim_whitespace=False)
     # Bounded: an unbounded list costs a query parameter per id and echoes back in errors.
     poolIds = serializers.ListField(
@@ -98,10 +101,18 @@ class RolloutCreateSerializer(StrictSerializer):
     gateFailureLimit = RawIntegerField(
         required=False, help_text="Failures in a row of one gate that pause: 1 to 100 (3)."
     )
-    selector = RawSelectorField(required=False, help_text="Only the nodes whose labels match (docs/api.md#selectors).")
-    startAt = RawTimeField(required=False, help_text="Start then (RFC 3339); ahead: the rollout is `scheduled`.")
-    endBy = RawTimeField(required=False, help_text="The deadline (RFC 3339): after now and after startAt.")
-    endBehavior = RawTimeField(required=False, help_text="At endBy: `pause` (default), `abort` or `abort_rollback`.")
+    selector = RawSelectorField(
+        required=False, allow_null=True, help_text="Only the nodes whose labels match (docs/api.md#selectors)."
+    )
+    startAt = RawTimeField(
+        required=False, allow_null=True, help_text="Start then (RFC 3339); ahead: the rollout is `scheduled`."
+    )
+    endBy = RawTimeField(
+        required=False, allow_null=True, help_text="The deadline (RFC 3339): after now and after startAt."
+    )
+    endBehavior = RawTimeField(
+        required=False, allow_null=True, help_text="At endBy: `pause` (default), `abort` or `abort_rollback`."
+    )
 
     def spec(self) -> RolloutSpec:
         """The service's spec (the one validation of the options: rollout.rollouts.spec.rollout_spec)."""

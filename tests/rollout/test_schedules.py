@@ -263,3 +263,19 @@ def test_resume_after_the_deadline_needs_a_later_end_by(api, nodes):
         heartbeat_all()
         tick(rollout)
         assert rollout.state == "active"  # the new deadline is ahead
+
+
+def test_null_for_a_schedule_or_a_selector_is_not_given(api, nodes):
+    """The representation carries them as null: sent back, null means "not given"."""
+    nulls = {"startAt": None, "endBy": None, "endBehavior": None, "selector": None}
+    for query in ("?dryRun=true", ""):
+        response = api.post(URL + query, {"version": "1.0.0", "waves": [100], **nulls}, format="json")
+        assert response.status_code in (200, 201), response.json()
+    body = response.json()
+    assert (body["state"], body["startAt"], body["endBy"], body["endBehavior"], body["selector"]) == (
+        "active",
+        None,
+        None,
+        None,
+        None,
+    )
