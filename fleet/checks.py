@@ -8,7 +8,7 @@
 | fleet.E004 | FLEET_WATCH_RECONNECT_SECONDS is not an integer >= 1 (docs/fleet.md#watch) |
 | fleet.E005 | WEB_THREADS is not an integer >= 1 |
 | fleet.E006 | FLEET_WATCH_PING_SECONDS is not an integer >= 1 |
-| fleet.E007 | DATABASE_URL is not PostgreSQL (SQLite or any other engine): the project runs on PostgreSQL alone |
+| fleet.E007 | DATABASE_URL is not PostgreSQL (SQLite, another engine, a scheme naming none): PostgreSQL alone |
 | fleet.E008 | WEB_SESSIONS_IN_PROGRESS is not an integer >= 0 (docs/operations.md#admission-control) |
 | fleet.E009 | ROLLOUT_APPROVALS is not an integer from 0 to 5 (docs/controller.md#approvals) |
 | fleet.W001 | no CACHE_URL: each web process counts requests alone (``check --deploy`` only) |

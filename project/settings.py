@@ -79,16 +79,20 @@ TEMPLATES = [
 ]
 
 # PostgreSQL only (fleet.E007 refuses any other engine): a local server by default; `make demo` runs its own.
-DATABASES = {
-    "default": dj_database_url.parse(
-        env_str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/rollout"),
-        conn_max_age=int(env_str("DATABASE_CONN_MAX_AGE", "0") or 0),
-    )
-}
-# Another engine (SQLite, MySQL, ...) is refused by a system check (fleet.E007) before anything connects to
-# it: Django's dummy backend stands in for it, and any query raises ImproperlyConfigured.
+# Another engine (SQLite, MySQL, ...), or a URL that names none, is refused by a system check (fleet.E007)
+# before anything connects to it: Django's dummy backend stands in for it, and any query raises
+# ImproperlyConfigured. Only the URL's scheme is kept to say so: the rest may hold a password.
 DATABASE_REFUSED = ""
-if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+_database_url = env_str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/rollout")
+try:
+    DATABASES = {
+        "default": dj_database_url.parse(_database_url, conn_max_age=int(env_str("DATABASE_CONN_MAX_AGE", "0") or 0))
+    }
+except ValueError:  # an unknown scheme, no URL at all (dj_database_url's UnknownSchemeError is a ValueError)
+    _scheme = _database_url.partition("://")[0] if "://" in _database_url else ""
+    DATABASE_REFUSED = f"a URL of scheme {_scheme!r}, which names no database" if _scheme else "no URL"
+    DATABASES = {"default": {"ENGINE": "django.db.backends.dummy"}}
+if not DATABASE_REFUSED and DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
     DATABASE_REFUSED, DATABASES["default"] = DATABASES["default"]["ENGINE"], {"ENGINE": "django.db.backends.dummy"}
 # A kept connection (DATABASE_CONN_MAX_AGE) is checked before a request reuses it: after a
 # database restart the first request reconnects instead of failing on a dead connection.

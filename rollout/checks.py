@@ -138,8 +138,9 @@ def check_release_keys(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
                 id="rollout.E004",
             )
         )
-    elif pins and not malformed and threshold > len(valid):
-        # Only when every pin is well formed: a malformed one is already reported (E002).
+    elif not malformed and threshold > len(valid) and (pins or threshold > 1):
+        # Only when every pin is well formed: a malformed one is already reported (E002). No pins with the default
+        # threshold of 1 is only the warning of missing pins (W001): the server runs, registering answers 503.
         messages.append(
             Error(
                 f"The release threshold {threshold} (ROLLOUT_RELEASE_THRESHOLD) is more than the {len(valid)} distinct "

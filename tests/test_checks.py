@@ -143,8 +143,11 @@ def test_duplicate_pins_count_once() -> None:
     assert ids(ROLLOUT=rollout(pins=[PIN_A, PIN_A], threshold=1)) == ["rollout.W003"]
 
 
-def test_threshold_is_not_compared_without_pins() -> None:
-    assert ids(ROLLOUT=rollout(pins=[], threshold=2)) == ["rollout.W001"]
+def test_without_pins_only_a_threshold_above_one_is_an_error() -> None:
+    """Missing pins are a warning (the server runs; registering answers 503); a threshold of 2 then is more
+    than the 0 pins as well."""
+    assert ids(ROLLOUT=rollout(pins=[], threshold=1)) == ["rollout.W001"]
+    assert ids(ROLLOUT=rollout(pins=[], threshold=2)) == ["rollout.E005", "rollout.W001"]
 
 
 @pytest.mark.parametrize("pins", ["sha256/abc", {"a": 1}, 5])
@@ -231,13 +234,23 @@ def _manage(*args: str, database_url: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("url", ["sqlite:///db.sqlite3", "sqlite:////nowhere/at/all.db", "mysql://u@127.0.0.1/x"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///db.sqlite3",
+        "sqlite:////nowhere/at/all.db",
+        "mysql://u@127.0.0.1/x",
+        "foo://u:secret@127.0.0.1/x",  # a scheme that names no database: a check error too, never a traceback
+        "not-a-url",
+    ],
+)
 def test_a_database_other_than_postgresql_is_a_check_error_and_nothing_is_opened(url: str, tmp_path) -> None:
     done = _manage("migrate", database_url=url.replace("db.sqlite3", str(tmp_path / "db.sqlite3")))
     assert done.returncode == 1
     assert "(fleet.E007)" in done.stderr, done.stderr
     assert "runs on PostgreSQL only" in done.stderr
     assert "Traceback" not in done.stderr
+    assert "secret" not in done.stderr
     assert list(tmp_path.iterdir()) == []  # no SQLite file was made
 
 
