@@ -31,6 +31,9 @@ Plug-ins never reach into fleet internals; they use what is here:
 - ``register_node_links(fn)``: ``fn(node_id)`` returns ``(text, url)`` links the node's admin page
   shows (for rollout: the node's current rollout and its upgrade history). The host never imports
   the plug-in's admin; a link is all it knows of it.
+- ``register_admin_notices(fn)``: ``fn(request)`` adds what the admin's front page must say to the
+  request's messages (``django.contrib.messages``), such as rollout's "no controller is running" banner.
+  Called on every ``GET`` of the admin's index (fleet/admin_site.py).
 - ``register_quick_answers(fn)``: ``fn(method, path, headers)`` returns a ``QuickAnswer`` that the
   web tier's async front (fleet/watch/front.py) sends for a ``GET`` or ``HEAD`` without a body,
   without Django's request machinery, or None to leave the request to Django. ``headers`` has the
@@ -59,6 +62,7 @@ DisruptionSource = Callable[[UUID], QuerySet]
 DaemonResolver = Callable[[str, str], dict | None]
 SessionFields = Callable[[], dict[str, Any]]
 NodeLinks = Callable[[UUID], list[tuple[str, str]]]
+AdminNotices = Callable[[Any], None]  # fn(request)
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,7 @@ _refusal_codes: set[str] = set()
 _session_fields: list[SessionFields] = []
 _node_links: list[NodeLinks] = []
 _quick_answers: list[QuickAnswers] = []
+_admin_notices: list[AdminNotices] = []
 
 
 def register_disruption_source(source: DisruptionSource) -> None:
@@ -131,6 +136,17 @@ def register_node_links(links: NodeLinks) -> None:
 def node_links(node_id: UUID) -> list[tuple[str, str]]:
     """The plug-ins' links of a node's admin page (see ``register_node_links``), in registration order."""
     return [link for links in _node_links for link in links(node_id)]
+
+
+def register_admin_notices(notices: AdminNotices) -> None:
+    if notices not in _admin_notices:
+        _admin_notices.append(notices)
+
+
+def admin_notices(request: Any) -> None:
+    """The plug-ins' notices on the admin's front page (see ``register_admin_notices``), in registration order."""
+    for notices in _admin_notices:
+        notices(request)
 
 
 def register_quick_answers(answers: QuickAnswers) -> None:

@@ -22,7 +22,7 @@ DEBUG = env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS") or ["localhost", "127.0.0.1", "[::1]", "testserver"]
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "fleet.admin_site.FleetAdminConfig",  # django.contrib.admin, its site showing the plug-ins' notices
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -14,6 +14,7 @@ from fleet.interface import (
     QuickAnswer,
     node_daemon_refused,
     node_session_reported,
+    register_admin_notices,
     register_daemon_resolver,
     register_disruption_source,
     register_node_links,
@@ -82,6 +83,18 @@ def node_links(node_id: UUID) -> list[tuple[str, str]]:
     return links
 
 
+def admin_notices(request: Any) -> None:
+    """The admin's front page says so when no controller is running, as the rollouts' pages do."""
+    from django.contrib import admin
+
+    from rollout.admin.rollouts import RolloutAdmin
+    from rollout.models import Rollout
+
+    model_admin = admin.site.get_model_admin(Rollout)
+    if isinstance(model_admin, RolloutAdmin) and model_admin.has_view_permission(request):
+        model_admin.controller_banner(request)
+
+
 def download_quick_answer(method: str, path: str, headers: Mapping[str, str]) -> QuickAnswer | None:
     """A download of a binary this process served before, answered by the async front (api/download_answers.py)."""
     from rollout.api.download_answers import download_quick_answer as answer
@@ -96,5 +109,6 @@ def connect() -> None:
     register_session_fields(session_fields)
     register_node_links(node_links)
     register_quick_answers(download_quick_answer)
+    register_admin_notices(admin_notices)
     node_session_reported.connect(on_node_session_reported, dispatch_uid="rollout.settle_on_join")
     node_daemon_refused.connect(on_node_daemon_refused, dispatch_uid="rollout.settle_on_refusal")

@@ -26,10 +26,11 @@ def test_a_banner_names_the_worker_and_beat_commands_once_a_rollout_waits_for_a_
     assert banner(root.get(LIST)) is None  # just created: not yet late
     later = timezone.now() + timedelta(seconds=91)
     with time_machine.travel(later, tick=False):
-        for url in (LIST, f"{LIST}{rollout.id}/change/"):
+        for url in (LIST, f"{LIST}{rollout.id}/change/", "/admin/"):  # the admin's front page too
             text = banner(root.get(url))
             assert text is not None, url
             assert "celery -A project worker" in text
             assert "celery -A project beat --scheduler django_celery_beat.schedulers:DatabaseScheduler" in text
         tick(rollout)
         assert banner(root.get(LIST)) is None  # a tick ran: the controller is back
+        assert banner(root.get("/admin/")) is None

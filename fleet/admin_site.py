@@ -1,0 +1,27 @@
+"""The admin site: Django's, and on its front page what the plug-ins must say (``fleet.plugins.admin_notices``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin.apps import AdminConfig
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+
+from fleet.plugins import admin_notices
+
+
+class FleetAdminSite(admin.AdminSite):
+    """``django.contrib.admin.site`` (``FleetAdminConfig``): the plug-ins' notices above the index."""
+
+    def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
+        if request.method == "GET":
+            admin_notices(request)
+        return super().index(request, extra_context)
+
+
+class FleetAdminConfig(AdminConfig):
+    """Django's admin (INSTALLED_APPS), its site ``FleetAdminSite``."""
+
+    default_site = "fleet.admin_site.FleetAdminSite"
