@@ -156,12 +156,12 @@ def run(
             if not fleet.wait_for(lambda f: f.online_count() == agents, timeout=online_timeout, poll=0.5):
                 raise SystemExit(f"only {fleet.online_count()} of {agents} agents came online: {fleet.status_line()}")
             # Priced while the agents watch (idle); polling agents would add their own heartbeats to it.
-            per_heartbeat = web_cpu_per_heartbeat(web.pid, port, tokens) if measure and watch else 0.0
+            heartbeat_loop = web_cpu_per_heartbeat(web.pid, port, tokens) if measure and watch else None
             # A download of the release the rollout sends, priced the same way, before the measured windows.
-            per_download = (
+            download_loop = (
                 web_cpu_per_download(web.pid, port, f"{DOWNLOADS}/1.1.0/linux-amd64", rate=agents / 10)
                 if measure and watch
-                else 0.0
+                else None
             )
             idle_cpu = CpuSampler(lambda: ProcessSampler.tree(web.pid))
             idle_nginx = CpuSampler(lambda: ProcessSampler.tree(tier.nginx.pid) if tier.nginx else [])
@@ -174,6 +174,11 @@ def run(
             idle_cpu.sample()
             idle_nginx.sample()
             idle_requests += requests_sent(fleet.stats)
+            # The loops ran beside the watching fleet: its CPU at the idle window's rate comes out of their
+            # price, as it comes out of the upgrade's (polling_price.upgrade_price).
+            idle_rate = idle_cpu.seconds() / idle_seconds if idle_seconds else 0.0
+            per_heartbeat = heartbeat_loop.per_request(idle_rate) if heartbeat_loop else 0.0
+            per_download = download_loop.per_request(idle_rate) if download_loop else 0.0
             if not rollout:
                 return _idle_result(
                     agents=agents, idle_seconds=idle_seconds, idle_cpu=idle_cpu, per_heartbeat=per_heartbeat,
@@ -265,6 +270,10 @@ def run(
                 )  # fmt: skip
                 result["  a download, priced as the heartbeat"] = (
                     f"{1000 * per_download:.2f} ms ({per_download / per_heartbeat:.1f} heartbeats)"
+                )
+                assert heartbeat_loop is not None
+                result["  a plain heartbeat with the idle fleet's CPU left in (before 2026-12-06)"] = (
+                    f"{1000 * heartbeat_loop.per_request():.2f} ms"
                 )
                 if "nginx" in sampler.cpu:
                     nginx_cpu = sampler.cpu["nginx"].seconds() - idle_nginx.seconds() / idle_seconds * window

@@ -4,30 +4,46 @@ per plain heartbeat under the load that fleet would offer if it polled every 10 
 from __future__ import annotations
 
 import asyncio
+import time
+from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.heartbeat_floor import REAL_PATH, request_bytes
 from benchmarks.heartbeat_probes import CpuSampler, ProcessSampler
 
 
-def web_cpu_per_heartbeat(web_pid: int, port: int, tokens: list[tuple[str, str]], seconds: float = 10.0) -> float:
-    """Web-tier CPU seconds per plain heartbeat when the agents poll every 10 s: ``len(tokens) / 10`` requests a
+@dataclass(frozen=True)
+class LoopPrice:
+    """What a paced loop of requests cost the web tier: its CPU over the loop's ``seconds``, and the answers."""
+
+    cpu: float
+    answered: int
+    seconds: float
+
+    def per_request(self, background: float = 0.0) -> float:
+        """Web-tier CPU seconds per answered request, with ``background`` CPU seconds a second (the idle fleet's,
+        which runs beside the loop) taken out, as the upgrade's price takes the idle fleet's out of the rollout's."""
+        return max(0.0, self.cpu - background * self.seconds) / max(1, self.answered)
+
+
+def web_cpu_per_heartbeat(web_pid: int, port: int, tokens: list[tuple[str, str]], seconds: float = 10.0) -> LoopPrice:
+    """The web tier's CPU for plain heartbeats when the agents poll every 10 s: ``len(tokens) / 10`` requests a
     second, paced over 16 connections for ``seconds`` (their sessions are open on 1.0.0: every request is a
     plain heartbeat). A server that cannot keep up serves as many as it can (then it is a closed loop)."""
     requests = [request_bytes(REAL_PATH, token, port) for _, token in tokens]
     return web_cpu_per_request(web_pid, port, requests, rate=len(tokens) / 10, seconds=seconds)
 
 
-def web_cpu_per_download(web_pid: int, port: int, path: str, *, rate: float, seconds: float = 10.0) -> float:
-    """Web-tier CPU seconds per download of ``path`` (a binary), paced as ``web_cpu_per_heartbeat`` paces its
+def web_cpu_per_download(web_pid: int, port: int, path: str, *, rate: float, seconds: float = 10.0) -> LoopPrice:
+    """The web tier's CPU for downloads of ``path`` (a binary), paced as ``web_cpu_per_heartbeat`` paces its
     heartbeats: what a download costs the tier beside a heartbeat, priced the same way in the same run."""
     request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUser-Agent: bcd-sim\r\n\r\n".encode()
     return web_cpu_per_request(web_pid, port, [request], rate=rate, seconds=seconds)
 
 
-def web_cpu_per_request(web_pid: int, port: int, requests: list[bytes], *, rate: float, seconds: float) -> float:
-    """Web-tier CPU seconds per answered request: ``requests`` in turn, ``rate`` a second over 16 keep-alive
-    connections for ``seconds``, each answer read whole (its Content-Length)."""
+def web_cpu_per_request(web_pid: int, port: int, requests: list[bytes], *, rate: float, seconds: float) -> LoopPrice:
+    """The web tier's CPU for ``requests`` in turn, ``rate`` a second over 16 keep-alive connections for
+    ``seconds``, each answer read whole (its Content-Length)."""
     connections = 16
     answered = [0]
 
@@ -51,9 +67,10 @@ def web_cpu_per_request(web_pid: int, port: int, requests: list[bytes], *, rate:
 
     cpu = CpuSampler(lambda: ProcessSampler.tree(web_pid))
     cpu.sample()
+    started = time.monotonic()
     asyncio.run(load())
     cpu.sample()
-    return cpu.seconds() / max(1, answered[0])
+    return LoopPrice(cpu=cpu.seconds(), answered=answered[0], seconds=time.monotonic() - started)
 
 
 def requests_sent(stats: Any) -> int:
