@@ -30,6 +30,7 @@ _.child_exit
 _.BodySizeLimitMiddleware, _.DatabaseUnavailableMiddleware, _.BrokerAMQP, _.FleetConfig, _.RolloutConfig
 _.handler404, _.handler500, _.postprocess_schema, _.counting_application, _.run_in_process
 _.ApiKeyAuthentication, _.FleetAdmin, _.ApiKeyScheme, _.AgentTokenScheme
+_.FleetAdminConfig, _.FleetAdminSite, _.default_site  # INSTALLED_APPS names the config, whose default_site the site
 
 # Django: app configs, models' Meta and fields read through querysets, choices, management commands, forms.
 _.verbose_name, _.verbose_name_plural, _.default_auto_field, _.constraints
