@@ -184,7 +184,13 @@ DOCUMENTED_ERRORS: dict[tuple[str, str], dict[int, set[str]]] = {
     ("get", "/api/compute/rollouts/{id}/"): {**AUTH, 404: {"not_found"}},
     ("get", "/api/compute/rollouts/{id}/nodes/"): {**AUTH, 400: {"invalid_input"}, 404: {"not_found"}},
     ("get", "/api/compute/rollouts/{id}/events/"): {**AUTH, 400: {"invalid_input"}, 404: {"not_found"}},
-    ("post", "/api/compute/rollouts/{id}/pause/"): {**AUTH, 404: {"not_found"}, 409: {"invalid_state"}},
+    ("post", "/api/compute/rollouts/{id}/pause/"): {
+        **AUTH,
+        **BODY,
+        400: {"invalid_input", "invalid_json"},
+        404: {"not_found"},
+        409: {"invalid_state"},
+    },
     ("post", "/api/compute/rollouts/{id}/resume/"): {
         **AUTH,
         **BODY,

@@ -62,7 +62,13 @@ def _is_true(value: str | None) -> bool:
 ROLLOUT_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The rollout's id.")
 ROLLOUT_ACTION_RESPONSES = {
     200: RolloutSerializer,
-    **error_responses("RolloutAction", not_found=["not_found"], conflict=["invalid_state"]),
+    **error_responses(
+        "RolloutAction",
+        json_body=True,
+        bad_request=["invalid_input"],  # a comment that is not 0 to 500 characters, an unknown field
+        not_found=["not_found"],
+        conflict=["invalid_state"],
+    ),
 }
 ROLLOUT_RESUME_RESPONSES = {
     200: RolloutSerializer,
