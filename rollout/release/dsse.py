@@ -18,7 +18,8 @@ signed and need not be: the verifier hashes the carried DER bytes and uses a
 key only when that hash equals a configured pin, exactly as TLS pinning checks
 a presented certificate's key. Keys can also be given out of band
 (``public_keys=``), which is how envelopes from DSSE tools that add no
-extension verify. Unrecognised fields are ignored, as DSSE requires of consumers.
+extension verify. A field DSSE does not define is refused, as every API body's unknown field is (DSSE tools,
+securesystemslib's among them, write none); an extension of another kind is someone else's, and ignored.
 """
 
 from __future__ import annotations
@@ -116,6 +117,9 @@ def _parse_signature(index: int, item: Any) -> Signature:
         raise _invalid(f"The envelope's {where} must be an object with 'sig' and optionally 'keyid'.")
     if "sig" not in item:
         raise _invalid(f"The envelope's {where} has no 'sig'.")
+    unknown = sorted(set(item) - {"keyid", "sig", "extension"})
+    if unknown:
+        raise _invalid(f"The envelope's {where} has fields DSSE does not define: {', '.join(map(repr, unknown[:5]))}.")
     sig = _b64decode(item["sig"], f"{where}.sig")
     keyid = item.get("keyid", "")
     if not isinstance(keyid, str):
@@ -148,6 +152,9 @@ def _parse(raw: bytes) -> Envelope:
     missing = [name for name in ("payloadType", "payload", "signatures") if name not in data]
     if missing:
         raise _invalid(f"The envelope is missing {', '.join(missing)}.")
+    unknown = sorted(set(data) - {"payloadType", "payload", "signatures"})
+    if unknown:
+        raise _invalid(f"The envelope has fields DSSE does not define: {', '.join(map(repr, unknown[:5]))}.")
     payload_type = data["payloadType"]
     if not isinstance(payload_type, str):
         raise _invalid("The envelope's payloadType must be a string.")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -83,21 +84,50 @@ def _no_constants(name: str) -> Any:
     raise StrictJSONError(f"contains {name}, which strict JSON does not allow")
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise StrictJSONError(f"contains the number {shown(text, 40)}, too large for a double (Infinity)")
+    return value
+
+
+#: What no string of a release may hold, anywhere (keys too): PostgreSQL stores neither a NUL nor a lone surrogate,
+#: and the envelope is stored, and copied into every upgraded node's spec.
+_NOT_TEXT = re.compile("[\x00\ud800-\udfff]")
+
+
+def _check_strings(value: Any) -> None:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _NOT_TEXT.search(item):
+                raise StrictJSONError("holds a NUL character or a lone surrogate (\\ud800-\\udfff), which is not text")
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
 def loads_strict(raw: bytes) -> Any:
     """Parse UTF-8 JSON strictly.
 
     Refuses invalid UTF-8 (and a byte-order mark), duplicate object keys at
-    any depth, ``NaN``/``Infinity``, integers beyond Python's digit limit and
-    nesting beyond the recursion limit, each with a :class:`StrictJSONError`.
-    Floats are returned as ``float``: callers that want integers check
-    ``type(x) is int`` and so refuse ``1.0`` and booleans.
+    any depth, ``NaN``/``Infinity`` (a number too large for a double too),
+    integers beyond Python's digit limit, nesting beyond the recursion limit,
+    and a NUL or a lone surrogate in any string, each with a
+    :class:`StrictJSONError`. Floats are returned as ``float``: callers that
+    want integers check ``type(x) is int`` and so refuse ``1.0`` and booleans.
     """
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise StrictJSONError(f"is not valid UTF-8 (at byte {exc.start})") from None
     try:
-        return json.loads(text, object_pairs_hook=_pairs_without_duplicates, parse_constant=_no_constants)
+        value = json.loads(
+            text, object_pairs_hook=_pairs_without_duplicates, parse_constant=_no_constants, parse_float=_finite
+        )
     except StrictJSONError:
         raise
     except json.JSONDecodeError as exc:
@@ -106,6 +136,8 @@ def loads_strict(raw: bytes) -> Any:
         raise StrictJSONError("is nested too deeply") from None
     except ValueError:  # an integer with more digits than int() accepts (sys.get_int_max_str_digits())
         raise StrictJSONError("contains a number with too many digits") from None
+    _check_strings(value)
+    return value
 
 
 def _invalid(detail: str) -> ReleaseError:

@@ -152,6 +152,18 @@ def test_list_is_newest_sequence_first(api):
         ),
         pytest.param(lambda: b" " * (1024 * 1024 + 1), 413, "too_large", id="oversize"),
         pytest.param(lambda: signed(b'{"sequence": NaN}'), 400, "invalid_manifest", id="nan"),
+        # What the envelope carries is stored and copied into every upgraded node's spec: a field DSSE does not
+        # define is refused as any unknown field, and nothing PostgreSQL cannot store passes, wherever it is.
+        pytest.param(
+            lambda: signed(manifest()).replace(b"{", b'{"extra": 1, ', 1), 400, "invalid_envelope", id="extra"
+        ),
+        pytest.param(
+            lambda: signed(manifest()).replace(b'"keyid": "', b'"keyid": "\\u0000', 1),
+            400,
+            "invalid_envelope",
+            id="nul-keyid",
+        ),
+        pytest.param(lambda: signed(b'{"sequence": 1e400}'), 400, "invalid_manifest", id="past-a-double"),
     ],
 )
 def test_bad_envelopes_are_refused_and_write_nothing(api, body, status, code):

@@ -42,7 +42,7 @@ def _duplicate_envelope_key(ks: SimpleNamespace) -> bytes:
 
 def _oversize(ks: SimpleNamespace) -> bytes:
     env = good_envelope(ks)
-    env["padding"] = "x" * dsse.MAX_ENVELOPE_BYTES  # unknown fields are ignored, but not past the size limit
+    env["signatures"][0]["keyid"] = "x" * dsse.MAX_ENVELOPE_BYTES  # a keyid is any hint, but not past the size limit
     return raw(env)
 
 
@@ -116,11 +116,35 @@ def test_url_safe_base64_without_padding_accepted(ks: SimpleNamespace) -> None:
     assert verified.payload == payload
 
 
-def test_unknown_fields_and_foreign_extensions_are_ignored(ks: SimpleNamespace) -> None:
-    # DSSE: "Consumers MUST ignore unrecognized fields." They are not signed, so they cannot matter.
+@pytest.mark.parametrize("where", ["envelope", "signature"])
+def test_a_field_dsse_does_not_define_is_refused(ks: SimpleNamespace, where: str) -> None:
+    """As every API body's unknown field is: a typo is said, never ignored (DSSE tools write none)."""
     env = good_envelope(ks)
-    env["comment"] = "hello"
-    env["signatures"][0]["note"] = {"any": "thing"}
+    (env if where == "envelope" else env["signatures"][0])["comment"] = "hello"
+    with pytest.raises(ReleaseError) as caught:
+        verify_envelope(raw(env), pins=[pin_of(ks.a)], threshold=1)
+    assert caught.value.code == "invalid_envelope"
+    assert "'comment'" in caught.value.detail
+
+
+@pytest.mark.parametrize(
+    "value",
+    ['"a\\u0000b"', '"\\ud800"', "1e400"],
+    ids=["a NUL", "a lone surrogate", "a number past a double"],
+)
+def test_what_postgresql_cannot_store_is_refused_even_in_a_foreign_extension(ks: SimpleNamespace, value: str) -> None:
+    """The envelope is stored and copied into every upgraded node's spec (jsonb): nothing in it may break that."""
+    env = good_envelope(ks)
+    env["signatures"][0]["extension"] = {"kind": "application/vnd.example.other;version=1", "ext": {"x": "X"}}
+    body = raw(env).replace(b'"X"', value.encode())
+    with pytest.raises(ReleaseError) as caught:
+        verify_envelope(body, pins=[pin_of(ks.a)], threshold=1)
+    assert caught.value.code == "invalid_envelope"
+
+
+def test_foreign_extensions_are_ignored(ks: SimpleNamespace) -> None:
+    # An extension of another kind is someone else's: not signed, so it cannot matter.
+    env = good_envelope(ks)
     b_sig = signature_object(ks.b, manifest_bytes())
     b_sig["extension"] = {"kind": "application/vnd.dev.sigstore.verificationmaterial;version=0.1", "ext": {}}
     env["signatures"].append(b_sig)
@@ -130,8 +154,10 @@ def test_unknown_fields_and_foreign_extensions_are_ignored(ks: SimpleNamespace) 
 
 def test_exactly_one_mebibyte_is_not_refused_for_size(ks: SimpleNamespace) -> None:
     env = good_envelope(ks)
+    keyid = env["signatures"][0]["keyid"]
     body = raw(env)
-    env["padding"] = "x" * (dsse.MAX_ENVELOPE_BYTES - len(body) - len(', "padding": ""'))
+    # The keyid is a hint: one that matches no pin has its signature tried against every pin.
+    env["signatures"][0]["keyid"] = keyid + "x" * (dsse.MAX_ENVELOPE_BYTES - len(body))
     body = raw(env)
     assert len(body) == dsse.MAX_ENVELOPE_BYTES
     verify_envelope(body, pins=[pin_of(ks.a)], threshold=1)
