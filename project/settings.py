@@ -46,6 +46,8 @@ MIDDLEWARE = [
     "fleet.api.limits.RequestLimitMiddleware",
     # A database that is down is a 503 under /api/ (plain views; DRF's get it from core/exceptions.py).
     "core.middleware.DatabaseUnavailableMiddleware",
+    # An API request answered: the server can hear, so a silent fleet is silent itself (fleet liveness).
+    "fleet.api.heard.ServerHeardMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Serves the admin's static files from gunicorn too (no proxy needed for the console).
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -271,6 +273,8 @@ CELERY_TASK_ROUTES = {
 # --- The fleet (host) ---------------------------------------------------------
 FLEET_MIN_PROTOCOL_VERSION = env_int_or_raw("FLEET_MIN_PROTOCOL_VERSION", 2)
 FLEET_HEARTBEAT_SECONDS = env_int_or_raw("FLEET_HEARTBEAT_SECONDS", 10)
+# An API request answered counts as the server hearing (fleet/api/heard.py; docs/controller.md, liveness).
+FLEET_HEARD_BY_API = env_bool("FLEET_HEARD_BY_API", True)
 # Held agent sessions (docs/fleet.md#watch): a web process that lost its LISTEN connection tries again after
 # this many seconds (its held requests answer at their wait meanwhile).
 FLEET_WATCH_RECONNECT_SECONDS = env_int_or_raw("FLEET_WATCH_RECONNECT_SECONDS", 1)

@@ -27,7 +27,8 @@ _.worker_class, _.keepalive, _.worker_tmp_dir
 _.child_exit
 # Named by dotted path in settings or configuration: middleware, the Celery app's AMQP class, app configs,
 # error handlers, the schema hook, a gunicorn application factory, the benchmarks' child entry point.
-_.BodySizeLimitMiddleware, _.DatabaseUnavailableMiddleware, _.BrokerAMQP, _.FleetConfig, _.RolloutConfig
+_.BodySizeLimitMiddleware, _.DatabaseUnavailableMiddleware, _.ServerHeardMiddleware, _.BrokerAMQP
+_.FleetConfig, _.RolloutConfig
 _.handler404, _.handler500, _.postprocess_schema, _.counting_application, _.run_in_process
 _.ApiKeyAuthentication, _.FleetAdmin, _.ApiKeyScheme, _.AgentTokenScheme
 _.FleetAdminConfig, _.FleetAdminSite, _.default_site  # INSTALLED_APPS names the config, whose default_site the site

@@ -18,6 +18,13 @@ def _fresh_pulse_throttle(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def _api_requests_not_heard(settings):
+    """An API request does not write the fleet's pulse here (fleet/api/heard.py), so that the statements a request
+    runs are counted alike whenever it comes; tests/rollout/test_hardening.py turns it on where it is the subject."""
+    settings.FLEET_HEARD_BY_API = False
+
+
+@pytest.fixture(autouse=True)
 def _fresh_root_version(monkeypatch):
     """Each test starts with this process's cached root version unset (it is per process, not per test)."""
     from rollout.registry import roots

@@ -22,7 +22,11 @@ went deaf, so it looks offline once the silence passes 2 intervals: the gap
 
 The same rule holds while the web tier is down *now* and the database and the
 workers run: nothing is skipped or failed for offline until the fleet is heard
-again, which is also what it does when every agent is down. /metrics shows that
+again. What the server hears is not only its agents: every API request Django
+answers writes the pulse too (fleet/api/heard.py), since a web tier that answers
+is not deaf. So a fleet that is silent as a whole while its server answers
+(every agent down, one node that never rejoins) is judged silent itself; only a
+silence with no request answered at all is the server's. /metrics shows a
 silence (``fleet_heard_seconds_ago``, docs/operations.md).
 """
 
@@ -94,9 +98,10 @@ _PULSE_SQL = f"WITH {pulse_ctes('(SELECT 1) AS heard_now')} SELECT 1"
 def pulse_heard(*, now: datetime) -> None:
     """Agents were heard at ``now`` by a path whose own statement does not write the pulse: held requests whose
     nodes were touched (fleet/services/watch.py) or an arrival the async front answered from memory
-    (fleet/watch/front.py). The pulse alone, one statement. This process also sends none within ``PULSE_EVERY``
-    of its own last attempt (at most one a second per process), so on this path the stored value may lag by up
-    to twice ``PULSE_EVERY``, inside the gap at any ``heartbeatSeconds`` of 2 or more."""
+    (fleet/watch/front.py); or the web tier answered an API request (fleet/api/heard.py): it can hear. The pulse
+    alone, one statement. This process also sends none within ``PULSE_EVERY`` of its own last attempt (at most
+    one a second per process), so on this path the stored value may lag by up to twice ``PULSE_EVERY``, inside
+    the gap at any ``heartbeatSeconds`` of 2 or more."""
     global _last_written_at
     if _last_written_at is not None and timedelta(0) <= now - _last_written_at < PULSE_EVERY:
         return

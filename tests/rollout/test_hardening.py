@@ -338,3 +338,26 @@ def test_a_failed_node_that_never_came_back_counts_as_disrupted(tenant, releases
 def test_rollout_spec_refuses_a_non_list_of_pools():
     with pytest.raises(InvalidInput):
         rollout_spec(version="1.0.0", pool_ids="not-a-list")
+
+
+def test_a_fleet_silent_while_the_server_answers_is_silent_itself(api, tenant, releases, pulse, monkeypatch, settings):
+    """Every agent gone (one node that never rejoins) while the API is answered: the server is not deaf, so the
+    overdue node fails at its deadline and goes back, and an offline node is skipped."""
+    settings.FLEET_HEARD_BY_API = True
+    nodes = fleet(tenant, {"a": (2, "1")})["a"]
+    start = timezone.now()
+    pulse(start)
+    rollout = create(tenant, upgrade_timeout_seconds=30, waves=[50, 100], soak_seconds=0, max_failure_ratio=1)
+    tick(rollout)
+    (upgrade,) = in_flight(rollout)
+    NodeSession.objects.filter(node_id=upgrade.node_id).update(left_at=start)  # restarting, never back
+    # No agent is heard again; an operator (or a monitor) reads the rollout every 10 s.
+    for second in range(10, 70, 10):
+        with time_machine.travel(start + timedelta(seconds=second), tick=False):
+            monkeypatch.setattr(liveness, "_last_written_at", None)  # another process's request each time
+            assert api.get(f"/api/compute/rollouts/{rollout.id}/").status_code == 200
+            tick(rollout)
+    rollout.refresh_from_db()
+    assert states(rollout) == {"failed": 1, "skipped": 1}, states(rollout)
+    assert NodeUpgrade.objects.get(node_id=upgrade.node_id).reason == "timeout"
+    assert {n.id for n in nodes} == set(NodeUpgrade.objects.filter(rollout=rollout).values_list("node_id", flat=True))
