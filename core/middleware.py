@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 from typing import Protocol
+from urllib.parse import unquote_plus
 
 from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -56,15 +57,24 @@ def read_capped(stream: Readable, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def _query_refused(request: HttpRequest) -> HttpResponse | None:
+    """A query string holding a NUL (``%00``): PostgreSQL stores and compares no NUL, so a filter given one would
+    be a 500."""
+    if "\x00" in unquote_plus(request.META.get("QUERY_STRING", "")):
+        return _refusal(400, "invalid_input", "The query string holds a NUL character.")
+    return None
+
+
 class BodySizeLimitMiddleware:
-    """Place it first in MIDDLEWARE so that no other middleware reads the body before it."""
+    """Place it first in MIDDLEWARE so that no other middleware reads the body before it. Under /api/ it also
+    refuses a query string holding a NUL (``_query_refused``), before any view filters with it."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if request.path_info.startswith(API_PREFIX):
-            refused = self._refuse(request)
+            refused = self._refuse(request) or _query_refused(request)
             if refused is not None:
                 return refused
         return self.get_response(request)

@@ -35,6 +35,14 @@ def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     return defaults.page_not_found(request, exception)
 
 
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    # Django's own refusals before a view reads the request (too many query parameters: TooManyFieldsSent).
+    if _is_api(request):
+        detail = exception.args[0] if exception.args and isinstance(exception.args[0], str) else "Bad request."
+        return JsonResponse({"code": "invalid_input", "detail": detail}, status=400)
+    return defaults.bad_request(request, exception)
+
+
 def server_error(request: HttpRequest) -> HttpResponse:
     # Raised outside a view (in a middleware), a database that is down is still a 503 under /api/.
     exc = sys.exc_info()[1]
@@ -45,5 +53,6 @@ def server_error(request: HttpRequest) -> HttpResponse:
     return defaults.server_error(request)
 
 
+handler400 = bad_request
 handler404 = not_found
 handler500 = server_error

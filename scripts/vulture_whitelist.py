@@ -29,7 +29,7 @@ _.child_exit
 # error handlers, the schema hook, a gunicorn application factory, the benchmarks' child entry point.
 _.BodySizeLimitMiddleware, _.DatabaseUnavailableMiddleware, _.ServerHeardMiddleware, _.BrokerAMQP
 _.FleetConfig, _.RolloutConfig
-_.handler404, _.handler500, _.postprocess_schema, _.counting_application, _.run_in_process
+_.handler400, _.handler404, _.handler500, _.postprocess_schema, _.counting_application, _.run_in_process
 _.ApiKeyAuthentication, _.FleetAdmin, _.ApiKeyScheme, _.AgentTokenScheme
 _.FleetAdminConfig, _.FleetAdminSite, _.default_site  # INSTALLED_APPS names the config, whose default_site the site
 
