@@ -139,6 +139,6 @@ class AgentCommandAckView(AgentView):
         command_uuid = path_id(command_id, "command")
         data = valid_body(s.CommandAckInSerializer, request)
         command = command_ack(
-            node_id=_agent_node(request).id, command_id=command_uuid, ok=data["ok"], error=data.get("error", "")
+            node_id=_agent_node(request).id, command_id=command_uuid, ok=data["ok"], error=data.get("error") or ""
         )
         return Response(s.CommandSerializer(command).data)

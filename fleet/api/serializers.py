@@ -247,7 +247,7 @@ class AgentSessionSerializer(serializers.Serializer):
 
 class CommandAckInSerializer(StrictSerializer):
     ok = StrictBooleanField()
-    error = StrictCharField(required=False, allow_blank=True, max_length=4000, trim_whitespace=False)
+    error = StrictCharField(required=False, allow_blank=True, allow_null=True, max_length=4000, trim_whitespace=False)
 
 
 class CommandSerializer(serializers.Serializer):

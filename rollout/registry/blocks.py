@@ -38,10 +38,8 @@ def _release(version: str) -> Release:
 
 
 def _reason(value: object) -> str:
-    if not isinstance(value, str) or not value.strip() or len(value) > MAX_REASON:
-        raise InvalidInput(
-            f"reason must be 1 to {MAX_REASON} characters (not only spaces).", code="invalid_input", field="reason"
-        )
+    if not isinstance(value, str) or not value or len(value) > MAX_REASON:
+        raise InvalidInput(f"reason must be 1 to {MAX_REASON} characters.", code="invalid_input", field="reason")
     return value
 
 

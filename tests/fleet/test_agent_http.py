@@ -283,3 +283,10 @@ def test_a_failed_ack_records_the_error(http, fleet):
     assert http.post(ack_url(command.id), json={"ok": True}, headers=agent(fleet["ta"])).json()["state"] == "failed"
     command.refresh_from_db()
     assert (command.state, command.error) == ("failed", "sha256 mismatch")
+
+
+def test_an_ack_with_a_null_error_is_one_without(http, fleet):
+    command = command_enqueue(node_id=fleet["a"].id, kind="daemon.upgrade", payload={"version": "2"})
+    response = http.post(ack_url(command.id), json={"ok": True, "error": None}, headers=agent(fleet["ta"]))
+    assert response.status_code == 200, response.text
+    assert response.json()["state"] == "acked"
