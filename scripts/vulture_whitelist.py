@@ -35,6 +35,7 @@ _.FleetAdminConfig, _.FleetAdminSite, _.default_site  # INSTALLED_APPS names the
 
 # Django: app configs, models' Meta and fields read through querysets, choices, management commands, forms.
 _.verbose_name, _.verbose_name_plural, _.default_auto_field, _.constraints
+_.field_class  # django-filter reads a filter's form field class by name
 _.registered_at, _.recorded_at, _.delivered_at, _.revoked_at, _.last_heard_at  # written, read by the admin
 _.timeouts_due_at  # TickRequest's, written and read through querysets only (rollout/controller/timeouts.py)
 _.MAINTENANCE  # a Workflow.Kind choice

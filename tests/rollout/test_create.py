@@ -246,7 +246,9 @@ def test_list_filter_detail_nodes_and_events(api, tenant, releases):
     }  # fmt: skip
     assert len(api.get(f"{URL}{rollout_id}/nodes/?wave=0").json()["results"]) == 2
     assert len(api.get(f"{URL}{rollout_id}/nodes/?state=pending&wave=1").json()["results"]) == 8
-    assert api.get(f"{URL}{rollout_id}/nodes/?wave=x").status_code == 400
+    for bad in ("x", "1.5", "-1"):
+        refused = api.get(f"{URL}{rollout_id}/nodes/?wave={bad}")
+        assert (refused.status_code, refused.json()["code"]) == (400, "invalid_input"), bad
     events = api.get(f"{URL}{rollout_id}/events/").json()["results"]
     assert [e["kind"] for e in events] == ["rollout.created"]
     assert set(events[0]) == {"kind", "at", "data"}
