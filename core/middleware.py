@@ -17,7 +17,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 from typing import Protocol
-from urllib.parse import unquote_plus
+from urllib.parse import parse_qsl, unquote_plus
 
 from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -59,10 +59,17 @@ def read_capped(stream: Readable, limit: int) -> bytes:
 
 def _query_refused(request: HttpRequest) -> HttpResponse | None:
     """A query string holding a NUL (``%00``): PostgreSQL stores and compares no NUL, so a filter given one would
-    be a 500."""
-    if "\x00" in unquote_plus(request.META.get("QUERY_STRING", "")):
-        return _refusal(400, "invalid_input", "The query string holds a NUL character.")
-    return None
+    be a 500. The refusal names the parameter (``field``)."""
+    query = request.META.get("QUERY_STRING", "")
+    if "\x00" not in unquote_plus(query):
+        return None
+    field = next((key for key, value in parse_qsl(query, keep_blank_values=True) if "\x00" in key + value), "")
+    response = JsonResponse(
+        {"code": "invalid_input", "detail": f"{field or 'The query string'} holds a NUL character.", "field": field},
+        status=400,
+    )
+    response["Content-Length"] = str(len(response.content))
+    return response
 
 
 class BodySizeLimitMiddleware:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.test import override_settings
 from rest_framework.test import APIClient
 
 from fleet.models import Permission, Tenant
@@ -18,10 +19,12 @@ def _fresh_pulse_throttle(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def _api_requests_not_heard(settings):
+def _api_requests_not_heard():
     """An API request does not write the fleet's pulse here (fleet/api/heard.py), so that the statements a request
-    runs are counted alike whenever it comes; tests/rollout/test_hardening.py turns it on where it is the subject."""
-    settings.FLEET_HEARD_BY_API = False
+    runs are counted alike whenever it comes; tests/rollout/test_hardening.py turns it on where it is the subject.
+    (``override_settings``, not pytest-django's ``settings``: some modules have a fixture of that name.)"""
+    with override_settings(FLEET_HEARD_BY_API=False):
+        yield
 
 
 @pytest.fixture(autouse=True)
