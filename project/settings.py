@@ -86,10 +86,9 @@ TEMPLATES = [
 # ImproperlyConfigured. Only the URL's scheme is kept to say so: the rest may hold a password.
 DATABASE_REFUSED = ""
 _database_url = env_str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/rollout")
+_conn_max_age = int(env_str("DATABASE_CONN_MAX_AGE", "0") or 0)
 try:
-    DATABASES = {
-        "default": dj_database_url.parse(_database_url, conn_max_age=int(env_str("DATABASE_CONN_MAX_AGE", "0") or 0))
-    }
+    DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=_conn_max_age)}
 except ValueError:  # an unknown scheme, no URL at all (dj_database_url's UnknownSchemeError is a ValueError)
     _scheme = _database_url.partition("://")[0] if "://" in _database_url else ""
     DATABASE_REFUSED = f"a URL of scheme {_scheme!r}, which names no database" if _scheme else "no URL"

@@ -5,8 +5,8 @@ no node is skipped or failed for looking offline. Agents are not the only ones h
 here (an operator, automation, a monitor) shows the web tier up and the database reachable, so a fleet that stays
 silent meanwhile is silent itself, and its offline nodes are judged as such. At most one write a second per
 process (``pulse_heard``); a database that is down writes nothing, and the request's answer says so. The agents'
-own requests are not written here: their statements write the pulse. ``FLEET_HEARD_BY_API`` (default true)
-turns it off (the test suite does, so that a request's statements are counted alike whenever it comes).
+own requests are not written here: their statements write the pulse. ``FLEET_HEARD_BY_API=false`` turns it
+off (the test suite does, so that a request's statements are counted alike whenever it comes).
 """
 
 from __future__ import annotations
