@@ -17,7 +17,6 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 from typing import Protocol
-from urllib.parse import parse_qsl, unquote_plus
 
 from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -57,31 +56,15 @@ def read_capped(stream: Readable, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _query_refused(request: HttpRequest) -> HttpResponse | None:
-    """A query string holding a NUL (``%00``): PostgreSQL stores and compares no NUL, so a filter given one would
-    be a 500. The refusal names the parameter (``field``)."""
-    query = request.META.get("QUERY_STRING", "")
-    if "\x00" not in unquote_plus(query):
-        return None
-    field = next((key for key, value in parse_qsl(query, keep_blank_values=True) if "\x00" in key + value), "")
-    response = JsonResponse(
-        {"code": "invalid_input", "detail": f"{field or 'The query string'} holds a NUL character.", "field": field},
-        status=400,
-    )
-    response["Content-Length"] = str(len(response.content))
-    return response
-
-
 class BodySizeLimitMiddleware:
-    """Place it first in MIDDLEWARE so that no other middleware reads the body before it. Under /api/ it also
-    refuses a query string holding a NUL (``_query_refused``), before any view filters with it."""
+    """Place it first in MIDDLEWARE so that no other middleware reads the body before it."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if request.path_info.startswith(API_PREFIX):
-            refused = self._refuse(request) or _query_refused(request)
+            refused = self._refuse(request)
             if refused is not None:
                 return refused
         return self.get_response(request)

@@ -29,6 +29,15 @@ def query_id(request: Request, name: str) -> UUID | None:
         raise InvalidInput(f"{name} must be a UUID.", code="invalid_input") from exc
 
 
+def query_text(request: Request, name: str) -> str | None:
+    """A query parameter compared with a text column as it is: PostgreSQL stores and compares no NUL, so one
+    holding a NUL is a 400 naming it, not a 500."""
+    value = request.query_params.get(name)
+    if value is not None and "\x00" in value:
+        raise InvalidInput(f"{name} holds a NUL character.", code="invalid_input", field=name)
+    return value
+
+
 def query_bool(request: Request, name: str) -> bool | None:
     value = request.query_params.get(name)
     if value is None:

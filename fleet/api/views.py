@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from core.errors import InvalidInput, NotFound
 from core.pagination import PaginatedViewMixin
 from fleet.api import serializers as s
-from fleet.api.params import path_id, query_bool, query_id, valid_body
+from fleet.api.params import path_id, query_bool, query_id, query_text, valid_body
 from fleet.api.schema import error_responses
 from fleet.models import AuditEntry, Node, Pool, Tenant, Workflow
 from fleet.services.audit import Actor
@@ -126,7 +126,7 @@ class NodeViewSet(TenantViewSet):
         nodes = nodes.filter(
             node_list_q(
                 pool_id=query_id(request, "poolId"),
-                daemon_version=request.query_params.get("daemonVersion"),
+                daemon_version=query_text(request, "daemonVersion"),
                 online=query_bool(request, "online"),
                 now=now,
             )
@@ -282,12 +282,9 @@ class AuditListView(generics.ListAPIView):
     def get_queryset(self):
         entries = AuditEntry.objects.filter(tenant=cast(Principal, self.request.auth).tenant).order_by("-seq")
         for param, column in (("action", "action"), ("objectId", "object_id")):
-            value = self.request.query_params.get(param)
-            if value is None:
-                continue
-            if "\x00" in value:  # PostgreSQL refuses NUL in any string: a 400, not a 500
-                raise InvalidInput(f"{param} holds a NUL character.", code="invalid_input", field=param)
-            entries = entries.filter(**{column: value})
+            value = query_text(self.request, param)
+            if value is not None:
+                entries = entries.filter(**{column: value})
         return entries
 
     @extend_schema(
