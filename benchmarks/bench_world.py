@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,26 @@ class BenchWorld:
     tenant: Any
     pools: list[Any]
     tokens: list[tuple[str, str]]  # (node name, agent token) per agent
+
+
+def metrics_dir(run_dir: Path) -> Path:
+    """The processes' metric files, emptied: samples of an earlier run's processes would be summed in."""
+    path = run_dir / "prometheus"
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
+def arrivals_by_read(port: int) -> dict[str, float]:
+    """The web tier's held arrivals so far by how they were read (``fleet_watch_arrivals_total``, fleet/watch)."""
+    import httpx
+
+    counts: dict[str, float] = {}
+    for line in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text.splitlines():
+        if line.startswith("fleet_watch_arrivals_total{"):
+            labels, value = line.rsplit(" ", 1)
+            counts[labels.split('read="', 1)[1].split('"', 1)[0]] = float(value)
+    return counts
 
 
 def bench_world(
@@ -72,6 +93,10 @@ def bench_world(
         "AGENT_TOKEN_RATE": f"{(10 if watch else 5) * math.ceil(max(10, math.ceil(heartbeat)) / heartbeat)}/heartbeat",
         "LOG_LEVEL": "WARNING",
         "DJANGO_ALLOWED_HOSTS": ",".join(["localhost", *listen]),
+        # As production runs it (docker-compose.yml): every process's samples summed at /metrics, which the
+        # benchmark reads (the arrivals answered from memory).
+        "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir(run_dir)),
+        "METRICS_PUBLIC": "1",
         **(nginx_env(run_dir) if nginx else {}),
     }
     os.environ.update(env)

@@ -25,6 +25,7 @@ the rollout, 5xx, peak RSS of the worker and web processes).
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import time
 from collections import Counter
@@ -32,7 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from benchmarks.bench_tier import bench_tier
-from benchmarks.bench_world import bench_world
+from benchmarks.bench_world import arrivals_by_read, bench_world
 from benchmarks.heartbeat_probes import CpuSampler, ProcessSampler, percentile
 from benchmarks.polling_price import requests_sent, upgrade_price, web_cpu_per_download, web_cpu_per_heartbeat
 
@@ -157,6 +158,8 @@ def run(
                 raise SystemExit(f"only {fleet.online_count()} of {agents} agents came online: {fleet.status_line()}")
             # Priced while the agents watch (idle); polling agents would add their own heartbeats to it.
             heartbeat_loop = web_cpu_per_heartbeat(web.pid, port, tokens) if measure and watch else None
+            # The same, priced as before 2026-12-06 (the 16 connections sending at once): printed beside it.
+            burst_loop = web_cpu_per_heartbeat(web.pid, port, tokens, bursts=True) if measure and watch else None
             # A download of the release the rollout sends, priced the same way, before the measured windows.
             download_loop = (
                 web_cpu_per_download(web.pid, port, f"{DOWNLOADS}/1.1.0/linux-amd64", rate=agents / 10)
@@ -168,12 +171,14 @@ def run(
             idle_cpu.sample()
             idle_nginx.sample()
             idle_requests = -requests_sent(fleet.stats)
+            arrivals = [arrivals_by_read(port)] if watch else []
             if sampler and not rollout:
                 sampler.start()
             time.sleep(idle_seconds)  # a measured window: every agent online, nothing changing
             idle_cpu.sample()
             idle_nginx.sample()
             idle_requests += requests_sent(fleet.stats)
+            arrivals += [arrivals_by_read(port)] if watch else []
             # The loops ran beside the watching fleet: its CPU at the idle window's rate comes out of their
             # price, as it comes out of the upgrade's (polling_price.upgrade_price).
             idle_rate = idle_cpu.seconds() / idle_seconds if idle_seconds else 0.0
@@ -217,6 +222,7 @@ def run(
             latencies = stats.latencies[latencies_before:]
             round_trips = stats.round_trips[round_trips_before:]
             errors_during = stats.errors - errors_before
+            arrivals += [arrivals_by_read(port)] if watch else []
     finally:
         stop(worker, beat)  # first: nothing may leave them running
         tier.stop()
@@ -263,23 +269,32 @@ def run(
             idle = idle_cpu.seconds() / (agents * idle_seconds / 60 / 1000)
             result[f"web CPU s per 1,000 agent-minutes, idle ({idle_seconds:g} s)"] = against_polling(idle)
             if watch and states["succeeded"]:
-                result |= upgrade_price(
-                    rollout_cpu=sampler.cpu["web"].seconds(), window=window, idle_cpu=idle_cpu.seconds(),
-                    idle_seconds=idle_seconds, rollout_requests=requests_during, idle_requests=idle_requests,
-                    upgraded=states["succeeded"], per_heartbeat=per_heartbeat,
-                )  # fmt: skip
+                measured = {
+                    "rollout_cpu": sampler.cpu["web"].seconds(), "window": window, "idle_cpu": idle_cpu.seconds(),
+                    "idle_seconds": idle_seconds, "rollout_requests": requests_during, "idle_requests": idle_requests,
+                    "upgraded": states["succeeded"],
+                }  # fmt: skip
+                result |= upgrade_price(**measured, per_heartbeat=per_heartbeat)
                 result["  a download, priced as the heartbeat"] = (
                     f"{1000 * per_download:.2f} ms ({per_download / per_heartbeat:.1f} heartbeats)"
                 )
                 assert heartbeat_loop is not None
+                assert burst_loop is not None
                 result["  a plain heartbeat with the idle fleet's CPU left in (before 2026-12-06)"] = (
                     f"{1000 * heartbeat_loop.per_request():.2f} ms"
                 )
+                result["  priced with heartbeats sent 16 at once (before 2026-12-06)"] = upgrade_price(
+                    **measured, per_heartbeat=burst_loop.per_request(idle_rate)
+                )["  priced as plain heartbeats"]
                 if "nginx" in sampler.cpu:
                     nginx_cpu = sampler.cpu["nginx"].seconds() - idle_nginx.seconds() / idle_seconds * window
                     result["nginx CPU per upgraded node (idle share out)"] = (
                         f"{1000 * nginx_cpu / states['succeeded']:.2f} ms (not in the ratio: gunicorn's only)"
                     )
+        if len(arrivals) == 3:
+            result["held arrivals answered from memory, idle / rollout"] = " / ".join(
+                memory_share(before, after) for before, after in itertools.pairwise(arrivals)
+            )
         if not watch:
             result["minimum + half a heartbeat per round"] = (
                 f"{reference:.1f} s (actual / that: {actual / reference:.2f})"
@@ -305,6 +320,13 @@ def run(
         )
         result["_failed"] = bool(server_errors or stats.errors or states.keys() - {"succeeded"})
     return result
+
+
+def memory_share(before: dict[str, float], after: dict[str, float]) -> str:
+    """The share of the held arrivals between two reads of ``arrivals_by_read`` answered from memory."""
+    memory = after.get("memory", 0) - before.get("memory", 0)
+    total = memory + after.get("database", 0) - before.get("database", 0)
+    return f"{memory / total:.0%} of {total:,.0f}" if total else "none"
 
 
 def _idle_result(

@@ -26,12 +26,15 @@ class LoopPrice:
         return max(0.0, self.cpu - background * self.seconds) / max(1, self.answered)
 
 
-def web_cpu_per_heartbeat(web_pid: int, port: int, tokens: list[tuple[str, str]], seconds: float = 10.0) -> LoopPrice:
+def web_cpu_per_heartbeat(
+    web_pid: int, port: int, tokens: list[tuple[str, str]], seconds: float = 10.0, *, bursts: bool = False
+) -> LoopPrice:
     """The web tier's CPU for plain heartbeats when the agents poll every 10 s: ``len(tokens) / 10`` requests a
     second, paced over 16 connections for ``seconds`` (their sessions are open on 1.0.0: every request is a
-    plain heartbeat). A server that cannot keep up serves as many as it can (then it is a closed loop)."""
+    plain heartbeat). A server that cannot keep up serves as many as it can (then it is a closed loop).
+    ``bursts``: the 16 connections send together (as this loop did before 2026-12-06), not evenly spaced."""
     requests = [request_bytes(REAL_PATH, token, port) for _, token in tokens]
-    return web_cpu_per_request(web_pid, port, requests, rate=len(tokens) / 10, seconds=seconds)
+    return web_cpu_per_request(web_pid, port, requests, rate=len(tokens) / 10, seconds=seconds, bursts=bursts)
 
 
 def web_cpu_per_download(web_pid: int, port: int, path: str, *, rate: float, seconds: float = 10.0) -> LoopPrice:
@@ -41,16 +44,22 @@ def web_cpu_per_download(web_pid: int, port: int, path: str, *, rate: float, sec
     return web_cpu_per_request(web_pid, port, [request], rate=rate, seconds=seconds)
 
 
-def web_cpu_per_request(web_pid: int, port: int, requests: list[bytes], *, rate: float, seconds: float) -> LoopPrice:
+def web_cpu_per_request(
+    web_pid: int, port: int, requests: list[bytes], *, rate: float, seconds: float, bursts: bool = False
+) -> LoopPrice:
     """The web tier's CPU for ``requests`` in turn, ``rate`` a second over 16 keep-alive connections for
-    ``seconds``, each answer read whole (its Content-Length)."""
+    ``seconds``, each answer read whole (its Content-Length). The connections take turns, one request every
+    ``1 / rate`` seconds, as a fleet's requests arrive; ``bursts``: the 16 send at once every ``16 / rate``, which
+    lets the server read several per wake-up and prices a request below what an agent's costs."""
     connections = 16
     answered = [0]
 
     async def paced(first: int) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         loop, index = asyncio.get_running_loop(), first
-        due = start = loop.time()
+        start = loop.time()
+        due = start if bursts else start + first / rate
+        await asyncio.sleep(max(0.0, due - loop.time()))
         while loop.time() - start < seconds:
             writer.write(requests[index % len(requests)])
             head = await reader.readuntil(b"\r\n\r\n")
