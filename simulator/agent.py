@@ -169,9 +169,10 @@ class Agent:
         started = time.perf_counter()
         sent: dict[str, Any] = {"daemonVersion": self.version, "protocolVersion": self.config.protocol_version}
         # --- watch (docs/simulator.md "Watching"): the request is held until the spec changes or `wait` passes.
-        wait = watch_wait(self._base_interval()) if fleet.watch and self._session_open else None
+        # A join carries `wait` without `seen`: the server takes it for a join at once (docs/fleet.md#watch).
+        wait = watch_wait(self._base_interval()) if fleet.watch else None
         if wait is not None:
-            sent.update(wait=wait, **({"seen": self.revision} if self.revision else {}))
+            sent.update(wait=wait, **({"seen": self.revision} if self.revision and self._session_open else {}))
         refused = self.refused.to_report
         if refused is not None:
             sent["refused"] = refused

@@ -43,6 +43,11 @@ class SessionRequest:
         """The revision to hold on (None: answer at once): ``seen``, when ``wait`` is given."""
         return self.seen if self.wait is not None else None
 
+    @property
+    def likely_join(self) -> bool:
+        """A watching agent's first request since it started (``wait`` without ``seen``): most likely a join."""
+        return self.wait is not None and self.seen is None
+
 
 def session_request(*, authorization: str | None, content_type: str, accept: str, body: bytes) -> SessionRequest | None:
     """The request, when DRF would accept it as a session request; else None (DRF answers it)."""

@@ -77,7 +77,8 @@ LEFT JOIN {NodeSession._meta.db_table} AS s ON s.node_id = node.id
 # between a join and a heartbeat is made on the row as it stands, never on a stale read; a first session that a
 # concurrent join inserts meanwhile is met by ON CONFLICT. A join completes the node's open daemon.upgrade
 # commands to the version it reports, which the answer's pending commands then leave out (the final SELECT reads
-# the snapshot the statement started with).
+# the snapshot the statement started with). The last column is the statement's transaction id when it wrote (its
+# watch notifications name it: fleet/migrations/0010_watch_notify_transaction.py).
 # ``always`` (a refusal's call): the row is written even when a heartbeat's write would be coalesced.
 # tests/fleet/test_join_paths.py holds it to its rules.
 JOIN_SQL = f"""
@@ -130,7 +131,8 @@ SELECT node.spec::text, node.id, coalesce(recorded.joined, false), prior.daemon_
     (SELECT coalesce(json_agg(json_build_object('id', c.id, 'kind', c.kind, 'payload', c.payload)
                               ORDER BY c.created_at, c.id), '[]')::text
      FROM {Command._meta.db_table} AS c
-     WHERE c.node_id = node.id AND c.state = %(pending)s AND c.id NOT IN (SELECT id FROM done))
+     WHERE c.node_id = node.id AND c.state = %(pending)s AND c.id NOT IN (SELECT id FROM done)),
+    pg_current_xact_id_if_assigned()::text
 FROM node LEFT JOIN prior ON true LEFT JOIN recorded ON true
 """  # noqa: S608 - table names from the models, values bound
 

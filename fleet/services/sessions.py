@@ -57,6 +57,9 @@ class SessionReport:
     heartbeat_seconds: int
     joined: bool
     node_id: UUID | None = None
+    #: The transaction that read this report (a join's; None for a plain heartbeat's, which notifies nothing):
+    #: its own watch notifications do not make the read stale (fleet/watch/known.py). Not part of what is answered.
+    written_by: str | None = field(default=None, compare=False)
     #: What plug-ins add to every answer (``fleet.plugins.register_session_fields``), read when the report is
     #: made: on the thread that reads the database, never in the async front's event loop.
     fields: dict[str, Any] = field(default_factory=session_fields)
@@ -230,21 +233,24 @@ def agent_session_report_for_token(
 
 
 def agent_session_arrival(
-    *, token_hash: str, daemon_version: str, protocol_version: int, now: datetime
-) -> tuple[SessionReport | None, bool]:
+    *, token_hash: str, daemon_version: str, protocol_version: int, now: datetime, join_first: bool = False
+) -> SessionReport | None:
     """A session request as the async front takes it on one of its threads, in one hop: the plain heartbeat's
-    statement (``agent_heartbeat``, at ``now``), and when it is not one, the join's
-    (``agent_session_report_for_token``, at its own time). The report (None: an unknown token, nothing written)
-    and whether it was a plain heartbeat."""
-    report = agent_heartbeat(
+    statement (``agent_heartbeat``), and when it is not one, the join's (``agent_session_report_for_token``), both at
+    ``now``. The report; None, and nothing written, for an unknown token.
+
+    ``join_first``: the request is likely a join (a watching agent's first request, docs/fleet.md#watch), so the join's
+    statement runs alone. It is a heartbeat's too when the session turns out to be open on that version (it then
+    locks the row for a moment: the price of a wrong guess), so the answer is the same either way."""
+    if not join_first:
+        report = agent_heartbeat(
+            token_hash=token_hash, daemon_version=daemon_version, protocol_version=protocol_version, now=now
+        )
+        if report is not None:
+            return report
+    return agent_session_report_for_token(
         token_hash=token_hash, daemon_version=daemon_version, protocol_version=protocol_version, now=now
     )
-    if report is not None:
-        return report, True
-    joined = agent_session_report_for_token(
-        token_hash=token_hash, daemon_version=daemon_version, protocol_version=protocol_version
-    )
-    return joined, False
 
 
 def _session_report(
@@ -259,7 +265,7 @@ def _session_report(
         row = cursor.fetchone()
     if row is None:
         return None
-    spec, node_id, joined, previous_version, done, commands = row
+    spec, node_id, joined, previous_version, done, commands, written_by = row
     if joined:
         _session_joined(
             node_id=node_id,
@@ -269,7 +275,12 @@ def _session_report(
             upgrade_commands_done=done,
         )
     return SessionReport(
-        spec=json.loads(spec), commands=json.loads(commands), heartbeat_seconds=seconds, joined=joined, node_id=node_id
+        spec=json.loads(spec),
+        commands=json.loads(commands),
+        heartbeat_seconds=seconds,
+        joined=joined,
+        node_id=node_id,
+        written_by=written_by,
     )
 
 

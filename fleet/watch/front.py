@@ -3,14 +3,14 @@
 ``/api/compute/agent/session`` is the hot path of a fleet, and its ``POST`` the only request that may be held
 (docs/fleet.md#watch). This front answers it without Django's request machinery: the body is parsed by the
 same function as the synchronous fast path (``fleet.api.agent_session.session_request``), the session's service
-(a plain heartbeat's one statement, and for a join or a version change the join's after it, on the same thread
-hop: ``agent_session_arrival``) runs on one of this process's threads for a moment, and a held request then waits
-on the process's ``WatchHub`` holding no thread and no database connection. A leave (``DELETE``) is one UPDATE
-on such a thread. Anything else, and every session request it does not take (a refusal, an unknown or malformed
-token, a bad body, a body without Content-Length or over 1 MiB), goes to Django's WSGI application on a pool of
-threads, unchanged (its middleware, DRF, its errors). A plug-in may answer a ``GET`` or ``HEAD`` here too, from
-what its process holds (``fleet.plugins.register_quick_answers``: rollout's downloads, handed to nginx).
-docs/architecture.md#watch says why this shape and what it measured.
+(one statement: a plain heartbeat's, or a join's, after the heartbeat's when it was not one: ``agent_session_arrival``)
+runs on one of this process's threads for a moment, and a held request then waits on the process's ``WatchHub``
+holding no thread and no database connection. A leave (``DELETE``) is one UPDATE on such a thread. Anything else,
+and every session request it does not take (a refusal, an unknown or malformed token, a bad body, a body without
+Content-Length or over 1 MiB), goes to Django's WSGI application on a pool of threads, unchanged (its middleware,
+DRF, its errors). A plug-in may answer a ``GET`` or ``HEAD`` here too, from what its process holds
+(``fleet.plugins.register_quick_answers``: rollout's downloads, handed to nginx). docs/architecture.md#watch says
+why this shape and what it measured.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Coroutine
+from functools import partial
 from typing import Any, TypeVar
 
 import structlog
@@ -86,8 +87,7 @@ class AgentSessionFront:
         self.admission = admission  # at most so many session requests under way, held ones not counted
         self.django = DjangoOnThreads(terminated(wsgi_application), workers=threads)
         # The sessions' statements have threads of their own: a slow admin page never delays a heartbeat.
-        self.threads = SessionThreads(threads)
-        self.hub = hub
+        self.threads, self.hub = SessionThreads(threads), hub
         hub.before_resync = self._touch_held
         self.wake_reads = WakeReads(lambda tokens: self._run(held_sessions_read, token_hashes=tokens))
         self.headers = security_headers()
@@ -254,22 +254,19 @@ class AgentSessionFront:
 
     async def _heartbeat(self, request: SessionRequest, hashed: str, *, arrival: bool = False) -> SessionReport | None:
         """A plain heartbeat's statement (None: not one); a watching agent's read is remembered (``_known``). An
-        ``arrival`` that is not a plain heartbeat is a join, on the same thread hop (``agent_session_arrival``)."""
-        since = asyncio.get_running_loop().time()
-        now = timezone.now()
+        ``arrival`` that is not a plain heartbeat (or ``likely_join``) is a join, in the same thread hop."""
+        since, now = asyncio.get_running_loop().time(), timezone.now()
+        statement = partial(agent_session_arrival, join_first=request.likely_join) if arrival else agent_heartbeat
         version, protocol = request.daemon_version, request.protocol_version
-        statement = agent_session_arrival if arrival else agent_heartbeat
-        answer = await self._run(
-            statement, token_hash=hashed, daemon_version=version, protocol_version=protocol, now=now
+        report = await self._run(
+            statement, token_hash=hashed, now=now, daemon_version=version, protocol_version=protocol
         )
-        report, plain = answer if isinstance(answer, tuple) else (answer, answer is not None)
         if report is not None:
             self.fields.seen(since, report.fields)
-            if plain and request.wait is not None and report.node_id is not None:
-                # Afterwards last_seen_at is within an interval of now: written now, or not due.
-                floor = now.timestamp() - heartbeat_seconds()
-                known = Known(report.node_id, report, request.daemon_version, request.protocol_version, since, floor)
-                self.hub.remember(hashed, known)
+            if request.wait is not None and report.node_id is not None:
+                # last_seen_at is now (a join wrote it) or within an interval of now (written, or not due).
+                floor = now.timestamp() - (0 if report.joined else heartbeat_seconds())
+                self.hub.remember(hashed, Known(report.node_id, report, version, protocol, since, floor))
         return report
 
     async def _reread(self, request: SessionRequest, hashed: str) -> SessionReport | None:
@@ -303,7 +300,8 @@ class AgentSessionFront:
             return None
         if now - known.since > KNOWN_SECONDS:
             return None
-        if not self.hub.unbroken_since(known.since) or self.hub.notified_since(known.node_id, known.since):
+        changed = self.hub.notified_since(known.node_id, known.since, besides=known.report.written_by)
+        if not self.hub.unbroken_since(known.since) or changed:
             return None
         # The statement would write last_seen_at when it is an interval old: then it runs.
         if known.seen_floor <= time.time() - heartbeat_seconds():
@@ -351,18 +349,23 @@ class AgentSessionFront:
         held()  # a held request is no load (fleet/watch/admission.py)
         arrived = since
         hung_up = asyncio.ensure_future(disconnected(receive))
+
+        def changed() -> bool:  # a notification since the read (but the join's own, whose read holds it)
+            return self.hub.notified_since(node_id, since, besides=report.written_by)
+
         try:
             with self.hub.holding(node_id):
                 while True:
                     remaining = deadline - loop.time()
-                    fresh_enough = not self.hub.notified_since(node_id, since) and not self.hub.relistened_since(since)
-                    if remaining > 0 and fresh_enough:
+                    if remaining > 0 and not changed() and not self.hub.relistened_since(since):
                         wake = self.hub.next_wake(node_id)
                         done, _ = await asyncio.wait({wake, hung_up}, timeout=remaining, return_when="FIRST_COMPLETED")
                         self.hub.forget(node_id, wake)
                         if hung_up in done:  # kept online until now by the keeper; nobody to answer
                             return None
-                    if not self.hub.notified_since(node_id, since) and self.hub.unbroken_since(arrived):
+                    if not changed() and self.hub.unbroken_since(arrived):
+                        if loop.time() < deadline:  # woken by the join's own notification (its read holds it)
+                            continue
                         return report  # at wait, nothing changed (or shutting down): the same answer
                     since = loop.time()
                     fresh = await self._reread(request, hashed)

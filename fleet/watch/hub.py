@@ -54,6 +54,16 @@ LISTENING = Gauge(
 RECENT_SECONDS = 10.0
 
 
+def notification(payload: str) -> tuple[str | None, list[UUID]]:
+    """A watch notification's sending transaction and node ids (fleet/migrations/0010_watch_notify_transaction.py:
+    ``<xid>:<id>,<id>,…``; without ``<xid>:``, as a test or an operator may send one by hand, no transaction).
+    ValueError: not such a payload."""
+    transaction, _, ids = payload.rpartition(":")
+    if transaction and not transaction.isdigit():
+        raise ValueError(payload)
+    return transaction or None, [UUID(hex=item) for item in ids.split(",")]
+
+
 class WatchHub:
     """Wakes held requests when their node changes. Use from one event loop (the web process's)."""
 
@@ -75,6 +85,8 @@ class WatchHub:
         self._waiters: dict[UUID, set[asyncio.Future[None]]] = {}
         self._held: Counter[UUID] = Counter()
         self._notified_at: dict[UUID, float] = {}
+        # Per node, the transaction that sent its latest notifications, and when the one before those arrived.
+        self._sent_by: dict[UUID, tuple[str | None, float]] = {}
         self._task: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
         self._ever_subscribed = False
@@ -189,17 +201,21 @@ class WatchHub:
 
     def _deliver(self, payload: str) -> None:
         now = asyncio.get_running_loop().time()
-        for item in payload.split(","):
-            try:
-                node_id = UUID(hex=item)
-            except ValueError:
-                log.warning("fleet.watch.bad_payload", payload=payload[:100])
-                return
+        try:
+            transaction, node_ids = notification(payload)
+        except ValueError:
+            log.warning("fleet.watch.bad_payload", payload=payload[:100])
+            return
+        for node_id in node_ids:
+            run = self._sent_by.get(node_id)
+            if run is None or run[0] != transaction:  # a new sender: what came before it stays on record
+                self._sent_by[node_id] = (transaction, self._notified_at.get(node_id, -math.inf))
             self._notified_at[node_id] = now
-            self.known.forget_node(node_id)
+            self.known.forget_node(node_id, unless_written_by=transaction)
             self._wake(node_id)
         if len(self._notified_at) > 10_000:  # forget old notifications now and then, not per message
             self._notified_at = {n: t for n, t in self._notified_at.items() if now - t < RECENT_SECONDS}
+            self._sent_by = {n: run for n, run in self._sent_by.items() if n in self._notified_at}
 
     def _wake(self, node_id: UUID) -> None:
         for future in self._waiters.pop(node_id, ()):
@@ -249,9 +265,16 @@ class WatchHub:
     def held_node_ids(self) -> list[UUID]:
         return list(self._held)
 
-    def notified_since(self, node_id: UUID, since: float) -> bool:
-        """Whether a notification for ``node_id`` arrived at or after ``since`` (the loop's clock)."""
-        return self.closing or self._notified_at.get(node_id, -math.inf) >= since
+    def notified_since(self, node_id: UUID, since: float, *, besides: str | None = None) -> bool:
+        """Whether a notification for ``node_id`` arrived at or after ``since`` (the loop's clock); ``besides``: one
+        sent by another transaction than that one (a join's own notifications do not make what it read stale)."""
+        if self.closing:
+            return True
+        at = self._notified_at.get(node_id, -math.inf)
+        run = self._sent_by.get(node_id)
+        if at >= since and besides is not None and run is not None and run[0] == besides:
+            return run[1] >= since  # the latest were that transaction's: whether another's came since
+        return at >= since
 
     def unbroken_since(self, moment: float) -> bool:
         """Whether every change committed since ``moment`` has been notified: the NOTIFY subscription has been
@@ -264,10 +287,12 @@ class WatchHub:
         return self.listening and self._listening_since > moment
 
     def remember(self, token_hash: str, known: Known) -> None:
-        """Keep a plain heartbeat's read, to hold the token's next arrival on (fleet/watch/known.py): only when the
-        subscription has been live since before the read began and brought nothing for the node since."""
+        """Keep a heartbeat's or a join's read, to hold the token's next arrival on (fleet/watch/known.py): only when
+        the subscription has been live since before the read began and brought nothing for the node since (but the
+        join's own notifications)."""
         recent = asyncio.get_running_loop().time() - known.since < RECENT_SECONDS / 2  # its notifications are kept
-        if recent and self.unbroken_since(known.since) and not self.notified_since(known.node_id, known.since):
+        changed = self.notified_since(known.node_id, known.since, besides=known.report.written_by)
+        if recent and self.unbroken_since(known.since) and not changed:
             self.known.remember(token_hash, known)
 
     def next_wake(self, node_id: UUID) -> asyncio.Future[None]:

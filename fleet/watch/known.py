@@ -15,7 +15,9 @@ statement when all of these hold (docs/architecture.md#watch, "Arrivals held fro
 - the node's ``last_seen_at`` is known to be less than one interval old (``seen_floor``, from the keeper's
   touches), so the statement would not have written it: the database ends as the statement would have left it.
 
-Anything else reads the database, as before. Only plain heartbeats are remembered; joins notify.
+Anything else reads the database, as before. A join's read is remembered too (the arrival after a join is every
+upgraded agent's): the join's own notifications (its session opened, its upgrade commands done) name its
+transaction, which the read names too (``SessionReport.written_by``), and do not drop it; any other transaction's do.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ KNOWN_SECONDS = 300.0
 
 @dataclass
 class Known:
-    """A plain heartbeat's report, and what it was read for."""
+    """A heartbeat's or a join's report, and what it was read for."""
 
     node_id: UUID
     report: SessionReport
@@ -46,7 +48,7 @@ class Known:
 
 
 class KnownSessions:
-    """Per agent token hash, this process's last plain-heartbeat read. Used from the event loop only."""
+    """Per agent token hash, this process's last heartbeat or join read. Used from the event loop only."""
 
     def __init__(self) -> None:
         self._by_token: dict[str, Known] = {}
@@ -70,10 +72,17 @@ class KnownSessions:
     def get(self, token_hash: str) -> Known | None:
         return self._by_token.get(token_hash)
 
-    def forget_node(self, node_id: UUID) -> None:
-        token_hash = self._token_of.pop(node_id, None)
-        if token_hash is not None:
-            self._by_token.pop(token_hash, None)
+    def forget_node(self, node_id: UUID, *, unless_written_by: str | None = None) -> None:
+        """Drop the node's read, unless it was a join's and the transaction ``unless_written_by`` is that join's (its
+        own notification says what the read already holds)."""
+        token_hash = self._token_of.get(node_id)
+        if token_hash is None:
+            return
+        written_by = self._by_token[token_hash].report.written_by
+        if unless_written_by is not None and written_by == unless_written_by:
+            return
+        del self._token_of[node_id]
+        del self._by_token[token_hash]
 
     def forget_all(self) -> None:
         self._by_token.clear()

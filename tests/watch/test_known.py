@@ -196,3 +196,54 @@ def test_requests_woken_by_one_commit_are_read_together(server, agents):
     assert [response.json()["spec"] for response, _ in answers] == [{"daemon": None, "round": 1}] * len(group)
     assert all(arrived - changed < 1 for _, arrived in answers)
     assert 1 <= wake_reads(server) - statements <= len(group) // 2, "one statement per woken request"
+
+
+def joined(server: Server, agent: Agent, version: str) -> str:
+    """The agent restarts on ``version`` and joins as a watching agent does (``wait`` without ``seen``, taken for a
+    join at once): the revision it then holds on. Its session was open on another version: a join."""
+    agent.version = version
+    before = arrivals(server)
+    started = time.monotonic()
+    response = agent.session(wait=WAIT)
+    assert response.status_code == 200, response.text
+    assert time.monotonic() - started < WAIT - 0.5  # nothing seen: answered at once
+    assert arrivals(server)["database"] == before["database"] + 1
+    session = NodeSession.objects.get(node=agent.node)
+    assert (session.daemon_version, session.left_at) == (version, None)
+    return response.json()["specRevision"]
+
+
+def test_the_arrival_after_a_join_is_held_from_memory(server, agents):
+    """The join's own notifications (its session opened) do not drop what it read: the upgraded agent's next
+    arrival is held without a statement, as an idle one's is."""
+    (agent,) = agents(1)  # its session open on 0.9.0
+    seen = joined(server, agent, "1.0.0")
+    before = arrivals(server)
+    # Proof that no statement reads it: a change written where no trigger sees it is not in the answer.
+    without_notify('UPDATE fleet_node SET spec = \'{"daemon": null, "unseen": 1}\' WHERE id = %s', [agent.node.id])
+    response, took = hold(agent, seen)
+    assert arrivals(server)["memory"] == before["memory"] + 1, (before, arrivals(server))
+    assert response.json()["specRevision"] == seen
+    assert took >= WAIT - 0.1  # held to its wait: the join's notification, arriving meanwhile, woke nothing
+
+
+@pytest.mark.parametrize(
+    ("change", "then"),
+    [
+        (_leave, lambda session, answer: session.left_at is None),  # the arrival is a join again
+        (
+            lambda a: Node.objects.filter(pk=a.node.pk).update(spec={"daemon": None, "after": 1}),
+            lambda session, answer: answer["spec"] == {"daemon": None, "after": 1},
+        ),
+    ],
+    ids=["left", "spec-changed"],
+)
+def test_another_transaction_after_a_join_reads_the_database_again(server, agents, change, then):
+    (agent,) = agents(1)
+    seen = joined(server, agent, "1.0.0")
+    change(agent)
+    before = arrivals(server)
+    response = agent.session(wait=WAIT, seen=seen)
+    assert response.status_code == 200, response.text
+    assert arrivals(server)["memory"] == before["memory"]
+    assert then(NodeSession.objects.get(node=agent.node), response.json())

@@ -14,9 +14,10 @@ from django.utils import timezone
 from fleet.models import Command, Node, NodeSession
 from fleet.services.commands import command_ack, command_enqueue
 from fleet.services.nodes import nodes_set_daemon
-from fleet.services.sessions import agent_heartbeat, agent_session_report
+from fleet.services.sessions import agent_heartbeat, agent_session_report, agent_session_report_for_token
 from fleet.services.watch import NOTIFY_CHANNEL, held_sessions_touch
 from fleet.tokens import token_hash
+from fleet.watch.hub import notification
 from tests.fleet.conftest import agent_client, make_node, make_nodes, make_pool
 from tests.watch.conftest import SESSION, database_url
 
@@ -36,7 +37,7 @@ def notified():
         # A NOTIFY is queued at the commit that sent it and reaches this connection within milliseconds.
         batch = [n.payload for n in conn.notifies(timeout=0.2)]
         payloads.extend(batch)
-        return {uuid.UUID(hex=item) for payload in batch for item in payload.split(",")}
+        return {node_id for payload in batch for node_id in notification(payload)[1]}
 
     drain.payloads = payloads  # type: ignore[attr-defined]
     yield drain
@@ -117,6 +118,31 @@ def test_a_burst_is_a_few_notifications_under_the_payload_limit(tenant, notified
     payloads = notified.payloads  # type: ignore[attr-defined]
     assert len(payloads) == 5  # 240 ids each
     assert max(len(p.encode()) for p in payloads) < 8000
+    # Each names the transaction that sent it: the statement's.
+    assert len({notification(p)[0] for p in payloads}) == 1
+    assert notification(payloads[0])[0] is not None
+
+
+def test_a_notification_names_the_transaction_that_sent_it(tenant, notified):
+    """The join's statement returns its transaction's id, and the join's notification names the same: the web
+    process that ran the join keeps what it read (fleet/watch/known.py)."""
+    node = make_nodes(make_pool(tenant), 1)[0]
+    agent_session_report_for_token(token_hash=node.agent_token_hash, daemon_version="0.9.0", protocol_version=3)
+    notified()
+    report = agent_session_report_for_token(
+        token_hash=node.agent_token_hash, daemon_version="1.0.0", protocol_version=3
+    )
+    assert report is not None
+    assert report.joined
+    assert report.written_by is not None
+    payloads = notified.payloads  # type: ignore[attr-defined]
+    assert notified() == {node.id}
+    assert [notification(p) for p in payloads[-1:]] == [(report.written_by, [node.id])]
+    # The same statement as a heartbeat (the session open on that version) notifies nothing.
+    again = agent_session_report_for_token(token_hash=node.agent_token_hash, daemon_version="1.0.0", protocol_version=3)
+    assert again is not None
+    assert not again.joined
+    assert notified() == set()
 
 
 def test_a_change_a_heartbeat_would_read_is_notified_and_a_heartbeat_is_not(tenant, notified):
