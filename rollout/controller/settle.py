@@ -74,16 +74,19 @@ def node_upgrade_settle_reported(*, node_id: UUID, daemon_version: str) -> bool:
     one, a round's joins queued on the ``TickRequest`` row (each held it until its commit), and a settle
     could be missed: the ask found a tick queued, that tick started and read the in-flight rows before
     the settle committed, and nothing asked again. Asked after the commit, a queued tick that it finds
-    starts after that commit, so it sees the settle.
+    starts after that commit, so it sees the settle. In the common case a tick is already queued (a round's
+    joins come together), and the settle's statement finds it and share-locks its request: that tick's first
+    step, clearing the request, waits for the settle's commit, so it sees the settle, and no ask is needed.
     """
     # The common case (no readiness to prove, the row not held by a tick) in one statement; the others below.
-    rollout_id = succeed_rejoined(node_id=node_id, version=daemon_version, at=timezone.now())
-    if rollout_id is False:  # no upgrade of the node in flight (every join outside a rollout): nothing to settle
+    rejoined = succeed_rejoined(node_id=node_id, version=daemon_version, at=timezone.now())
+    if rejoined is False:  # no upgrade of the node in flight (every join outside a rollout): nothing to settle
         return False
-    if rollout_id is not None:
-        rollout_request_tick(rollout_id=rollout_id)
-        return True
-    return _settle_reported_orm(node_id=node_id, daemon_version=daemon_version)
+    if rejoined is None:
+        return _settle_reported_orm(node_id=node_id, daemon_version=daemon_version)
+    if not rejoined.tick_queued:  # a queued tick waited for the settle's commit: it reads it (statements.py)
+        rollout_request_tick(rollout_id=rejoined.rollout_id)
+    return True
 
 
 def _settle_reported_orm(*, node_id: UUID, daemon_version: str) -> bool:

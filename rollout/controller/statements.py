@@ -11,10 +11,14 @@ _ACTIVE = constant_array(Rollout.ACTIVE_STATES)  # the rollout states that claim
 # for every upgraded node (docs/controller.md#reacting-at-once). Only the common case: a row a tick holds locked is
 # skipped, and a row that proves readiness (minReadySeconds > 0, or arrived) or whose target is another version is
 # left alone; the caller then takes the ORM path, which decides those. One row: the settled upgrade's rollout and
-# tenant (nulls when none settled), and whether the node had an upgrade in flight at all (when not, as for every
-# join outside a rollout, there is nothing for the ORM path to decide). The tick is asked for by the caller once
-# this has committed, never in the same transaction (controller/settle.py says why).
-# tests/rollout/test_rejoin_paths.py runs both paths over the same states.
+# tenant (nulls when none settled), whether the node had an upgrade in flight at all (when not, as for every join
+# outside a rollout, there is nothing for the ORM path to decide), and whether a tick of the rollout is queued and
+# not started (``queued``, share-locked until this commits). That tick clears its request before it reads anything
+# (controller/tick.py), and the clear waits for this lock: it reads this settle, and the caller asks for nothing.
+# Otherwise the caller asks for a tick once this has committed, never in the same transaction (controller/settle.py
+# says why). A request cleared after this statement began is not locked (the lock rechecks ``queued`` on the row as
+# it stands): then the caller asks. tests/rollout/test_rejoin_paths.py runs both paths over the same states, and
+# tests/rollout/test_tick_requests.py holds the lock to its rule.
 SUCCEED_REJOINED_SQL = f"""
 WITH locked AS (
     SELECT u.id FROM {NodeUpgrade._meta.db_table} AS u
@@ -27,9 +31,14 @@ WITH locked AS (
     WHERE u.id = locked.id AND r.id = u.rollout_id AND u.arrived_at IS NULL AND u.target_version = %(version)s
       AND r.min_ready_seconds = 0
     RETURNING u.rollout_id, r.tenant_id
+), queued AS (
+    SELECT t.rollout_id FROM {TickRequest._meta.db_table} AS t JOIN settled ON t.rollout_id = settled.rollout_id
+    WHERE t.queued
+    FOR SHARE OF t
 )
 SELECT settled.rollout_id, settled.tenant_id,
-    EXISTS (SELECT 1 FROM {NodeUpgrade._meta.db_table} AS f WHERE f.node_id = %(node)s AND f.state = %(in_flight)s)
+    EXISTS (SELECT 1 FROM {NodeUpgrade._meta.db_table} AS f WHERE f.node_id = %(node)s AND f.state = %(in_flight)s),
+    EXISTS (SELECT 1 FROM queued)
 FROM (VALUES (true)) AS one (row) LEFT JOIN settled ON true
 """  # noqa: S608 - table names from the models, values bound
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, cast
 from uuid import UUID
@@ -161,10 +162,19 @@ def succeed_upgrades(*, ids: Sequence[int], rollout_state: str, at: datetime, **
     return succeeded
 
 
-def succeed_rejoined(*, node_id: UUID, version: str, at: datetime) -> UUID | Literal[False] | None:
+@dataclass(frozen=True)
+class Rejoined:
+    """A rejoined node's upgrade that ``succeed_rejoined`` settled."""
+
+    rollout_id: UUID
+    #: A tick of the rollout is queued and waits for this settle's commit to start: asking again is not needed.
+    tick_queued: bool
+
+
+def succeed_rejoined(*, node_id: UUID, version: str, at: datetime) -> Rejoined | Literal[False] | None:
     """in_flight -> succeeded: the node's agent rejoined reporting ``version``, its target; PostgreSQL only.
 
-    The rollout's id; False, and nothing written, when no upgrade of the node is in flight; None, and nothing
+    The settled upgrade; False, and nothing written, when no upgrade of the node is in flight; None, and nothing
     written, for every other case but the common one (controller/statements.py): the caller decides those.
     """
     with prepared_cursor() as cursor:
@@ -178,13 +188,13 @@ def succeed_rejoined(*, node_id: UUID, version: str, at: datetime) -> UUID | Lit
                 "succeeded": State.SUCCEEDED,
             },
         )
-        rollout_id, tenant, in_flight = cursor.fetchone()
+        rollout_id, tenant, in_flight, tick_queued = cursor.fetchone()
     if rollout_id is None:
         return None if in_flight else False
     log.info(
         "node_upgrade.succeeded", count=1, tenant=tenant, rollout=str(rollout_id), node=str(node_id), version=version
     )
-    return cast(UUID, rollout_id)
+    return Rejoined(rollout_id=cast(UUID, rollout_id), tick_queued=tick_queued)
 
 
 def fail_and_send_back(*, rows: Sequence[SendBack], reason: str, at: datetime) -> int:

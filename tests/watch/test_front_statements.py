@@ -24,7 +24,7 @@ from fleet.watch import application
 from rollout.controller.statements import SUCCEED_REJOINED_SQL
 from rollout.controller.tick import rollout_tick
 from rollout.controller.tick_requests import ASK_TICK_SQL
-from rollout.models import NodeUpgrade
+from rollout.models import NodeUpgrade, TickRequest
 from rollout.rollouts.create import rollout_create
 from rollout.rollouts.spec import rollout_spec
 from tests.watch.conftest import SESSION
@@ -152,3 +152,37 @@ def test_a_join_that_settles_the_node_s_upgrade(front, agent, releases):
     assert status == 200, body
     assert NodeUpgrade.objects.get(rollout=rollout, node=node).state == "succeeded"
     assert on_session_thread(run) == [HEARTBEAT_SQL, JOIN_SQL, SUCCEED_REJOINED_SQL, ASK_TICK_SQL]
+
+
+def test_a_join_that_settles_while_a_tick_is_queued_asks_for_nothing(front, agent, releases):
+    """The queued tick's start waits for the settle's commit (controller/statements.py): the settle's statement
+    is the join's last."""
+    app, statements = front
+    node, token = agent
+    assert call(app, "POST", token, join_body())[0] == 200
+    rollout = rollout_create(tenant=node.tenant, spec=rollout_spec(version="1.0.0", waves=[100], soak_seconds=0))
+    rollout_tick(rollout_id=rollout.id)
+    assert call(app, "DELETE", token)[0] == 204
+    TickRequest.objects.filter(rollout=rollout).update(queued=True)
+    (status, _, body), run = statements.during(lambda: call(app, "POST", token, {**join_body("1.0.0"), "wait": 1}))
+    assert status == 200, body
+    assert NodeUpgrade.objects.get(rollout=rollout, node=node).state == "succeeded"
+    assert on_session_thread(run) == [JOIN_SQL, SUCCEED_REJOINED_SQL]
+
+
+def test_a_watching_agent_s_join_is_the_join_s_statement_alone(front, agent, releases):
+    """``wait`` without ``seen`` (a watching agent's first request) is taken for a join: no heartbeat's statement
+    first. Taken so wrongly (the session open on that version), it is answered as the heartbeat would be."""
+    app, statements = front
+    node, token = agent
+    assert call(app, "POST", token, join_body())[0] == 200
+    (status, _, body), run = statements.during(lambda: call(app, "POST", token, {**join_body("1.0.0"), "wait": 1}))
+    assert status == 200, body
+    assert on_session_thread(run) == [JOIN_SQL, SUCCEED_REJOINED_SQL]
+    assert NodeSession.objects.get(node=node).daemon_version == "1.0.0"
+    session = NodeSession.objects.get(node=node)
+    (status, _, again), run = statements.during(lambda: call(app, "POST", token, {**join_body("1.0.0"), "wait": 1}))
+    assert status == 200, again
+    assert on_session_thread(run) == [JOIN_SQL]  # open on that version: nothing joined, nothing to settle
+    assert json.loads(again)["specRevision"] == json.loads(body)["specRevision"]
+    assert NodeSession.objects.get(node=node).joined_at == session.joined_at
