@@ -280,6 +280,9 @@ def run(
                 )
                 assert heartbeat_loop is not None
                 assert burst_loop is not None
+                result["  a plain heartbeat in each round (the cheapest priced)"] = (
+                    ", ".join(f"{1000 * price:.2f}" for price in heartbeat_loop.each(idle_rate)) + " ms"
+                )
                 result["  a plain heartbeat with the idle fleet's CPU left in (before 2026-12-06)"] = (
                     f"{1000 * heartbeat_loop.per_request():.2f} ms"
                 )
