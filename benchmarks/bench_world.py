@@ -53,6 +53,13 @@ def arrivals_by_read(port: int) -> dict[str, float]:
     return counts
 
 
+def memory_share(before: dict[str, float], after: dict[str, float]) -> str:
+    """The share of the held arrivals between two reads of ``arrivals_by_read`` answered from memory."""
+    memory = after.get("memory", 0) - before.get("memory", 0)
+    total = memory + after.get("database", 0) - before.get("database", 0)
+    return f"{memory / total:.0%} of {total:,.0f}" if total else "none"
+
+
 def bench_world(
     *,
     agents: int,

@@ -33,9 +33,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from benchmarks.bench_tier import bench_tier
-from benchmarks.bench_world import arrivals_by_read, bench_world
+from benchmarks.bench_world import arrivals_by_read, bench_world, memory_share
 from benchmarks.heartbeat_probes import CpuSampler, ProcessSampler, percentile
-from benchmarks.polling_price import requests_sent, upgrade_price, web_cpu_per_download, web_cpu_per_heartbeat
+from benchmarks.polling_price import requests_sent, upgrade_rows, web_cpu_per_download, web_cpu_per_heartbeat
 
 BENCH_DB = "rollout_bench_efficiency"
 DOWNLOADS = "/api/compute/downloads/bcd"
@@ -183,7 +183,6 @@ def run(
             # price, as it comes out of the upgrade's (polling_price.upgrade_price).
             idle_rate = idle_cpu.seconds() / idle_seconds if idle_seconds else 0.0
             per_heartbeat = heartbeat_loop.per_request(idle_rate) if heartbeat_loop else 0.0
-            per_download = download_loop.per_request(idle_rate) if download_loop else 0.0
             if not rollout:
                 return _idle_result(
                     agents=agents, idle_seconds=idle_seconds, idle_cpu=idle_cpu, per_heartbeat=per_heartbeat,
@@ -274,21 +273,12 @@ def run(
                     "idle_seconds": idle_seconds, "rollout_requests": requests_during, "idle_requests": idle_requests,
                     "upgraded": states["succeeded"],
                 }  # fmt: skip
-                result |= upgrade_price(**measured, per_heartbeat=per_heartbeat)
-                result["  a download, priced as the heartbeat"] = (
-                    f"{1000 * per_download:.2f} ms ({per_download / per_heartbeat:.1f} heartbeats)"
-                )
                 assert heartbeat_loop is not None
                 assert burst_loop is not None
-                result["  a plain heartbeat in each round (the cheapest priced)"] = (
-                    ", ".join(f"{1000 * price:.2f}" for price in heartbeat_loop.each(idle_rate)) + " ms"
+                assert download_loop is not None
+                result |= upgrade_rows(
+                    measured, idle_rate=idle_rate, heartbeat=heartbeat_loop, bursts=burst_loop, download=download_loop
                 )
-                result["  a plain heartbeat with the idle fleet's CPU left in (before 2026-12-06)"] = (
-                    f"{1000 * heartbeat_loop.per_request():.2f} ms"
-                )
-                result["  priced with heartbeats sent 16 at once (before 2026-12-06)"] = upgrade_price(
-                    **measured, per_heartbeat=burst_loop.per_request(idle_rate)
-                )["  priced as plain heartbeats"]
                 if "nginx" in sampler.cpu:
                     nginx_cpu = sampler.cpu["nginx"].seconds() - idle_nginx.seconds() / idle_seconds * window
                     result["nginx CPU per upgraded node (idle share out)"] = (
@@ -323,13 +313,6 @@ def run(
         )
         result["_failed"] = bool(server_errors or stats.errors or states.keys() - {"succeeded"})
     return result
-
-
-def memory_share(before: dict[str, float], after: dict[str, float]) -> str:
-    """The share of the held arrivals between two reads of ``arrivals_by_read`` answered from memory."""
-    memory = after.get("memory", 0) - before.get("memory", 0)
-    total = memory + after.get("database", 0) - before.get("database", 0)
-    return f"{memory / total:.0%} of {total:,.0f}" if total else "none"
 
 
 def _idle_result(

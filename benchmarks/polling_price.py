@@ -137,3 +137,25 @@ def upgrade_price(
             f"{1000 * priced:.2f} ms ({1000 * per_heartbeat:.2f} ms each); ratio {cpu / priced:.2f} (target <= 1.5)"
         ),
     }
+
+
+def upgrade_rows(
+    measured: dict[str, Any], *, idle_rate: float, heartbeat: LoopPrice, bursts: LoopPrice, download: LoopPrice
+) -> dict[str, str]:
+    """``upgrade_price`` for the rollout ``measured`` (its arguments but the heartbeat's price), with the loops'
+    prices beside it: the download's, every round's, and the heartbeat's as priced before 2026-12-06 (the idle
+    fleet's CPU left in; the 16 connections sending at once)."""
+    per_heartbeat, per_download = heartbeat.per_request(idle_rate), download.per_request(idle_rate)
+    in_bursts = upgrade_price(**measured, per_heartbeat=bursts.per_request(idle_rate))
+    each = ", ".join(f"{1000 * price:.2f}" for price in heartbeat.each(idle_rate))
+    return {
+        **upgrade_price(**measured, per_heartbeat=per_heartbeat),
+        "  a download, priced as the heartbeat": (
+            f"{1000 * per_download:.2f} ms ({per_download / per_heartbeat:.1f} heartbeats)"
+        ),
+        "  a plain heartbeat in each round (the cheapest priced)": f"{each} ms",
+        "  a plain heartbeat with the idle fleet's CPU left in (before 2026-12-06)": (
+            f"{1000 * heartbeat.per_request():.2f} ms"
+        ),
+        "  priced with heartbeats sent 16 at once (before 2026-12-06)": in_bursts["  priced as plain heartbeats"],
+    }

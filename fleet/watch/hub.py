@@ -54,14 +54,17 @@ LISTENING = Gauge(
 RECENT_SECONDS = 10.0
 
 
+#: How a notification's first item says it is the sending transaction's id, not a node's
+#: (fleet/migrations/0010_watch_notify_transaction.py): a UUID of version 0, which no node id is.
+TRANSACTION_MARK = "ffffffff00000"
+
+
 def notification(payload: str) -> tuple[str | None, list[UUID]]:
-    """A watch notification's sending transaction and node ids (fleet/migrations/0010_watch_notify_transaction.py:
-    ``<xid>:<id>,<id>,…``; without ``<xid>:``, as a test or an operator may send one by hand, no transaction).
-    ValueError: not such a payload."""
-    transaction, _, ids = payload.rpartition(":")
-    if transaction and not transaction.isdigit():
-        raise ValueError(payload)
-    return transaction or None, [UUID(hex=item) for item in ids.split(",")]
+    """A watch notification's sending transaction (its id in decimal, as ``pg_current_xact_id`` writes it) and node
+    ids; no transaction for a payload without one (sent by hand). ValueError: not such a payload."""
+    items = payload.split(",")
+    transaction = str(int(items.pop(0)[len(TRANSACTION_MARK) :], 16)) if items[0].startswith(TRANSACTION_MARK) else None
+    return transaction, [UUID(hex=item) for item in items]
 
 
 class WatchHub:

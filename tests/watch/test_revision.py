@@ -138,6 +138,12 @@ def test_a_notification_names_the_transaction_that_sent_it(tenant, notified):
     payloads = notified.payloads  # type: ignore[attr-defined]
     assert notified() == {node.id}
     assert [notification(p) for p in payloads[-1:]] == [(report.written_by, [node.id])]
+    # A web process still running the code before migration 0010 (a rolling deploy) reads every item as a node id:
+    # the transaction's is one no node has, and the notification is not dropped.
+    ids = [uuid.UUID(hex=item) for item in payloads[-1].split(",")]
+    assert node.id in ids
+    assert ids[0] != node.id
+    assert ids[0].version is None
     # The same statement as a heartbeat (the session open on that version) notifies nothing.
     again = agent_session_report_for_token(token_hash=node.agent_token_hash, daemon_version="1.0.0", protocol_version=3)
     assert again is not None
