@@ -57,8 +57,8 @@ class SessionReport:
     heartbeat_seconds: int
     joined: bool
     node_id: UUID | None = None
-    #: The transaction that read this report (a join's; None for a plain heartbeat's, which notifies nothing):
-    #: its own watch notifications do not make the read stale (fleet/watch/known.py). Not part of what is answered.
+    #: The transaction of the join's statement that read this report (None for a plain heartbeat's, which sends no
+    #: notification): its own watch notifications do not make the read stale (fleet/watch/known.py). Not answered.
     written_by: str | None = field(default=None, compare=False)
     #: What plug-ins add to every answer (``fleet.plugins.register_session_fields``), read when the report is
     #: made: on the thread that reads the database, never in the async front's event loop.

@@ -110,7 +110,8 @@ class WatchHub:
             self._task = asyncio.get_running_loop().create_task(self._listen_forever(), name="watch-hub")
         if not self._ever_subscribed:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._subscribed.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._subscribed.wait()
 
     async def stop(self) -> None:
         self.release_all()
@@ -167,12 +168,16 @@ class WatchHub:
             reading = True
             try:
                 readable()  # what came in with the last statement's answer
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the result of an awaitable that
+                # completes as it is cancelled, losing the cancellation, and stop() then waited forever.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(broken), self.ping_seconds)
+                    async with asyncio.timeout(self.ping_seconds):
+                        await asyncio.shield(broken)
             finally:
                 stop_reading()
             # psycopg reads the connection during the ping: what arrives meanwhile goes to the notify handler.
-            await asyncio.wait_for(conn.execute("SELECT 1"), self.ping_timeout)
+            async with asyncio.timeout(self.ping_timeout):
+                await conn.execute("SELECT 1")
 
     def _set_listening(self, listening: bool) -> None:
         self.listening = listening

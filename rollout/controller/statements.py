@@ -18,7 +18,7 @@ _ACTIVE = constant_array(Rollout.ACTIVE_STATES)  # the rollout states that claim
 # Otherwise the caller asks for a tick once this has committed, never in the same transaction (controller/settle.py
 # says why). A request cleared after this statement began is not locked (the lock rechecks ``queued`` on the row as
 # it stands): then the caller asks. tests/rollout/test_rejoin_paths.py runs both paths over the same states, and
-# tests/rollout/test_tick_requests.py holds the lock to its rule.
+# tests/rollout/test_rejoin_tick.py holds the lock to its rule.
 SUCCEED_REJOINED_SQL = f"""
 WITH locked AS (
     SELECT u.id FROM {NodeUpgrade._meta.db_table} AS u

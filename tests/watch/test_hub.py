@@ -4,7 +4,9 @@ moment; listening again after a loss wakes them all; shutting down releases them
 from __future__ import annotations
 
 import asyncio
+import socket
 import uuid
+from types import SimpleNamespace
 
 import psycopg
 import pytest
@@ -188,3 +190,46 @@ def test_every_notification_arrives_once(event_loop, ping_seconds, within):
     delivered, unbroken = uvloop.run(main()) if event_loop == "uvloop" else asyncio.run(main())
     assert sorted(delivered) == sorted(node.hex for node in sent)
     assert unbroken  # no notification came through a second subscription
+
+
+class PingedConnection:
+    """What ``WatchHub._read_and_ping`` uses of a connection, its pings answered by the test: a socket that never
+    carries a notification, and ``execute`` returning a future the test resolves."""
+
+    def __init__(self) -> None:
+        self._ends = socket.socketpair()
+        self.pgconn = SimpleNamespace(socket=self._ends[0].fileno(), consume_input=lambda: None, notifies=lambda: None)
+        self.info = SimpleNamespace(encoding="utf-8")
+        self.pings: asyncio.Queue[asyncio.Future[None]] = asyncio.Queue()
+
+    def execute(self, sql: str) -> asyncio.Future[None]:
+        ping = asyncio.get_running_loop().create_future()
+        self.pings.put_nowait(ping)
+        return ping
+
+    def close(self) -> None:
+        for end in self._ends:
+            end.close()
+
+
+@pytest.mark.parametrize("event_loop", ["uvloop", "asyncio"])
+def test_a_cancellation_that_comes_as_a_ping_is_answered_is_not_lost(event_loop):
+    """stop() cancels the subscription's task; when the ping it awaits is answered in the same turn of the event
+    loop, the task still ends (Python 3.11's asyncio.wait_for returned the ping's result instead, losing the
+    cancellation: stop() then waited forever)."""
+
+    async def main() -> bool:
+        hub = WatchHub(conninfo={}, channel="unused", reconnect_seconds=1, ping_seconds=0.001)
+        connection = PingedConnection()
+        task = asyncio.get_running_loop().create_task(hub._read_and_ping(connection))
+        try:
+            ping = await asyncio.wait_for(connection.pings.get(), 5)
+            ping.set_result(None)  # answered ...
+            task.cancel()  # ... as the hub is stopped, before the task runs again
+            done, _ = await asyncio.wait({task}, timeout=2)
+            return bool(done) and task.cancelled()
+        finally:
+            task.cancel()
+            connection.close()
+
+    assert uvloop.run(main()) if event_loop == "uvloop" else asyncio.run(main())
