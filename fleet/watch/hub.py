@@ -52,6 +52,8 @@ LISTENING = Gauge(
 )
 #: A notification is remembered this long: a request that read its revision just before it still sees it.
 RECENT_SECONDS = 10.0
+#: A node no notification was remembered for: (arrived, sender, another sender's before it).
+NEVER: tuple[float, str | None, float] = (-math.inf, None, -math.inf)
 
 
 #: How a notification's first item says it is the sending transaction's id, not a node's
@@ -87,9 +89,9 @@ class WatchHub:
         self.listening = False
         self._waiters: dict[UUID, set[asyncio.Future[None]]] = {}
         self._held: Counter[UUID] = Counter()
-        self._notified_at: dict[UUID, float] = {}
-        # Per node, the transaction that sent its latest notifications, and when the one before those arrived.
-        self._sent_by: dict[UUID, tuple[str | None, float]] = {}
+        # Per node: when its latest notification arrived, the transaction that sent it, and when the latest one that
+        # another transaction sent before it arrived.
+        self._notified: dict[UUID, tuple[float, str | None, float]] = {}
         self._task: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
         self._ever_subscribed = False
@@ -215,15 +217,12 @@ class WatchHub:
             log.warning("fleet.watch.bad_payload", payload=payload[:100])
             return
         for node_id in node_ids:
-            run = self._sent_by.get(node_id)
-            if run is None or run[0] != transaction:  # a new sender: what came before it stays on record
-                self._sent_by[node_id] = (transaction, self._notified_at.get(node_id, -math.inf))
-            self._notified_at[node_id] = now
+            at, sender, before = self._notified.get(node_id, NEVER)
+            self._notified[node_id] = (now, transaction, before if sender == transaction else at)
             self.known.forget_node(node_id, unless_written_by=transaction)
             self._wake(node_id)
-        if len(self._notified_at) > 10_000:  # forget old notifications now and then, not per message
-            self._notified_at = {n: t for n, t in self._notified_at.items() if now - t < RECENT_SECONDS}
-            self._sent_by = {n: run for n, run in self._sent_by.items() if n in self._notified_at}
+        if len(self._notified) > 10_000:  # forget old notifications now and then, not per message
+            self._notified = {n: last for n, last in self._notified.items() if now - last[0] < RECENT_SECONDS}
 
     def _wake(self, node_id: UUID) -> None:
         for future in self._waiters.pop(node_id, ()):
@@ -278,10 +277,9 @@ class WatchHub:
         sent by another transaction than that one (a join's own notifications do not make what it read stale)."""
         if self.closing:
             return True
-        at = self._notified_at.get(node_id, -math.inf)
-        run = self._sent_by.get(node_id)
-        if at >= since and besides is not None and run is not None and run[0] == besides:
-            return run[1] >= since  # the latest were that transaction's: whether another's came since
+        at, sender, before = self._notified.get(node_id, NEVER)
+        if besides is not None and sender == besides:
+            return before >= since  # the latest came from that transaction: whether another's came since
         return at >= since
 
     def unbroken_since(self, moment: float) -> bool:
