@@ -141,13 +141,20 @@ def test_a_first_join_with_no_upgrade_in_flight(front, agent):
     assert on_session_thread(run) == [HEARTBEAT_SQL, JOIN_SQL, SUCCEED_REJOINED_SQL]
 
 
-def test_a_join_that_settles_the_node_s_upgrade(front, agent, releases):
-    app, statements = front
-    node, token = agent
+def upgrading(app: Any, node: Any, token: str) -> Any:
+    """The node's agent joined on 0.9.0, a rollout to 1.0.0 started its upgrade, and the agent left to restart:
+    the rollout."""
     assert call(app, "POST", token, join_body())[0] == 200
     rollout = rollout_create(tenant=node.tenant, spec=rollout_spec(version="1.0.0", waves=[100], soak_seconds=0))
     rollout_tick(rollout_id=rollout.id)
     assert call(app, "DELETE", token)[0] == 204
+    return rollout
+
+
+def test_a_join_that_settles_the_node_s_upgrade(front, agent, releases):
+    app, statements = front
+    node, token = agent
+    rollout = upgrading(app, node, token)
     (status, _, body), run = statements.during(lambda: call(app, "POST", token, join_body("1.0.0")))
     assert status == 200, body
     assert NodeUpgrade.objects.get(rollout=rollout, node=node).state == "succeeded"
@@ -159,10 +166,7 @@ def test_a_join_that_settles_while_a_tick_is_queued_asks_for_nothing(front, agen
     is the join's last."""
     app, statements = front
     node, token = agent
-    assert call(app, "POST", token, join_body())[0] == 200
-    rollout = rollout_create(tenant=node.tenant, spec=rollout_spec(version="1.0.0", waves=[100], soak_seconds=0))
-    rollout_tick(rollout_id=rollout.id)
-    assert call(app, "DELETE", token)[0] == 204
+    rollout = upgrading(app, node, token)
     TickRequest.objects.filter(rollout=rollout).update(queued=True)
     (status, _, body), run = statements.during(lambda: call(app, "POST", token, {**join_body("1.0.0"), "wait": 1}))
     assert status == 200, body
