@@ -33,6 +33,13 @@ worker_tmp_dir = _TMPFS if os.path.isdir(_TMPFS) else None
 loglevel = (os.environ.get("LOG_LEVEL") or "info").lower()
 
 
+def post_worker_init(worker) -> None:
+    """The application is loaded: the garbage collector is tuned for serving (core/collector.py)."""
+    from core.collector import tune_for_serving
+
+    tune_for_serving()
+
+
 def child_exit(server, worker) -> None:
     """prometheus-client's multiprocess mode: forget a dead worker's live gauges (docs/operations.md, Metrics)."""
     from core.metrics import mark_process_dead
