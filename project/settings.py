@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import dj_database_url
-import structlog
 
 from core.env import env_bool, env_int_or_raw, env_list, env_str
+from core.log_lines import JSONLines, configure_structlog
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 RUN_DIR = Path(env_str("ROLLOUT_RUN_DIR", str(BASE_DIR / ".run")))
@@ -319,32 +319,11 @@ ROLLOUT = {
 
 # --- Logging: one JSON object per line ---------------------------------------------
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
-_shared_processors: list[structlog.typing.Processor] = [
-    structlog.contextvars.merge_contextvars,
-    structlog.stdlib.add_log_level,
-    structlog.stdlib.add_logger_name,
-    structlog.processors.TimeStamper(fmt="iso", utc=True),
-]
-structlog.configure(
-    processors=[*_shared_processors, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
-    logger_factory=structlog.stdlib.LoggerFactory(),
-    wrapper_class=structlog.stdlib.BoundLogger,
-    cache_logger_on_first_use=True,
-)
+configure_structlog()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {
-        "json": {
-            "()": structlog.stdlib.ProcessorFormatter,
-            "processors": [
-                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                structlog.processors.format_exc_info,
-                structlog.processors.JSONRenderer(sort_keys=True),
-            ],
-            "foreign_pre_chain": _shared_processors,
-        }
-    },
+    "formatters": {"json": {"()": JSONLines}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {

@@ -50,6 +50,7 @@ _.output_field, _.as_sql, _.arg_joiner  # Func expressions
 _.app_configs  # a system check's signature
 _.block_size, _._stream  # FileResponse's chunk size; WSGIRequest's body stream
 _.process_exception  # middleware hook
+_._srcfile  # the logging module reads it (core/log_lines.py)
 
 # Django admin: ModelAdmin and ListFilter attributes and hooks; what its templates read.
 _.list_display, _.list_filter, _.list_select_related, _.search_fields, _.readonly_fields, _.autocomplete_fields
