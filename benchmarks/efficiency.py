@@ -34,17 +34,12 @@ from typing import Any
 
 from benchmarks.bench_tier import bench_tier
 from benchmarks.bench_world import arrivals_by_read, bench_world, memory_share
-from benchmarks.heartbeat_probes import CpuSampler, ProcessSampler, percentile
+from benchmarks.heartbeat_probes import CpuSampler, ProcessSampler, agent_errors, percentile
 from benchmarks.polling_price import requests_sent, upgrade_rows, web_cpu_per_download, web_cpu_per_heartbeat
+from benchmarks.speed_probe import SpeedProbe
 
 BENCH_DB = "rollout_bench_efficiency"
 DOWNLOADS = "/api/compute/downloads/bcd"
-
-
-def is_5xx(kind: str) -> bool:
-    """A simulator error kind ``<call>_<status>`` (e.g. ``session_502``) naming a 5xx answer."""
-    code = kind.rsplit("_", 1)[-1]
-    return code.isdigit() and code.startswith("5")
 
 
 def minimum_seconds(*, rounds: Sequence[int], restart_delay: float, soak: float) -> float:
@@ -118,6 +113,7 @@ def run(
         **({"nginx": tier.nginx.pid} if tier.nginx else {}),
     }
     fleet: ShardedFleet | None = None
+    probe = SpeedProbe() if measure and watch else None
     sampler = (
         ProcessSampler(
             roots,
@@ -224,6 +220,8 @@ def run(
             arrivals += [arrivals_by_read(port)] if watch else []
     finally:
         stop(worker, beat)  # first: nothing may leave them running
+        if probe:
+            probe.stop()
         tier.stop()
         if sampler:
             sampler.stop()
@@ -254,7 +252,7 @@ def run(
     if measure:
         # An agent sees its new spec.daemon at its next heartbeat: about half an interval per round.
         reference = minimum + sum(rounds) * heartbeat / 2
-        server_errors, kinds = _errors(stats)
+        server_errors, kinds = agent_errors(stats)
         assert sampler is not None
         agent_minutes = agents * window / 60 / 1000
         web_cpu = sampler.cpu["web"].seconds() / agent_minutes
@@ -276,9 +274,12 @@ def run(
                 assert heartbeat_loop is not None
                 assert burst_loop is not None
                 assert download_loop is not None
+                assert probe is not None
+                slowdown = probe.slowdown(heartbeat_loop.window, (started, started + window))
                 result |= upgrade_rows(
-                    measured, idle_rate=idle_rate, heartbeat=heartbeat_loop, bursts=burst_loop, download=download_loop
-                )
+                    measured, idle_rate=idle_rate, heartbeat=heartbeat_loop, bursts=burst_loop, download=download_loop,
+                    slowdown=slowdown,
+                )  # fmt: skip
                 if "nginx" in sampler.cpu:
                     nginx_cpu = sampler.cpu["nginx"].seconds() - idle_nginx.seconds() / idle_seconds * window
                     result["nginx CPU per upgraded node (idle share out)"] = (
@@ -329,7 +330,7 @@ def _idle_result(
     idle = idle_cpu.seconds() / (agents * idle_seconds / 60 / 1000)
     polling = per_heartbeat * 6 * 1000
     stats = fleet.stats
-    server_errors, kinds = _errors(stats)
+    server_errors, kinds = agent_errors(stats)
     result = {
         "agents": f"{agents:,} (online {fleet.online_count():,})",
         "heartbeat": f"{heartbeat:g} s",
@@ -351,12 +352,6 @@ def _idle_result(
         )
     result["_failed"] = bool(server_errors or stats.errors)
     return result
-
-
-def _errors(stats: Any) -> tuple[int, str]:
-    """The 5xx answers the agents got, and their five commonest kinds of error (``kind n, ...``)."""
-    server_errors = sum(n for kind, n in stats.errors_by_kind.items() if is_5xx(kind))
-    return server_errors, ", ".join(f"{kind} {n}" for kind, n in stats.errors_by_kind.most_common(5)) or "-"
 
 
 def main(argv: list[str] | None = None) -> int:

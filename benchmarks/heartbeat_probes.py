@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 QUERY_DIR_ENV = "BENCH_QUERY_DIR"
 SESSION_PATH = "/api/compute/agent/session"
@@ -210,3 +211,15 @@ class ProcessSampler(threading.Thread):
 def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] if ordered else float("nan")
+
+
+def is_5xx(kind: str) -> bool:
+    """A simulator error kind ``<call>_<status>`` (e.g. ``session_502``) naming a 5xx answer."""
+    code = kind.rsplit("_", 1)[-1]
+    return code.isdigit() and code.startswith("5")
+
+
+def agent_errors(stats: Any) -> tuple[int, str]:
+    """The 5xx answers a fleet's agents got, and their five commonest kinds of error (``kind n, ...``)."""
+    server_errors = sum(n for kind, n in stats.errors_by_kind.items() if is_5xx(kind))
+    return server_errors, ", ".join(f"{kind} {n}" for kind, n in stats.errors_by_kind.most_common(5)) or "-"

@@ -4,6 +4,7 @@ per plain heartbeat under the load that fleet would offer if it polled every 10 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,8 @@ class LoopPrice:
     """What a paced loop of requests cost the web tier, in rounds."""
 
     rounds: tuple[LoopRound, ...]
+    #: When the loop ran: ``time.monotonic()`` at its start and end (benchmarks/speed_probe.py compares windows).
+    window: tuple[float, float] = (math.nan, math.nan)
 
     def per_request(self, background: float = 0.0) -> float:
         """Web-tier CPU seconds per answered request in the cheapest round, with ``background`` CPU seconds a second
@@ -95,7 +98,7 @@ def web_cpu_per_request(
     async def load() -> None:
         await asyncio.gather(*(paced(first) for first in range(connections)))
 
-    measured = []
+    measured, began = [], time.monotonic()
     for _ in range(rounds):
         cpu = CpuSampler(lambda: ProcessSampler.tree(web_pid))
         cpu.sample()
@@ -104,7 +107,7 @@ def web_cpu_per_request(
         cpu.sample()
         measured.append(LoopRound(cpu=cpu.seconds(), answered=answered[0], seconds=time.monotonic() - started))
         base[0] += answered[0] + connections
-    return LoopPrice(rounds=tuple(measured))
+    return LoopPrice(rounds=tuple(measured), window=(began, time.monotonic()))
 
 
 def requests_sent(stats: Any) -> int:
@@ -112,7 +115,7 @@ def requests_sent(stats: Any) -> int:
     return sum(stats.answers.values()) + stats.downloads
 
 
-def upgrade_price(
+def upgrade_cost(
     *,
     rollout_cpu: float,
     window: float,
@@ -121,14 +124,19 @@ def upgrade_price(
     rollout_requests: int,
     idle_requests: int,
     upgraded: int,
-    per_heartbeat: float,
-) -> dict[str, str]:
-    """What an upgrade costs the web tier against what its requests would cost as plain heartbeats (the target:
-    at most 1.5 times). The idle fleet's CPU and requests, at their rate over the idle window, are taken out of
-    the rollout's: what is left is the upgrades' own (the wake's answer, the download, the leave, the join and the
-    arrival after it)."""
+) -> tuple[float, float]:
+    """The web tier's CPU seconds and the requests per upgrade. The idle fleet's CPU and requests, at their rate
+    over the idle window, are taken out of the rollout's: what is left is the upgrades' own (the wake's answer,
+    the download, the leave, the join and the arrival after it)."""
     cpu = (rollout_cpu - idle_cpu / idle_seconds * window) / upgraded
     requests = (rollout_requests - idle_requests / idle_seconds * window) / upgraded
+    return cpu, requests
+
+
+def upgrade_price(*, per_heartbeat: float, **measured: Any) -> dict[str, str]:
+    """What an upgrade costs the web tier (``upgrade_cost`` of ``measured``) against what its requests would cost
+    as plain heartbeats (the target: at most 1.5 times)."""
+    cpu, requests = upgrade_cost(**measured)
     priced = per_heartbeat * requests
     return {
         "web CPU per upgraded node (idle share out)": f"{1000 * cpu:.2f} ms",
@@ -140,16 +148,29 @@ def upgrade_price(
 
 
 def upgrade_rows(
-    measured: dict[str, Any], *, idle_rate: float, heartbeat: LoopPrice, bursts: LoopPrice, download: LoopPrice
+    measured: dict[str, Any],
+    *,
+    idle_rate: float,
+    heartbeat: LoopPrice,
+    bursts: LoopPrice,
+    download: LoopPrice,
+    slowdown: float,
 ) -> dict[str, str]:
     """``upgrade_price`` for the rollout ``measured`` (its arguments but the heartbeat's price), with the loops'
     prices beside it: the download's, every round's, and the heartbeat's as priced before 2026-12-06 (the idle
-    fleet's CPU left in; the 16 connections sending at once)."""
+    fleet's CPU left in; the 16 connections sending at once); and how much slower the machine ran the same work
+    during the rollout than during the heartbeat's loop (``slowdown``, benchmarks/speed_probe.py), with the ratio
+    the upgrade's CPU would give at the loop's speed."""
     per_heartbeat, per_download = heartbeat.per_request(idle_rate), download.per_request(idle_rate)
     in_bursts = upgrade_price(**measured, per_heartbeat=bursts.per_request(idle_rate))
     each = ", ".join(f"{1000 * price:.2f}" for price in heartbeat.each(idle_rate))
+    cpu, requests = upgrade_cost(**measured)
+    ratio = cpu / (per_heartbeat * requests)
     return {
         **upgrade_price(**measured, per_heartbeat=per_heartbeat),
+        "  the machine during the rollout against the loop (the same work's CPU)": (
+            f"{slowdown:.2f}x; the ratio at the loop's speed {ratio / slowdown:.2f}"
+        ),
         "  a download, priced as the heartbeat": (
             f"{1000 * per_download:.2f} ms ({per_download / per_heartbeat:.1f} heartbeats)"
         ),

@@ -26,10 +26,10 @@ _.CELERY_TASK_ROUTES
 _.worker_class, _.keepalive, _.worker_tmp_dir
 _.child_exit, _.post_worker_init
 # Named by dotted path in settings or configuration: middleware, the Celery app's AMQP class, app configs,
-# error handlers, the schema hook, a gunicorn application factory, the benchmarks' child entry point.
+# error handlers, the schema hook, a gunicorn application factory, the benchmarks' child entry points.
 _.BodySizeLimitMiddleware, _.DatabaseUnavailableMiddleware, _.ServerHeardMiddleware, _.BrokerAMQP
 _.FleetConfig, _.RolloutConfig
-_.handler400, _.handler404, _.handler500, _.postprocess_schema, _.counting_application, _.run_in_process
+_.handler400, _.handler404, _.handler500, _.postprocess_schema, _.counting_application, _.run_in_process, _.run_probe
 _.ApiKeyAuthentication, _.FleetAdmin, _.ApiKeyScheme, _.AgentTokenScheme
 _.FleetAdminConfig, _.FleetAdminSite, _.default_site  # INSTALLED_APPS names the config, whose default_site the site
 
