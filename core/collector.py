@@ -4,9 +4,9 @@ By default CPython collects its youngest generation every 700 allocations (net o
 survives two such collections towards the oldest generation, which a full collection walks whole, the
 process's every module, class and function included. A web process of this tier holds objects that live for
 seconds (a held request, its coroutine and futures; what it remembers per agent: fleet/watch/known.py), so at
-a fleet's pace they were promoted by the thousand and full collections came every 20 s or so, each walking
-some 500,000 objects: a third of the web tier's CPU during a 10,000-agent rollout went to the collector
-(docs/benchmarks.md). So, once the process has loaded its application:
+a fleet's pace they were promoted by the thousand and full collections came every 20 s or so, each walking every
+object the process holds: about a third of the web tier's time during a 10,000-agent rollout, by the
+collections' own clock (docs/benchmarks.md). So, once the process has loaded its application:
 
 - what it loaded is frozen (``gc.freeze``): never collected, and never walked again by a collection;
 - the youngest generation is collected every ``YOUNG_THRESHOLD`` allocations: an object that lives less than a
