@@ -113,7 +113,7 @@ def run(
         **({"nginx": tier.nginx.pid} if tier.nginx else {}),
     }
     fleet: ShardedFleet | None = None
-    probe = SpeedProbe() if measure and watch else None
+    probe = SpeedProbe() if measure and watch and rollout else None  # for the upgrade's rows: none without a rollout
     sampler = (
         ProcessSampler(
             roots,
