@@ -30,12 +30,18 @@ import math
 import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 
 from benchmarks.bench_tier import bench_tier
 from benchmarks.bench_world import arrivals_by_read, bench_world, memory_share
 from benchmarks.heartbeat_probes import CpuSampler, ProcessSampler, agent_errors, percentile
-from benchmarks.polling_price import requests_sent, upgrade_rows, web_cpu_per_download, web_cpu_per_heartbeat
+from benchmarks.polling_price import (
+    idle_at_speed,
+    idle_rows,
+    requests_sent,
+    upgrade_rows,
+    web_cpu_per_download,
+    web_cpu_per_heartbeat,
+)
 from benchmarks.speed_probe import SpeedProbe
 
 BENCH_DB = "rollout_bench_efficiency"
@@ -113,7 +119,7 @@ def run(
         **({"nginx": tier.nginx.pid} if tier.nginx else {}),
     }
     fleet: ShardedFleet | None = None
-    probe = SpeedProbe() if measure and watch and rollout else None  # for the upgrade's rows: none without a rollout
+    probe = SpeedProbe() if measure and watch else None  # how fast the machine ran in each measured window
     sampler = (
         ProcessSampler(
             roots,
@@ -166,23 +172,27 @@ def run(
             idle_nginx = CpuSampler(lambda: ProcessSampler.tree(tier.nginx.pid) if tier.nginx else [])
             idle_cpu.sample()
             idle_nginx.sample()
-            idle_requests = -requests_sent(fleet.stats)
+            idle_requests, idle_started = -requests_sent(fleet.stats), time.monotonic()
             arrivals = [arrivals_by_read(port)] if watch else []
             if sampler and not rollout:
                 sampler.start()
             time.sleep(idle_seconds)  # a measured window: every agent online, nothing changing
             idle_cpu.sample()
             idle_nginx.sample()
-            idle_requests += requests_sent(fleet.stats)
+            idle_requests, idle_window = idle_requests + requests_sent(fleet.stats), (idle_started, time.monotonic())
             arrivals += [arrivals_by_read(port)] if watch else []
             # The loops ran beside the watching fleet: its CPU at the idle window's rate comes out of their
             # price, as it comes out of the upgrade's (polling_price.upgrade_price).
             idle_rate = idle_cpu.seconds() / idle_seconds if idle_seconds else 0.0
             per_heartbeat = heartbeat_loop.per_request(idle_rate) if heartbeat_loop else 0.0
+            idle_speed = idle_at_speed(
+                agents=agents, idle_cpu=idle_cpu.seconds(), idle_seconds=idle_seconds, window=idle_window,
+                heartbeat=heartbeat_loop, probe=probe,
+            ) if heartbeat_loop and probe and idle_seconds else None  # fmt: skip
             if not rollout:
-                return _idle_result(
+                return idle_rows(
                     agents=agents, idle_seconds=idle_seconds, idle_cpu=idle_cpu, per_heartbeat=per_heartbeat,
-                    fleet=fleet, sampler=sampler, heartbeat=heartbeat,
+                    fleet=fleet, sampler=sampler, heartbeat=heartbeat, at_speed=idle_speed,
                 )  # fmt: skip
             if sampler:
                 sampler.start()
@@ -265,6 +275,8 @@ def run(
         if idle_seconds:
             idle = idle_cpu.seconds() / (agents * idle_seconds / 60 / 1000)
             result[f"web CPU s per 1,000 agent-minutes, idle ({idle_seconds:g} s)"] = against_polling(idle)
+            if idle_speed:
+                result["  both at the loop's machine speed (benchmarks/speed_probe.py)"] = idle_speed
             if watch and states["succeeded"]:
                 measured = {
                     "rollout_cpu": sampler.cpu["web"].seconds(), "window": window, "idle_cpu": idle_cpu.seconds(),
@@ -275,10 +287,9 @@ def run(
                 assert burst_loop is not None
                 assert download_loop is not None
                 assert probe is not None
-                slowdown = probe.slowdown(heartbeat_loop.window, (started, started + window))
                 result |= upgrade_rows(
-                    measured, idle_rate=idle_rate, heartbeat=heartbeat_loop, bursts=burst_loop, download=download_loop,
-                    slowdown=slowdown,
+                    measured, windows={"idle": idle_window, "rollout": (started, started + window)}, probe=probe,
+                    heartbeat=heartbeat_loop, bursts=burst_loop, download=download_loop,
                 )  # fmt: skip
                 if "nginx" in sampler.cpu:
                     nginx_cpu = sampler.cpu["nginx"].seconds() - idle_nginx.seconds() / idle_seconds * window
@@ -313,44 +324,6 @@ def run(
             }
         )
         result["_failed"] = bool(server_errors or stats.errors or states.keys() - {"succeeded"})
-    return result
-
-
-def _idle_result(
-    *,
-    agents: int,
-    idle_seconds: float,
-    idle_cpu: CpuSampler,
-    per_heartbeat: float,
-    fleet: Any,
-    sampler: ProcessSampler | None,
-    heartbeat: float,
-) -> dict:
-    """The rows of an idle fleet's measurement (``run`` without a rollout)."""
-    idle = idle_cpu.seconds() / (agents * idle_seconds / 60 / 1000)
-    polling = per_heartbeat * 6 * 1000
-    stats = fleet.stats
-    server_errors, kinds = agent_errors(stats)
-    result = {
-        "agents": f"{agents:,} (online {fleet.online_count():,})",
-        "heartbeat": f"{heartbeat:g} s",
-        f"web CPU s per 1,000 agent-minutes, idle ({idle_seconds:g} s)": (
-            f"{idle:.2f} (polling every 10 s: {polling:.2f}, {1000 * per_heartbeat:.2f} ms a heartbeat; "
-            f"ratio {idle / polling:.2f})"
-            if polling
-            else f"{idle:.2f}"
-        ),
-        "web cores, idle": f"{idle_cpu.seconds() / idle_seconds:.2f}",
-        "5xx answers": str(server_errors),
-        "agent errors": f"{stats.errors} ({kinds})",
-    }
-    if sampler:
-        sampler.stop()
-        result["peak RSS, gunicorn (all)"] = f"{sampler.peak_kib['web'] / 1024:.0f} MiB"
-        result["CPU while idle (cores)"] = ", ".join(
-            f"{name} {cpu.seconds() / idle_seconds:.2f}" for name, cpu in sampler.cpu.items()
-        )
-    result["_failed"] = bool(server_errors or stats.errors)
     return result
 
 

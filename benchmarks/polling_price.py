@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from benchmarks.heartbeat_floor import REAL_PATH, request_bytes
-from benchmarks.heartbeat_probes import CpuSampler, ProcessSampler
+from benchmarks.heartbeat_probes import CpuSampler, ProcessSampler, agent_errors
+from benchmarks.speed_probe import SpeedProbe
 
 
 @dataclass(frozen=True)
@@ -20,6 +22,8 @@ class LoopRound:
     cpu: float
     answered: int
     seconds: float
+    #: ``time.monotonic()`` at the round's start and end.
+    window: tuple[float, float] = (math.nan, math.nan)
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,10 @@ class LoopPrice:
     def each(self, background: float = 0.0) -> list[float]:
         """Every round's price, as ``per_request`` takes the cheapest."""
         return [max(0.0, r.cpu - background * r.seconds) / max(1, r.answered) for r in self.rounds]
+
+    def at_speed(self, scale: Callable[[tuple[float, float]], float]) -> LoopPrice:
+        """The same rounds with each one's CPU at one machine speed (``SpeedProbe.scale``)."""
+        return replace(self, rounds=tuple(replace(r, cpu=r.cpu * scale(r.window)) for r in self.rounds))
 
 
 def web_cpu_per_heartbeat(
@@ -105,7 +113,10 @@ def web_cpu_per_request(
         started, answered[0] = time.monotonic(), 0
         asyncio.run(load())
         cpu.sample()
-        measured.append(LoopRound(cpu=cpu.seconds(), answered=answered[0], seconds=time.monotonic() - started))
+        ended = time.monotonic()
+        measured.append(
+            LoopRound(cpu=cpu.seconds(), answered=answered[0], seconds=ended - started, window=(started, ended))
+        )
         base[0] += answered[0] + connections
     return LoopPrice(rounds=tuple(measured), window=(began, time.monotonic()))
 
@@ -133,6 +144,10 @@ def upgrade_cost(
     return cpu, requests
 
 
+PRICED = "  priced as plain heartbeats"
+TARGET = " (target <= 1.5)"
+
+
 def upgrade_price(*, per_heartbeat: float, **measured: Any) -> dict[str, str]:
     """What an upgrade costs the web tier (``upgrade_cost`` of ``measured``) against what its requests would cost
     as plain heartbeats (the target: at most 1.5 times)."""
@@ -141,35 +156,48 @@ def upgrade_price(*, per_heartbeat: float, **measured: Any) -> dict[str, str]:
     return {
         "web CPU per upgraded node (idle share out)": f"{1000 * cpu:.2f} ms",
         "requests per upgrade (idle share out)": f"{requests:.2f}",
-        "  priced as plain heartbeats": (
-            f"{1000 * priced:.2f} ms ({1000 * per_heartbeat:.2f} ms each); ratio {cpu / priced:.2f} (target <= 1.5)"
-        ),
+        PRICED: f"{1000 * priced:.2f} ms ({1000 * per_heartbeat:.2f} ms each); ratio {cpu / priced:.2f}{TARGET}",
     }
 
 
 def upgrade_rows(
     measured: dict[str, Any],
     *,
-    idle_rate: float,
+    windows: dict[str, tuple[float, float]],
+    probe: SpeedProbe,
     heartbeat: LoopPrice,
     bursts: LoopPrice,
     download: LoopPrice,
-    slowdown: float,
 ) -> dict[str, str]:
-    """``upgrade_price`` for the rollout ``measured`` (its arguments but the heartbeat's price), with the loops'
-    prices beside it: the download's, every round's, and the heartbeat's as priced before 2026-12-06 (the idle
-    fleet's CPU left in; the 16 connections sending at once); and how much slower the machine ran the same work
-    during the rollout than during the heartbeat's loop (``slowdown``, benchmarks/speed_probe.py), with the ratio
-    the upgrade's CPU would give at the loop's speed."""
+    """``upgrade_price`` for the rollout ``measured`` (its arguments but the heartbeat's price) twice: by the CPU
+    clock alone, and with every CPU figure at one machine speed, the heartbeat loop's (``probe``'s scale of the
+    ``windows`` the idle fleet and the rollout were measured in, and of each round of the loop), on which the
+    target is judged (docs/benchmarks.md says why). Beside them: the probe's cost in each window, the download's
+    price, every round's, and the heartbeat's as priced before 2026-12-06 (the idle fleet's CPU left in; the 16
+    connections sending at once)."""
+    idle_rate = measured["idle_cpu"] / measured["idle_seconds"]
     per_heartbeat, per_download = heartbeat.per_request(idle_rate), download.per_request(idle_rate)
     in_bursts = upgrade_price(**measured, per_heartbeat=bursts.per_request(idle_rate))
+    by_clock = upgrade_price(**measured, per_heartbeat=per_heartbeat)
+    scale = probe.scale(heartbeat.window)
+    steady = measured | {
+        "rollout_cpu": measured["rollout_cpu"] * scale(windows["rollout"]),
+        "idle_cpu": measured["idle_cpu"] * scale(windows["idle"]),
+    }
+    steady_heartbeat = heartbeat.at_speed(scale).per_request(steady["idle_cpu"] / measured["idle_seconds"])
+    at_speed = upgrade_price(**steady, per_heartbeat=steady_heartbeat)
     each = ", ".join(f"{1000 * price:.2f}" for price in heartbeat.each(idle_rate))
-    cpu, requests = upgrade_cost(**measured)
-    ratio = cpu / (per_heartbeat * requests)
+    costs = [probe.cost(r.window) for r in heartbeat.rounds] + [
+        probe.cost(windows[name]) for name in ("idle", "rollout")
+    ]
     return {
-        **upgrade_price(**measured, per_heartbeat=per_heartbeat),
-        "  the machine during the rollout against the loop (the same work's CPU)": (
-            f"{slowdown:.2f}x; the ratio at the loop's speed {ratio / slowdown:.2f}"
+        **{name: value for name, value in by_clock.items() if not name.startswith("  ")},
+        "  priced as plain heartbeats, by the CPU clock": by_clock[PRICED].removesuffix(TARGET),
+        "  both at the loop's machine speed (benchmarks/speed_probe.py)": (
+            f"{at_speed['web CPU per upgraded node (idle share out)']} against {at_speed[PRICED]}"
+        ),
+        "  the probe's CPU per unit of work: loop rounds / idle / rollout": (
+            "{:.2f}, {:.2f}, {:.2f} / {:.2f} / {:.2f} ms".format(*(1000 * cost for cost in costs))
         ),
         "  a download, priced as the heartbeat": (
             f"{1000 * per_download:.2f} ms ({per_download / per_heartbeat:.1f} heartbeats)"
@@ -178,5 +206,63 @@ def upgrade_rows(
         "  a plain heartbeat with the idle fleet's CPU left in (before 2026-12-06)": (
             f"{1000 * heartbeat.per_request():.2f} ms"
         ),
-        "  priced with heartbeats sent 16 at once (before 2026-12-06)": in_bursts["  priced as plain heartbeats"],
+        "  priced with heartbeats sent 16 at once (before 2026-12-06)": in_bursts[PRICED].removesuffix(TARGET),
     }
+
+
+def idle_at_speed(
+    *,
+    agents: int,
+    idle_cpu: float,
+    idle_seconds: float,
+    window: tuple[float, float],
+    heartbeat: LoopPrice,
+    probe: SpeedProbe,
+) -> str:
+    """The idle fleet's web CPU against polling's (a plain heartbeat per agent every 10 s) with both at the
+    heartbeat loop's machine speed, as ``upgrade_rows`` judges the upgrade's."""
+    scale = probe.scale(heartbeat.window)
+    idle_rate = idle_cpu * scale(window) / idle_seconds
+    per_heartbeat = heartbeat.at_speed(scale).per_request(idle_rate)
+    ratio = idle_rate / (per_heartbeat * agents / 10)
+    return f"ratio {ratio:.2f} (target <= 0.3; {1000 * per_heartbeat:.2f} ms a heartbeat)"
+
+
+def idle_rows(
+    *,
+    agents: int,
+    idle_seconds: float,
+    idle_cpu: CpuSampler,
+    per_heartbeat: float,
+    fleet: Any,
+    sampler: ProcessSampler | None,
+    heartbeat: float,
+    at_speed: str | None,
+) -> dict[str, Any]:
+    """The rows of an idle fleet's measurement (``run`` without a rollout)."""
+    idle = idle_cpu.seconds() / (agents * idle_seconds / 60 / 1000)
+    polling = per_heartbeat * 6 * 1000
+    stats = fleet.stats
+    server_errors, kinds = agent_errors(stats)
+    result: dict[str, Any] = {
+        "agents": f"{agents:,} (online {fleet.online_count():,})",
+        "heartbeat": f"{heartbeat:g} s",
+        f"web CPU s per 1,000 agent-minutes, idle ({idle_seconds:g} s)": (
+            f"{idle:.2f} (polling every 10 s: {polling:.2f}, {1000 * per_heartbeat:.2f} ms a heartbeat; "
+            f"ratio {idle / polling:.2f})"
+            if polling
+            else f"{idle:.2f}"
+        ),
+        **({"  both at the loop's machine speed (benchmarks/speed_probe.py)": at_speed} if at_speed else {}),
+        "web cores, idle": f"{idle_cpu.seconds() / idle_seconds:.2f}",
+        "5xx answers": str(server_errors),
+        "agent errors": f"{stats.errors} ({kinds})",
+    }
+    if sampler:
+        sampler.stop()
+        result["peak RSS, gunicorn (all)"] = f"{sampler.peak_kib['web'] / 1024:.0f} MiB"
+        result["CPU while idle (cores)"] = ", ".join(
+            f"{name} {cpu.seconds() / idle_seconds:.2f}" for name, cpu in sampler.cpu.items()
+        )
+    result["_failed"] = bool(server_errors or stats.errors)
+    return result

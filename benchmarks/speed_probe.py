@@ -2,21 +2,23 @@
 times a second by a process of its own.
 
 fleet10k's ratio divides the CPU an upgrade cost gunicorn during the rollout by the CPU a heartbeat cost it in
-the loop a minute or two before. On a shared machine the same work can take a fifth more CPU from one minute to
-the next (a neighbour's load on the caches the cores share), and that moves the ratio as much as a change to
-the code. The probe tells how much the machine changed between the two windows: the median CPU of its unit of
-work in each (docs/benchmarks.md). Its own CPU, about 2 % of a core, is nobody's in the figures.
+the loop a minute or two before. These machines do not run at one speed: on an idle machine the same work
+takes 1.4 ms of CPU for some seconds and 2.3 ms for the next (docs/benchmarks.md, "the machine's two speeds"),
+whichever core it runs on. A 4-second round of the loop can fall in a fast stretch while a three-minute
+rollout averages both, and that moves the ratio more than a change to the code. The probe's mean CPU per unit
+of work in a window says how fast the machine ran in it, and ``scale`` turns CPU measured in one window into
+CPU at another's speed. Its own CPU, about 1 % of a core, is nobody's in the figures.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import statistics
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,14 +63,16 @@ class SpeedProbe:
             self._samples.append((at, cpu))
 
     def cost(self, window: tuple[float, float]) -> float:
-        """The median CPU seconds of a unit of work between two ``time.monotonic()`` readings (nan: none)."""
+        """The mean CPU seconds of a unit of work between two ``time.monotonic()`` readings (nan: none). The mean,
+        not the median: CPU adds up over a window as the mean does, whatever mix of the two speeds it saw."""
         start, end = window
         during = [cpu for at, cpu in list(self._samples) if start <= at <= end]
-        return statistics.median(during) if during else math.nan
+        return sum(during) / len(during) if during else math.nan
 
-    def slowdown(self, before: tuple[float, float], during: tuple[float, float]) -> float:
-        """How much more CPU the same work took ``during`` than ``before`` (1.2: a fifth more)."""
-        return self.cost(during) / self.cost(before)
+    def scale(self, reference: tuple[float, float]) -> Callable[[tuple[float, float]], float]:
+        """The factor that turns CPU measured in a window into CPU at the machine's speed in ``reference``."""
+        at_reference = self.cost(reference)
+        return lambda window: at_reference / self.cost(window)
 
     def stop(self) -> None:
         self._process.kill()
