@@ -35,6 +35,7 @@ from benchmarks.bench_tier import bench_tier
 from benchmarks.bench_world import arrivals_by_read, bench_world, memory_share
 from benchmarks.heartbeat_probes import CpuSampler, ProcessSampler, agent_errors, percentile
 from benchmarks.polling_price import (
+    IDLE_AT_SPEED,
     idle_at_speed,
     idle_rows,
     requests_sent,
@@ -276,7 +277,7 @@ def run(
             idle = idle_cpu.seconds() / (agents * idle_seconds / 60 / 1000)
             result[f"web CPU s per 1,000 agent-minutes, idle ({idle_seconds:g} s)"] = against_polling(idle)
             if idle_speed:
-                result["  both at the loop's machine speed (benchmarks/speed_probe.py)"] = idle_speed
+                result[IDLE_AT_SPEED] = idle_speed
             if watch and states["succeeded"]:
                 measured = {
                     "rollout_cpu": sampler.cpu["web"].seconds(), "window": window, "idle_cpu": idle_cpu.seconds(),

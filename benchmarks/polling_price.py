@@ -145,6 +145,7 @@ def upgrade_cost(
 
 
 PRICED = "  priced as plain heartbeats"
+IDLE_AT_SPEED = "  the idle fleet and polling at the loop's machine speed"
 TARGET = " (target <= 1.5)"
 
 
@@ -253,7 +254,7 @@ def idle_rows(
             if polling
             else f"{idle:.2f}"
         ),
-        **({"  both at the loop's machine speed (benchmarks/speed_probe.py)": at_speed} if at_speed else {}),
+        **({IDLE_AT_SPEED: at_speed} if at_speed else {}),
         "web cores, idle": f"{idle_cpu.seconds() / idle_seconds:.2f}",
         "5xx answers": str(server_errors),
         "agent errors": f"{stats.errors} ({kinds})",
