@@ -45,10 +45,16 @@ FROM (VALUES (true)) AS one (row) LEFT JOIN settled ON true
 
 # rollout_request_tick's conditional UPDATE (controller/tick_requests.py): the join path asks once per upgraded node,
 # and the same UPDATE through the ORM cost the web tier more CPU than the settle (a seventh of it during a 10,000-agent
-# rollout). tests/rollout/test_tick_requests.py runs both over the same states.
+# rollout). A row when it raised the request: whether no tick is running (then the caller sends one).
+# tests/rollout/test_tick_requests.py runs it over the states that decide it.
 ASK_TICK_SQL = f"""
 UPDATE {TickRequest._meta.db_table} AS t SET queued = true
 FROM {Rollout._meta.db_table} AS r
 WHERE t.rollout_id = %(rollout)s AND NOT t.queued AND r.id = t.rollout_id AND r.state = ANY({_ACTIVE})
-RETURNING t.rollout_id
+RETURNING t.running_until IS NULL OR t.running_until <= %(now)s
+"""  # noqa: S608 - table names from the models, values bound
+
+# A tick's end (controller/tick_requests.py): its running mark cleared, and whether it was asked for meanwhile.
+END_TICK_SQL = f"""
+UPDATE {TickRequest._meta.db_table} SET running_until = NULL WHERE rollout_id = %(rollout)s RETURNING queued
 """  # noqa: S608 - table names from the models, values bound

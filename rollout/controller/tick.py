@@ -46,7 +46,13 @@ from rollout.controller.settle import (
 )
 from rollout.controller.start import StartPlan, rollout_start_nodes, rollouts_converge
 from rollout.controller.stops import tick_stop, with_stop_facts
-from rollout.controller.tick_requests import holder_awaited, rollout_request_tick
+from rollout.controller.tick_requests import (
+    holder_awaited,
+    rollout_request_tick,
+    tick_request_end,
+    tick_request_start,
+    tick_send,
+)
 from rollout.controller.timeouts import timeouts_due_rearm
 from rollout.controller.transitions import complete_rollout, pause_rollout, start_next_wave
 from rollout.controller.upgrade_transitions import release_settled_claims
@@ -140,30 +146,60 @@ def rollout_stop(*, rollout: Rollout, reason: str, now: datetime) -> None:
 
 #: Ticks one asked tick tries at most, each but the first after waiting for another worker's (``rollout_tick``).
 TICK_ATTEMPTS = 3
+#: How long one worker goes on ticking a rollout that was asked for while it ticked; then a message takes over.
+TICK_AGAIN_SECONDS = 10.0
 
 
 def rollout_tick(*, rollout_id: UUID | str, wait: bool = True) -> TickResult | None:
     """Reconcile one rollout. Returns None when another worker holds it (or it is gone).
+
+    A tick asked for while this one ran is this one's to run: an asked tick ticks again at once, in this worker,
+    for up to ``TICK_AGAIN_SECONDS``, then sends it as a message, so other work gets its turn; the periodic tick
+    sends it at once.
 
     The holder may have read the rollout before the settle that asked for this tick. With ``wait`` (an asked
     tick), one worker per rollout waits for the holder's tick to end and then ticks (``holder_awaited``), so a
     freed slot is used at once; the others, and the periodic tick (no ``wait``: it has every rollout to
     tick), leave it to that waiter or ask again a second later (docs/controller.md#reacting-at-once).
     """
-    for attempt in range(1, TICK_ATTEMPTS + 1):
-        # Cleared before anything is read: a tick asked for from now on comes after this one.
-        TickRequest.objects.filter(rollout_id=rollout_id, queued=True).update(queued=False)
-        result = _rollout_tick_unless_held(rollout_id=rollout_id)
-        if result is not None:
-            return result
+    began, attempt, result = time.monotonic(), 0, None
+    while True:
+        attempt += 1
+        ticked, asked = _rollout_tick_marked(rollout_id=rollout_id)
+        if ticked is not None:
+            result, attempt = ticked, 0
+            if not asked:
+                return result
+            if not wait or time.monotonic() - began >= TICK_AGAIN_SECONDS:
+                tick_send(rollout_id=rollout_id)  # the periodic tick has every rollout to tick
+                return result
+            continue
+        # Held by another worker (or gone); an ask made meanwhile is this worker's to see to.
         if not wait or attempt == TICK_ATTEMPTS:
-            break
+            # Not waited for (or held again each time the waiter ticked): ask again shortly rather than wait
+            # for the period.
+            if asked:
+                tick_send(rollout_id=rollout_id, countdown=1)
+            else:
+                rollout_request_tick(rollout_id=rollout_id, countdown=1)
+            return result
         if not holder_awaited(rollout_id=rollout_id):
-            return None
-    # Held, and not waited for (or held again each time the waiter ticked): ask again shortly rather than
-    # wait for the period.
-    rollout_request_tick(rollout_id=rollout_id, countdown=1)
-    return None
+            if asked:
+                tick_send(rollout_id=rollout_id)
+            return result
+
+
+def _rollout_tick_marked(*, rollout_id: UUID | str) -> tuple[TickResult | None, bool]:
+    """One tick, between its request's start and end (``tick_requests``): its result (None: held or gone), and
+    whether a tick was asked for while it ran. A tick that raises leaves such an ask to a message, a second later."""
+    tick_request_start(rollout_id=rollout_id)
+    try:
+        result = _rollout_tick_unless_held(rollout_id=rollout_id)
+    except BaseException:
+        if tick_request_end(rollout_id=rollout_id):
+            tick_send(rollout_id=rollout_id, countdown=1)
+        raise
+    return result, tick_request_end(rollout_id=rollout_id)
 
 
 @TICK_SECONDS.time()

@@ -2,36 +2,64 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from uuid import UUID
 
 import structlog
 from django.db import OperationalError, connection, transaction
+from django.utils import timezone
 
 from core.statements import prepared_cursor
-from rollout.controller.statements import ASK_TICK_SQL
+from rollout.controller.statements import ASK_TICK_SQL, END_TICK_SQL
 from rollout.dispatch import TICK_TASK, publish_on_commit
 from rollout.locks import advisory_lock_tried, tick_waiter_key
-from rollout.models import Rollout
+from rollout.models import Rollout, TickRequest
 
 log = structlog.get_logger("rollout")
 
 
 def rollout_request_tick(*, rollout_id: UUID | str, countdown: float = 0.0) -> None:
-    """Ask for a tick of one rollout soon, debounced: at most one is queued at a time.
+    """Ask for a tick of one rollout soon, debounced: at most one is queued at a time, and none is sent while a
+    tick runs (it ticks again when it ends: ``tick_request_end``).
 
-    The flag is cleared when the tick starts; the periodic tick clears it too,
-    so a lost message delays a rollout by one period at most.
+    The flag is cleared when a tick starts; the periodic tick clears it too, so a lost message (or a worker
+    killed while its tick ran) delays a rollout by one period at most.
     """
     if tick_request_raise(rollout_id=rollout_id):
         publish_on_commit(TICK_TASK, args=[str(rollout_id)], countdown=countdown)
 
 
 def tick_request_raise(*, rollout_id: UUID | str) -> bool:
-    """Flip the rollout's tick request from idle to queued; whether this call flipped it (and so must send the
-    tick). Only while the rollout is active or paused. One prepared statement."""
+    """Flip the rollout's tick request from idle to queued; whether this call flipped it while no tick runs (and
+    so must send the tick). Only while the rollout is active or paused. One prepared statement."""
     with prepared_cursor() as cursor:
-        cursor.execute(ASK_TICK_SQL, {"rollout": rollout_id})
-        return cursor.fetchone() is not None
+        cursor.execute(ASK_TICK_SQL, {"rollout": rollout_id, "now": timezone.now()})
+        row = cursor.fetchone()
+    return row is not None and row[0]
+
+
+#: How long a tick's running mark holds at most: a worker killed while it ticks leaves one, which lapses.
+RUNNING_LEASE = timedelta(seconds=60)
+
+
+def tick_request_start(*, rollout_id: UUID | str) -> None:
+    """A tick starts, before it reads anything: the request is cleared (a tick asked for from now on comes after
+    this one) and the tick marked running. Its own statement, committed: the askers read the mark."""
+    TickRequest.objects.filter(rollout_id=rollout_id).update(queued=False, running_until=timezone.now() + RUNNING_LEASE)
+
+
+def tick_request_end(*, rollout_id: UUID | str) -> bool:
+    """A tick ended (committed or not): its mark cleared; whether a tick was asked for while it ran. Then the
+    request stays raised and the caller must see to it: tick again, or send the tick (``tick_send``)."""
+    with prepared_cursor() as cursor:
+        cursor.execute(END_TICK_SQL, {"rollout": rollout_id})
+        row = cursor.fetchone()
+    return row is not None and row[0]
+
+
+def tick_send(*, rollout_id: UUID | str, countdown: float = 0.0) -> None:
+    """Send the tick a raised request stands for (``tick_request_end`` found it raised)."""
+    publish_on_commit(TICK_TASK, args=[str(rollout_id)], countdown=countdown)
 
 
 #: How long an asked tick waits for the tick that holds its rollout before asking again a second later.

@@ -171,7 +171,11 @@ class TickRequest(models.Model):
     """
 
     rollout = models.OneToOneField(Rollout, on_delete=models.CASCADE, primary_key=True, related_name="tick_request")
+    # A tick will start and read after whoever raised it: a message is on its way, or the running tick goes again.
     queued = models.BooleanField(default=False)
+    # While a tick runs (until it ends, at most this late: a killed worker's mark lapses), an ask raises ``queued``
+    # and sends nothing: the running tick sees it when it ends and ticks again (controller/tick_requests.py).
+    running_until = models.DateTimeField(null=True, blank=True)
     # When the rollout's one ``rollout/timeouts-due`` message is due (null: none published); one per rollout,
     # not one per tick that starts nodes (rollout/controller/timeouts.py).
     timeouts_due_at = models.DateTimeField(null=True, blank=True)

@@ -21,8 +21,12 @@ from tests.watch.conftest import database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-# The tick's first statement (controller/tick.py rollout_tick), as another worker runs it.
-CLEAR = f"UPDATE {TickRequest._meta.db_table} SET queued = false WHERE rollout_id = %s AND queued"  # noqa: S608
+# The tick's first statement and its last (controller/tick_requests.py), as another worker runs them.
+START = f"""
+UPDATE {TickRequest._meta.db_table} SET queued = false, running_until = now() + interval '1 minute'
+WHERE rollout_id = %s
+"""  # noqa: S608
+END = f"UPDATE {TickRequest._meta.db_table} SET running_until = NULL WHERE rollout_id = %s"  # noqa: S608
 
 
 @pytest.fixture
@@ -34,10 +38,13 @@ def in_flight(tenant, releases):
 
 
 def clear_from_another_worker(rollout_id, *, lock_timeout: str = "300ms") -> int:
-    """The tick's clear on a connection of its own: the rows it cleared; LockNotAvailable past ``lock_timeout``."""
+    """A tick's start and end on a connection of its own: the rows its start cleared; LockNotAvailable past
+    ``lock_timeout``."""
     with psycopg.connect(database_url(), autocommit=True) as conn:
         conn.execute(f"SET lock_timeout = '{lock_timeout}'")
-        return conn.execute(CLEAR, [rollout_id]).rowcount
+        cleared = conn.execute(START, [rollout_id]).rowcount
+        conn.execute(END, [rollout_id])
+        return cleared
 
 
 def test_a_queued_tick_starts_only_after_the_settle_that_relied_on_it_commits(in_flight):
@@ -60,7 +67,7 @@ def test_a_settle_that_finds_no_tick_queued_asks_for_one_and_holds_nothing(
     with transaction.atomic():
         rejoined = succeed_rejoined(node_id=node.id, version="1.0.0", at=timezone.now())
         assert rejoined == Rejoined(rollout_id=rollout.id, tick_queued=False)
-        assert clear_from_another_worker(rollout.id) == 0  # nothing locked: no tick is waited for
+        assert clear_from_another_worker(rollout.id) == 1  # nothing locked: the tick starts at once
         transaction.set_rollback(True)
     with transaction.atomic():
         with django_capture_on_commit_callbacks(execute=False) as published:

@@ -1,10 +1,14 @@
 """Raising a rollout's tick request, one prepared statement, on every state that decides it (the rollout's state, a
-tick already queued or not): it raises it only when none is queued and the rollout is active or paused."""
+tick already queued or not, a tick running or not): it raises it only when none is queued and the rollout is active
+or paused, and says to send the tick only when no tick runs."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.db import transaction
+from django.utils import timezone
 
 from rollout.controller.tick_requests import tick_request_raise
 from rollout.models import Rollout, TickRequest
@@ -35,3 +39,16 @@ def test_the_statement_raises_only_an_idle_request_of_a_rollout_that_ticks(tenan
     by_statement = outcome(tick_request_raise, rollout.id)
     raises = not queued and state in Rollout.ACTIVE_STATES
     assert by_statement == (raises, queued or raises)
+
+
+@pytest.mark.parametrize(
+    ("running_for", "sends"),
+    [(None, True), (timedelta(seconds=30), False), (timedelta(seconds=-1), True)],
+    ids=["no tick running", "a tick running", "a lapsed mark"],
+)
+def test_the_statement_raises_the_request_but_sends_nothing_while_a_tick_runs(tenant, releases, running_for, sends):
+    fleet(tenant, {"a": (1, "1")})
+    rollout = rollout_create(tenant=tenant, spec=rollout_spec(version="1.0.0", waves=[100], soak_seconds=0))
+    running_until = None if running_for is None else timezone.now() + running_for
+    TickRequest.objects.filter(rollout=rollout).update(queued=False, running_until=running_until)
+    assert outcome(tick_request_raise, rollout.id) == (sends, True)
