@@ -58,7 +58,7 @@ from fleet.watch.asgi import (
 )
 from fleet.watch.fields import FreshFields
 from fleet.watch.hub import WatchHub
-from fleet.watch.known import KNOWN_SECONDS, Known
+from fleet.watch.known import Known
 from fleet.watch.quick import plug_in_answer
 from fleet.watch.reads import WakeReads
 from fleet.watch.threads import SessionThreads, on_thread
@@ -140,7 +140,7 @@ class AgentSessionFront:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(held_touch_every())
-            self.hub.known.forget_older_than(loop.time() - KNOWN_SECONDS)
+            self.hub.known.forget_expired(loop.time())
             try:
                 await self._touch_held()
             except Exception as exc:  # the database is down: the next round tries again
@@ -298,7 +298,7 @@ class AgentSessionFront:
         now = asyncio.get_running_loop().time()
         if (known.daemon_version, known.protocol_version) != (request.daemon_version, request.protocol_version):
             return None
-        if now - known.since > KNOWN_SECONDS:
+        if now >= known.until:
             return None
         changed = self.hub.notified_since(known.node_id, known.since, besides=known.report.written_by)
         if not self.hub.unbroken_since(known.since) or changed:

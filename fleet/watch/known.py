@@ -11,7 +11,8 @@ statement when all of these hold (docs/architecture.md#watch, "Arrivals held fro
 - nothing was notified for the node since the read began: the watch channel carries every change to the node's
   spec and pending commands, and (fleet/migrations/0007_watch_notify_sessions.py) to its session, its token and
   its existence; a notification drops the entry, and so does the loss of the subscription (everything);
-- the read is at most ``KNOWN_SECONDS`` old: whatever a notification could miss, a read repairs it;
+- the read is younger than its lifetime, drawn between half ``KNOWN_SECONDS`` and all of it: whatever a
+  notification could miss, a read repairs it;
 - the node's ``last_seen_at`` is known to be less than one interval old (``seen_floor``, from the keeper's
   touches), so the statement would not have written it: the database ends as the statement would have left it.
 
@@ -22,15 +23,23 @@ transaction, which the read names too (``SessionReport.written_by``), and do not
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from uuid import UUID
 
 from fleet.services.sessions import SessionReport
 
 #: A read older than this is not answered from: the next arrival reads the database (bounds what a missed
-#: notification could cost, whatever its cause).
+#: notification could cost, whatever its cause). Each read's lifetime is drawn between half of it and all of it:
+#: reads made together, as a reconnect storm's are, would otherwise age out together, and their agents would read
+#: the database again at the storm's rate (docs/architecture.md#watch).
 KNOWN_SECONDS = 300.0
+
+
+def known_lifetime() -> float:
+    """A read's lifetime: uniform between half ``KNOWN_SECONDS`` and all of it (spread, not secret)."""
+    return KNOWN_SECONDS * random.uniform(0.5, 1.0)  # noqa: S311 - jitter, not a secret
 
 
 @dataclass
@@ -45,6 +54,11 @@ class Known:
     since: float
     #: The wall clock (seconds since the epoch) that the node's stored ``last_seen_at`` is known to be at or after.
     seen_floor: float
+    #: The event loop's time from which the read is no longer answered from: ``since`` and a drawn lifetime.
+    until: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.until = self.since + known_lifetime()
 
 
 class KnownSessions:
@@ -96,9 +110,9 @@ class KnownSessions:
                 known = self._by_token[token_hash]
                 known.seen_floor = max(known.seen_floor, seen_floor)
 
-    def forget_older_than(self, since: float) -> None:
-        """Drop the reads that began before ``since`` (the loop's clock): they would not be answered from."""
+    def forget_expired(self, now: float) -> None:
+        """Drop the reads whose lifetime ended by ``now`` (the loop's clock): they would not be answered from."""
         for token_hash, known in list(self._by_token.items()):
-            if known.since < since:
+            if known.until <= now:
                 del self._by_token[token_hash]
                 self._token_of.pop(known.node_id, None)

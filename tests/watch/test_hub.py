@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import uuid
+from collections import Counter
 from types import SimpleNamespace
 
 import psycopg
@@ -15,7 +16,7 @@ import uvloop
 from fleet.services.sessions import SessionReport
 from fleet.watch import listen_conninfo
 from fleet.watch.hub import WatchHub
-from fleet.watch.known import Known
+from fleet.watch.known import KNOWN_SECONDS, Known, KnownSessions
 
 
 def run(coroutine):
@@ -87,7 +88,9 @@ def test_what_was_read_is_kept_only_while_listening_and_forgotten_at_a_notificat
         hub.remember("c", _known(second, loop.time()))
         assert hub.known.get("b") is None
         assert len(hub.known) == 1
-        hub.known.forget_older_than(loop.time())  # older than KNOWN_SECONDS, in the keeper's use
+        hub.known.forget_expired(loop.time() + KNOWN_SECONDS / 2 - 1)  # the keeper's use: none expired yet
+        assert len(hub.known) == 1
+        hub.known.forget_expired(loop.time() + KNOWN_SECONDS)  # every lifetime is at most KNOWN_SECONDS
         assert len(hub.known) == 0
         hub.remember("c", _known(second, loop.time()))
         hub._set_listening(False)
@@ -233,3 +236,22 @@ def test_a_cancellation_that_comes_as_a_ping_is_answered_is_not_lost(event_loop)
             connection.close()
 
     assert uvloop.run(main()) if event_loop == "uvloop" else asyncio.run(main())
+
+
+def test_reads_made_together_age_out_spread_over_half_their_bound():
+    """A reconnect storm's reads are made within a moment: their lifetimes are drawn between half the bound and
+    all of it, so they age out spread over that half, not all at once; each is dropped once its own has ended."""
+    known, since = KnownSessions(), 1000.0
+    for index in range(2000):
+        known.remember(f"token-{index}", _known(uuid.uuid4(), since))
+    ages = sorted(known.get(f"token-{index}").until - since for index in range(2000))
+    assert ages[0] >= KNOWN_SECONDS / 2
+    assert ages[-1] <= KNOWN_SECONDS
+    # Spread over the half: every tenth of it holds some of them, and none holds more than a fifth.
+    tenth = KNOWN_SECONDS / 20
+    per_tenth = Counter(min(9, int((age - KNOWN_SECONDS / 2) // tenth)) for age in ages)
+    assert sorted(per_tenth) == list(range(10))
+    assert max(per_tenth.values()) < 2000 / 5
+    middle = since + ages[1000]
+    known.forget_expired(middle)
+    assert len(known) == 2000 - sum(1 for age in ages if since + age <= middle)
