@@ -33,11 +33,12 @@ from collections.abc import Sequence
 
 from benchmarks.bench_tier import bench_tier
 from benchmarks.bench_world import arrivals_by_read, bench_world, memory_share
-from benchmarks.heartbeat_probes import CpuSampler, ProcessSampler, agent_errors, percentile
+from benchmarks.heartbeat_probes import ProcessSampler, agent_errors, percentile
 from benchmarks.polling_price import (
     IDLE_AT_SPEED,
     idle_at_speed,
     idle_rows,
+    idle_window,
     requests_sent,
     upgrade_rows,
     web_cpu_per_download,
@@ -169,30 +170,25 @@ def run(
                 if measure and watch
                 else None
             )
-            idle_cpu = CpuSampler(lambda: ProcessSampler.tree(web.pid))
-            idle_nginx = CpuSampler(lambda: ProcessSampler.tree(tier.nginx.pid) if tier.nginx else [])
-            idle_cpu.sample()
-            idle_nginx.sample()
-            idle_requests, idle_started = -requests_sent(fleet.stats), time.monotonic()
             arrivals = [arrivals_by_read(port)] if watch else []
             if sampler and not rollout:
                 sampler.start()
-            time.sleep(idle_seconds)  # a measured window: every agent online, nothing changing
-            idle_cpu.sample()
-            idle_nginx.sample()
-            idle_requests, idle_window = idle_requests + requests_sent(fleet.stats), (idle_started, time.monotonic())
+            nginx_pid, sent = tier.nginx.pid if tier.nginx else None, lambda: requests_sent(fleet.stats)
+            # A measured window: every agent online, nothing changing.
+            before = idle_window(web_pid=web.pid, nginx_pid=nginx_pid, sent=sent, seconds=idle_seconds)
             arrivals += [arrivals_by_read(port)] if watch else []
             # The loops ran beside the watching fleet: its CPU at the idle window's rate comes out of their
             # price, as it comes out of the upgrade's (polling_price.upgrade_price).
-            idle_rate = idle_cpu.seconds() / idle_seconds if idle_seconds else 0.0
+            idle_rate = before.cpu / before.seconds if idle_seconds else 0.0
             per_heartbeat = heartbeat_loop.per_request(idle_rate) if heartbeat_loop else 0.0
-            idle_speed = idle_at_speed(
-                agents=agents, idle_cpu=idle_cpu.seconds(), idle_seconds=idle_seconds, window=idle_window,
-                heartbeat=heartbeat_loop, probe=probe,
-            ) if heartbeat_loop and probe and idle_seconds else None  # fmt: skip
+            idle_speed = (
+                idle_at_speed(agents=agents, idle=before, heartbeat=heartbeat_loop, probe=probe)
+                if heartbeat_loop and probe and idle_seconds
+                else None
+            )
             if not rollout:
                 return idle_rows(
-                    agents=agents, idle_seconds=idle_seconds, idle_cpu=idle_cpu, per_heartbeat=per_heartbeat,
+                    agents=agents, idle_seconds=idle_seconds, idle_cpu=before.cpu, per_heartbeat=per_heartbeat,
                     fleet=fleet, sampler=sampler, heartbeat=heartbeat, at_speed=idle_speed,
                 )  # fmt: skip
             if sampler:
@@ -229,6 +225,15 @@ def run(
             round_trips = stats.round_trips[round_trips_before:]
             errors_during = stats.errors - errors_before
             arrivals += [arrivals_by_read(port)] if watch else []
+            if sampler:
+                sampler.stop()  # the rollout's CPU ends here
+            # The idle fleet again, on the new version: the upgrades' share is what the rollout cost beyond both
+            # windows' rate, which a drift of the machine or the fleet over the run moves less than either's.
+            after = (
+                idle_window(web_pid=web.pid, nginx_pid=nginx_pid, sent=sent, seconds=idle_seconds)
+                if measure and watch and idle_seconds
+                else None
+            )
     finally:
         stop(worker, beat)  # first: nothing may leave them running
         if probe:
@@ -274,14 +279,16 @@ def run(
             return f"{value:.2f} ({priced}; ratio {value / polling:.2f})" if watch else f"{value:.2f}"
 
         if idle_seconds:
-            idle = idle_cpu.seconds() / (agents * idle_seconds / 60 / 1000)
+            idle = before.cpu / (agents * before.seconds / 60 / 1000)
             result[f"web CPU s per 1,000 agent-minutes, idle ({idle_seconds:g} s)"] = against_polling(idle)
             if idle_speed:
                 result[IDLE_AT_SPEED] = idle_speed
-            if watch and states["succeeded"]:
+            if watch and states["succeeded"] and after:
+                idle_windows = (before, after)
                 measured = {
-                    "rollout_cpu": sampler.cpu["web"].seconds(), "window": window, "idle_cpu": idle_cpu.seconds(),
-                    "idle_seconds": idle_seconds, "rollout_requests": requests_during, "idle_requests": idle_requests,
+                    "rollout_cpu": sampler.cpu["web"].seconds(), "window": window,
+                    "idle_cpu": before.cpu + after.cpu, "idle_seconds": before.seconds + after.seconds,
+                    "rollout_requests": requests_during, "idle_requests": before.requests + after.requests,
                     "upgraded": states["succeeded"],
                 }  # fmt: skip
                 assert heartbeat_loop is not None
@@ -289,11 +296,12 @@ def run(
                 assert download_loop is not None
                 assert probe is not None
                 result |= upgrade_rows(
-                    measured, windows={"idle": idle_window, "rollout": (started, started + window)}, probe=probe,
+                    measured, rollout_window=(started, started + window), idle=idle_windows, probe=probe,
                     heartbeat=heartbeat_loop, bursts=burst_loop, download=download_loop,
                 )  # fmt: skip
                 if "nginx" in sampler.cpu:
-                    nginx_cpu = sampler.cpu["nginx"].seconds() - idle_nginx.seconds() / idle_seconds * window
+                    idle_nginx = (before.nginx_cpu + after.nginx_cpu) / measured["idle_seconds"]
+                    nginx_cpu = sampler.cpu["nginx"].seconds() - idle_nginx * window
                     result["nginx CPU per upgraded node (idle share out)"] = (
                         f"{1000 * nginx_cpu / states['succeeded']:.2f} ms (not in the ratio: gunicorn's only)"
                     )

@@ -201,6 +201,9 @@ class ProcessSampler(threading.Thread):
             self._halt.wait(self.every)
 
     def stop(self) -> None:
+        """Stop sampling, with a last sample: CPU is counted up to now. A second call changes nothing."""
+        if self._halt.is_set():
+            return
         self._halt.set()
         if self.is_alive():  # a run that failed before its measurement began never started it
             self.join(timeout=10)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -48,6 +48,34 @@ class LoopPrice:
     def at_speed(self, scale: Callable[[tuple[float, float]], float]) -> LoopPrice:
         """The same rounds with each one's CPU at one machine speed (``SpeedProbe.scale``)."""
         return replace(self, rounds=tuple(replace(r, cpu=r.cpu * scale(r.window)) for r in self.rounds))
+
+
+@dataclass(frozen=True)
+class IdleWindow:
+    """A measured window of the idle fleet: the web tier's CPU in it, nginx's, and the requests answered."""
+
+    cpu: float
+    nginx_cpu: float
+    requests: int
+    #: ``time.monotonic()`` at its start and end.
+    window: tuple[float, float]
+
+    @property
+    def seconds(self) -> float:
+        return self.window[1] - self.window[0]
+
+
+def idle_window(*, web_pid: int, nginx_pid: int | None, sent: Callable[[], int], seconds: float) -> IdleWindow:
+    """Measure ``seconds`` of the idle fleet; ``sent``: the requests its agents had answered so far."""
+    web = CpuSampler(lambda: ProcessSampler.tree(web_pid))
+    nginx = CpuSampler(lambda: ProcessSampler.tree(nginx_pid) if nginx_pid else [])
+    web.sample()
+    nginx.sample()
+    requests, started = -sent(), time.monotonic()
+    time.sleep(seconds)
+    web.sample()
+    nginx.sample()
+    return IdleWindow(web.seconds(), nginx.seconds(), requests + sent(), (started, time.monotonic()))
 
 
 def web_cpu_per_heartbeat(
@@ -164,32 +192,35 @@ def upgrade_price(*, per_heartbeat: float, **measured: Any) -> dict[str, str]:
 def upgrade_rows(
     measured: dict[str, Any],
     *,
-    windows: dict[str, tuple[float, float]],
+    rollout_window: tuple[float, float],
+    idle: Sequence[IdleWindow],
     probe: SpeedProbe,
     heartbeat: LoopPrice,
     bursts: LoopPrice,
     download: LoopPrice,
 ) -> dict[str, str]:
-    """``upgrade_price`` for the rollout ``measured`` (its arguments but the heartbeat's price) twice: by the CPU
-    clock alone, and with every CPU figure at one machine speed, the heartbeat loop's (``probe``'s scale of the
-    ``windows`` the idle fleet and the rollout were measured in, and of each round of the loop), on which the
-    target is judged (docs/benchmarks.md says why). Beside them: the probe's cost in each window, the download's
-    price, every round's, and the heartbeat's as priced before 2026-12-06 (the idle fleet's CPU left in; the 16
-    connections sending at once)."""
-    idle_rate = measured["idle_cpu"] / measured["idle_seconds"]
+    """``upgrade_price`` for the rollout ``measured`` (its arguments but the heartbeat's price; the idle fleet's,
+    those of the ``idle`` windows together) twice: by the CPU clock alone, and with every CPU figure at one machine
+    speed, the heartbeat loop's (``probe``'s scale of the window each was measured in: the rollout's, each idle
+    window's, each round of the loop's), on which the target is judged (docs/benchmarks.md says why). The loops'
+    background is the first idle window's rate, the one measured right after them. Beside them: the probe's cost
+    in each window, the download's price, every round's, and the heartbeat's as priced before 2026-12-06 (the idle
+    fleet's CPU left in; the 16 connections sending at once)."""
+    idle_rate = idle[0].cpu / idle[0].seconds
     per_heartbeat, per_download = heartbeat.per_request(idle_rate), download.per_request(idle_rate)
     in_bursts = upgrade_price(**measured, per_heartbeat=bursts.per_request(idle_rate))
     by_clock = upgrade_price(**measured, per_heartbeat=per_heartbeat)
     scale = probe.scale(heartbeat.window)
     steady = measured | {
-        "rollout_cpu": measured["rollout_cpu"] * scale(windows["rollout"]),
-        "idle_cpu": measured["idle_cpu"] * scale(windows["idle"]),
+        "rollout_cpu": measured["rollout_cpu"] * scale(rollout_window),
+        "idle_cpu": sum(each.cpu * scale(each.window) for each in idle),
     }
-    steady_heartbeat = heartbeat.at_speed(scale).per_request(steady["idle_cpu"] / measured["idle_seconds"])
+    steady_heartbeat = heartbeat.at_speed(scale).per_request(idle_rate * scale(idle[0].window))
     at_speed = upgrade_price(**steady, per_heartbeat=steady_heartbeat)
     each = ", ".join(f"{1000 * price:.2f}" for price in heartbeat.each(idle_rate))
-    costs = [probe.cost(r.window) for r in heartbeat.rounds] + [
-        probe.cost(windows[name]) for name in ("idle", "rollout")
+    costs = [
+        ", ".join(f"{1000 * probe.cost(window):.2f}" for window in windows)
+        for windows in ([r.window for r in heartbeat.rounds], [each.window for each in idle], [rollout_window])
     ]
     return {
         **{name: value for name, value in by_clock.items() if not name.startswith("  ")},
@@ -197,9 +228,7 @@ def upgrade_rows(
         "  both at the loop's machine speed (benchmarks/speed_probe.py)": (
             f"{at_speed['web CPU per upgraded node (idle share out)']} against {at_speed[PRICED]}"
         ),
-        "  the probe's CPU per unit of work: loop rounds / idle / rollout": (
-            "{:.2f}, {:.2f}, {:.2f} / {:.2f} / {:.2f} ms".format(*(1000 * cost for cost in costs))
-        ),
+        "  the probe's CPU per unit of work: loop rounds / idle before, after / rollout": " / ".join(costs) + " ms",
         "  a download, priced as the heartbeat": (
             f"{1000 * per_download:.2f} ms ({per_download / per_heartbeat:.1f} heartbeats)"
         ),
@@ -211,19 +240,11 @@ def upgrade_rows(
     }
 
 
-def idle_at_speed(
-    *,
-    agents: int,
-    idle_cpu: float,
-    idle_seconds: float,
-    window: tuple[float, float],
-    heartbeat: LoopPrice,
-    probe: SpeedProbe,
-) -> str:
+def idle_at_speed(*, agents: int, idle: IdleWindow, heartbeat: LoopPrice, probe: SpeedProbe) -> str:
     """The idle fleet's web CPU against polling's (a plain heartbeat per agent every 10 s) with both at the
     heartbeat loop's machine speed, as ``upgrade_rows`` judges the upgrade's."""
     scale = probe.scale(heartbeat.window)
-    idle_rate = idle_cpu * scale(window) / idle_seconds
+    idle_rate = idle.cpu * scale(idle.window) / idle.seconds
     per_heartbeat = heartbeat.at_speed(scale).per_request(idle_rate)
     ratio = idle_rate / (per_heartbeat * agents / 10)
     return f"ratio {ratio:.2f} (target <= 0.3; {1000 * per_heartbeat:.2f} ms a heartbeat)"
@@ -233,7 +254,7 @@ def idle_rows(
     *,
     agents: int,
     idle_seconds: float,
-    idle_cpu: CpuSampler,
+    idle_cpu: float,
     per_heartbeat: float,
     fleet: Any,
     sampler: ProcessSampler | None,
@@ -241,7 +262,7 @@ def idle_rows(
     at_speed: str | None,
 ) -> dict[str, Any]:
     """The rows of an idle fleet's measurement (``run`` without a rollout)."""
-    idle = idle_cpu.seconds() / (agents * idle_seconds / 60 / 1000)
+    idle = idle_cpu / (agents * idle_seconds / 60 / 1000)
     polling = per_heartbeat * 6 * 1000
     stats = fleet.stats
     server_errors, kinds = agent_errors(stats)
@@ -255,7 +276,7 @@ def idle_rows(
             else f"{idle:.2f}"
         ),
         **({IDLE_AT_SPEED: at_speed} if at_speed else {}),
-        "web cores, idle": f"{idle_cpu.seconds() / idle_seconds:.2f}",
+        "web cores, idle": f"{idle_cpu / idle_seconds:.2f}",
         "5xx answers": str(server_errors),
         "agent errors": f"{stats.errors} ({kinds})",
     }
