@@ -213,14 +213,14 @@ def upgrade_rows(
     scale = probe.scale(heartbeat.window)
     steady = measured | {
         "rollout_cpu": measured["rollout_cpu"] * scale(rollout_window),
-        "idle_cpu": sum(each.cpu * scale(each.window) for each in idle),
+        "idle_cpu": sum(part.cpu * scale(part.window) for part in idle),
     }
     steady_heartbeat = heartbeat.at_speed(scale).per_request(idle_rate * scale(idle[0].window))
     at_speed = upgrade_price(**steady, per_heartbeat=steady_heartbeat)
     each = ", ".join(f"{1000 * price:.2f}" for price in heartbeat.each(idle_rate))
     costs = [
         ", ".join(f"{1000 * probe.cost(window):.2f}" for window in windows)
-        for windows in ([r.window for r in heartbeat.rounds], [each.window for each in idle], [rollout_window])
+        for windows in ([r.window for r in heartbeat.rounds], [part.window for part in idle], [rollout_window])
     ]
     return {
         **{name: value for name, value in by_clock.items() if not name.startswith("  ")},

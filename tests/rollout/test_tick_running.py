@@ -153,3 +153,22 @@ def test_the_periodic_tick_clears_a_mark_a_killed_worker_left(one_slot, publishe
     assert request.running_until is None
     rollout_request_tick(rollout_id=rollout.id)
     assert [name for name, _, _ in published] == [TICK_TASK]
+
+
+@pytest.mark.parametrize(("wait", "countdown"), [(False, 1), (True, 0.0)], ids=["periodic", "asked, a waiter there"])
+def test_a_tick_that_found_its_rollout_held_sends_the_tick_asked_for_while_it_held_the_mark(
+    one_slot, published, monkeypatch, wait, countdown
+):
+    rollout, first, _ = one_slot
+
+    def join_while_held(*, rollout_id):
+        join_on_target(first.node_id)
+        return None  # another worker's tick holds the rollout
+
+    monkeypatch.setattr(controller, "_rollout_tick_unless_held", join_while_held)
+    monkeypatch.setattr(controller, "holder_awaited", lambda *, rollout_id: False)  # another worker waits already
+    assert rollout_tick(rollout_id=rollout.id, wait=wait) is None
+    assert published == [(TICK_TASK, [str(rollout.id)], countdown)]  # the join sent nothing: this is its tick
+    request = request_of(rollout)
+    assert request.queued
+    assert request.running_until is None
