@@ -154,7 +154,12 @@ def requests_sent(stats: Any) -> int:
     return sum(stats.answers.values()) + stats.downloads
 
 
-def upgrade_cost(
+PRICED = "  priced as plain heartbeats"
+IDLE_AT_SPEED = "  the idle fleet and polling at the loop's machine speed"
+TARGET = " (target <= 1.5)"
+
+
+def upgrade_price(
     *,
     rollout_cpu: float,
     window: float,
@@ -163,24 +168,14 @@ def upgrade_cost(
     rollout_requests: int,
     idle_requests: int,
     upgraded: int,
-) -> tuple[float, float]:
-    """The web tier's CPU seconds and the requests per upgrade. The idle fleet's CPU and requests, at their rate
-    over the idle window, are taken out of the rollout's: what is left is the upgrades' own (the wake's answer,
-    the download, the leave, the join and the arrival after it)."""
+    per_heartbeat: float,
+) -> dict[str, str]:
+    """What an upgrade costs the web tier against what its requests would cost as plain heartbeats (the target:
+    at most 1.5 times). The idle fleet's CPU and requests, at their rate over the idle window, are taken out of
+    the rollout's: what is left is the upgrades' own (the wake's answer, the download, the leave, the join and the
+    arrival after it)."""
     cpu = (rollout_cpu - idle_cpu / idle_seconds * window) / upgraded
     requests = (rollout_requests - idle_requests / idle_seconds * window) / upgraded
-    return cpu, requests
-
-
-PRICED = "  priced as plain heartbeats"
-IDLE_AT_SPEED = "  the idle fleet and polling at the loop's machine speed"
-TARGET = " (target <= 1.5)"
-
-
-def upgrade_price(*, per_heartbeat: float, **measured: Any) -> dict[str, str]:
-    """What an upgrade costs the web tier (``upgrade_cost`` of ``measured``) against what its requests would cost
-    as plain heartbeats (the target: at most 1.5 times)."""
-    cpu, requests = upgrade_cost(**measured)
     priced = per_heartbeat * requests
     return {
         "web CPU per upgraded node (idle share out)": f"{1000 * cpu:.2f} ms",
@@ -215,8 +210,7 @@ def upgrade_rows(
         "rollout_cpu": measured["rollout_cpu"] * scale(rollout_window),
         "idle_cpu": sum(part.cpu * scale(part.window) for part in idle),
     }
-    steady_heartbeat = heartbeat.at_speed(scale).per_request(idle_rate * scale(idle[0].window))
-    at_speed = upgrade_price(**steady, per_heartbeat=steady_heartbeat)
+    at_speed = upgrade_price(**steady, per_heartbeat=heartbeat_at_speed(heartbeat, idle[0], scale))
     each = ", ".join(f"{1000 * price:.2f}" for price in heartbeat.each(idle_rate))
     costs = [
         ", ".join(f"{1000 * probe.cost(window):.2f}" for window in windows)
@@ -240,12 +234,17 @@ def upgrade_rows(
     }
 
 
+def heartbeat_at_speed(heartbeat: LoopPrice, idle: IdleWindow, scale: Callable[[tuple[float, float]], float]) -> float:
+    """A plain heartbeat's price at one machine speed (``scale``): each round's CPU scaled, and the background
+    taken out at ``idle``'s rate scaled the same way."""
+    return heartbeat.at_speed(scale).per_request(idle.cpu * scale(idle.window) / idle.seconds)
+
+
 def idle_at_speed(*, agents: int, idle: IdleWindow, heartbeat: LoopPrice, probe: SpeedProbe) -> str:
     """The idle fleet's web CPU against polling's (a plain heartbeat per agent every 10 s) with both at the
     heartbeat loop's machine speed, as ``upgrade_rows`` judges the upgrade's."""
     scale = probe.scale(heartbeat.window)
-    idle_rate = idle.cpu * scale(idle.window) / idle.seconds
-    per_heartbeat = heartbeat.at_speed(scale).per_request(idle_rate)
+    idle_rate, per_heartbeat = idle.cpu * scale(idle.window) / idle.seconds, heartbeat_at_speed(heartbeat, idle, scale)
     ratio = idle_rate / (per_heartbeat * agents / 10)
     return f"ratio {ratio:.2f} (target <= 0.3; {1000 * per_heartbeat:.2f} ms a heartbeat)"
 

@@ -26,7 +26,7 @@ def rollout_request_tick(*, rollout_id: UUID | str, countdown: float = 0.0) -> N
     killed while its tick ran) delays a rollout by one period at most.
     """
     if tick_request_raise(rollout_id=rollout_id):
-        publish_on_commit(TICK_TASK, args=[str(rollout_id)], countdown=countdown)
+        tick_send(rollout_id=rollout_id, countdown=countdown)
 
 
 def tick_request_raise(*, rollout_id: UUID | str) -> bool:
@@ -58,7 +58,7 @@ def tick_request_end(*, rollout_id: UUID | str) -> bool:
 
 
 def tick_send(*, rollout_id: UUID | str, countdown: float = 0.0) -> None:
-    """Send the tick a raised request stands for (``tick_request_end`` found it raised)."""
+    """Send the tick a raised request stands for: raised by this caller, or found raised by ``tick_request_end``."""
     publish_on_commit(TICK_TASK, args=[str(rollout_id)], countdown=countdown)
 
 
