@@ -16,10 +16,12 @@ refuses one over 1 MiB (413) without reading it whole, and nginx does first.
 
 import os
 
+from core.worker_sockets import web_workers
+
 # ASGI (project/asgi.py): agent sessions, plain and held, answered in async code on each worker's event loop;
 # Django's views on WEB_THREADS threads per worker (docs/architecture.md#watch).
 worker_class = "uvicorn_worker.UvicornWorker"
-workers = int(os.environ.get("WEB_WORKERS") or 3)
+workers = web_workers(os.environ)
 # A worker that has not told the arbiter it is alive for this long is killed and replaced (not a request
 # timeout: a held request lasts up to 60 s on the event loop, which keeps notifying).
 timeout = 60
@@ -31,6 +33,25 @@ keepalive = 75
 _TMPFS = "/dev/shm"  # noqa: S108 - a tmpfs for gunicorn's liveness files, not a shared temporary file
 worker_tmp_dir = _TMPFS if os.path.isdir(_TMPFS) else None
 loglevel = (os.environ.get("LOG_LEVEL") or "info").lower()
+# One more socket per worker, besides --bind, so that nginx sends each agent to the same process
+# (core/worker_sockets.py; docker/nginx.conf's upstream agents). Unset: none.
+worker_bind = os.environ.get("WEB_WORKER_BIND") or None
+
+
+def pre_fork(server, worker) -> None:
+    """The worker's slot, and its socket (opened by the master, once)."""
+    if worker_bind:
+        from core.worker_sockets import assign_slot
+
+        assign_slot(server, worker, worker_bind)
+
+
+def post_fork(server, worker) -> None:
+    """In the worker: only its own slot's socket stays open."""
+    if worker_bind:
+        from core.worker_sockets import close_other_slots
+
+        close_other_slots(server, worker)
 
 
 def post_worker_init(worker) -> None:

@@ -19,9 +19,10 @@ gunicorn listens. Then it runs in the foreground until SIGTERM or SIGINT (Ctrl-C
 backoff, and logged (demo/supervise.py). The children also get SIGTERM if this process dies without stopping
 them (Linux's parent-death signal).
 
-Each application server behind nginx is an ``Upstream``: its command, and the ``${NAME}`` of
-docker/nginx.conf that carries its address. Another one is one more entry in ``upstreams()`` and
-one more ``upstream`` block in the config.
+Each application server behind nginx is an ``Upstream``: its command, its environment, and the ``${NAMES}`` of
+docker/nginx.conf that carry its addresses. gunicorn's are two: its socket for every request (``APP_UPSTREAM``), and
+one socket per worker for the agents' sessions (``AGENT_SERVERS``, ``WEB_WORKER_BIND``: core/worker_sockets.py).
+Another application server is one more entry in ``upstreams()`` and one more ``upstream`` block in the config.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.worker_sockets import slot_addresses, web_workers
 from demo.processes import gunicorn_command, stop
 from demo.supervise import Supervisor
 
@@ -57,22 +59,31 @@ _PR_SET_PDEATHSIG = 1
 
 @dataclass(frozen=True)
 class Upstream:
-    """An application server behind nginx: ``variable`` (in docker/nginx.conf) is set to ``address``."""
+    """An application server behind nginx: docker/nginx.conf's ``values`` (its addresses), the ``addresses`` it
+    listens on once started, and what it runs with (``env``: added to the tier's)."""
 
     name: str
-    variable: str
-    address: str
+    values: dict[str, str]
+    addresses: list[str]
     command: list[str]
+    env: dict[str, str] = field(default_factory=dict)
 
 
-def upstreams(run_dir: Path) -> list[Upstream]:
-    unix_socket = run_dir / "gunicorn.sock"
+def upstreams(run_dir: Path, *, workers: int) -> list[Upstream]:
+    """gunicorn on a unix socket, and one socket per worker (``workers``: ``WEB_WORKERS``)."""
+    unix_socket = f"unix:{run_dir / 'gunicorn.sock'}"
+    worker_bind = f"unix:{run_dir / 'worker-{slot}.sock'}"
+    per_worker = slot_addresses(worker_bind, workers)
     return [
         Upstream(
             name="gunicorn",
-            variable="APP_UPSTREAM",
-            address=f"unix:{unix_socket}",
-            command=gunicorn_command(bind=f"unix:{unix_socket}"),
+            values={
+                "APP_UPSTREAM": unix_socket,
+                "AGENT_SERVERS": " ".join(f"server {address};" for address in per_worker),
+            },
+            addresses=[unix_socket, *per_worker],
+            command=gunicorn_command(bind=unix_socket),
+            env={"WEB_WORKER_BIND": worker_bind},
         )
     ]
 
@@ -195,13 +206,13 @@ def start(
     (run_dir / "nginx").mkdir(parents=True)
     raise_open_files_limit()
     env = {**env, "ROLLOUT_MEDIA_ROOT": str(media_root)}
-    servers = upstreams(run_dir)
+    servers = upstreams(run_dir, workers=web_workers(env))
     values = {
         "NGINX_LISTEN": f"{host}:{port}",
         "NGINX_RUN_DIR": str(run_dir / "nginx"),
         "NGINX_ACCESS_LOG": access_log,
         "ROLLOUT_MEDIA_ROOT": str(media_root).rstrip("/"),
-        **{server.variable: server.address for server in servers},
+        **{name: value for server in servers for name, value in server.values.items()},
     }
     config = run_dir / "nginx" / "nginx.conf"
     config.write_text(render_nginx_conf(values))
@@ -209,14 +220,16 @@ def start(
     tier = WebTier(url=f"http://{host}:{port}", run_dir=run_dir, processes=processes, log_dir=log_dir)
     nginx = [nginx_binary(), "-p", str(run_dir / "nginx"), "-c", str(config)]
     commands = {**{server.name: server.command for server in servers}, "nginx": nginx}
+    environments = {server.name: {**env, **server.env} for server in servers}
     for name, command in commands.items():
         log = log_dir / f"{name}.log" if log_dir else None
-        tier.spawns[name] = functools.partial(_spawn, command, env, log)
+        tier.spawns[name] = functools.partial(_spawn, command, environments.get(name, env), log)
     try:
         for server in servers:
             processes[server.name] = tier.spawns[server.name]()
         # nginx once every upstream listens: no "connect() failed" while gunicorn starts.
-        _wait_until(lambda: all(_listens(server.address) for server in servers), timeout=timeout, tier=tier)
+        addresses = [address for server in servers for address in server.addresses]
+        _wait_until(lambda: all(_listens(address) for address in addresses), timeout=timeout, tier=tier)
         processes["nginx"] = tier.spawns["nginx"]()
         _wait_until(lambda: _answers(tier), timeout=timeout, tier=tier)
     except BaseException:

@@ -23,6 +23,7 @@ from rollout import conf
 from rollout.controller.daemons import send_back_rows
 from rollout.controller.tick_requests import rollout_request_tick
 from rollout.controller.upgrade_transitions import (
+    HeldByTick,
     fail_and_send_back,
     keep_in_flight,
     mark_arrived,
@@ -81,6 +82,9 @@ def node_upgrade_settle_reported(*, node_id: UUID, daemon_version: str) -> bool:
     # The common case (no readiness to prove, the row not held by a tick) in one statement; the others below.
     rejoined = succeed_rejoined(node_id=node_id, version=daemon_version, at=timezone.now())
     if rejoined is False:  # no upgrade of the node in flight (every join outside a rollout): nothing to settle
+        return False
+    if isinstance(rejoined, HeldByTick):  # the tick asked for settles it if the holder did not
+        rollout_request_tick(rollout_id=rejoined.rollout_id)
         return False
     if rejoined is None:
         return _settle_reported_orm(node_id=node_id, daemon_version=daemon_version)

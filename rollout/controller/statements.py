@@ -12,9 +12,11 @@ _ACTIVE = constant_array(Rollout.ACTIVE_STATES)  # the rollout states that claim
 # skipped, and a row that proves readiness (minReadySeconds > 0, or arrived) or whose target is another version is
 # left alone; the caller then takes the ORM path, which decides those. One row: the settled upgrade's rollout and
 # tenant (nulls when none settled), whether the node had an upgrade in flight at all (when not, as for every join
-# outside a rollout, there is nothing for the ORM path to decide), and whether a tick of the rollout is queued and
-# not started (``queued``, share-locked until this commits). That tick clears its request before it reads anything
-# (controller/tick.py), and the clear waits for this lock: it reads this settle, and the caller asks for nothing.
+# outside a rollout, there is nothing for the ORM path to decide), whether a tick of the rollout is queued and
+# not started (``queued``, share-locked until this commits), and the rollout of an in-flight row the lock skipped (a
+# tick holds it: the caller asks for another tick, as the ORM path did after finding the row locked, without it).
+# A queued tick clears its request before it reads anything (controller/tick.py), and the clear waits for this
+# lock: it reads this settle, and the caller asks for nothing.
 # Otherwise the caller asks for a tick once this has committed, never in the same transaction (controller/settle.py
 # says why). A request cleared after this statement began is not locked (the lock rechecks ``queued`` on the row as
 # it stands): then the caller asks. tests/rollout/test_rejoin_paths.py runs both paths over the same states, and
@@ -38,7 +40,9 @@ WITH locked AS (
 )
 SELECT settled.rollout_id, settled.tenant_id,
     EXISTS (SELECT 1 FROM {NodeUpgrade._meta.db_table} AS f WHERE f.node_id = %(node)s AND f.state = %(in_flight)s),
-    EXISTS (SELECT 1 FROM queued)
+    EXISTS (SELECT 1 FROM queued),
+    (SELECT f.rollout_id FROM {NodeUpgrade._meta.db_table} AS f
+     WHERE f.node_id = %(node)s AND f.state = %(in_flight)s AND NOT EXISTS (SELECT 1 FROM locked) ORDER BY f.id LIMIT 1)
 FROM (VALUES (true)) AS one (row) LEFT JOIN settled ON true
 """  # noqa: S608 - table names from the models, values bound
 

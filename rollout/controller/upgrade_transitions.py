@@ -171,11 +171,19 @@ class Rejoined:
     tick_queued: bool
 
 
-def succeed_rejoined(*, node_id: UUID, version: str, at: datetime) -> Rejoined | Literal[False] | None:
+@dataclass(frozen=True)
+class HeldByTick:
+    """A rejoined node's upgrade that ``succeed_rejoined`` left alone: a tick holds its row locked."""
+
+    rollout_id: UUID
+
+
+def succeed_rejoined(*, node_id: UUID, version: str, at: datetime) -> Rejoined | HeldByTick | Literal[False] | None:
     """in_flight -> succeeded: the node's agent rejoined reporting ``version``, its target; PostgreSQL only.
 
-    The settled upgrade; False, and nothing written, when no upgrade of the node is in flight; None, and nothing
-    written, for every other case but the common one (controller/statements.py): the caller decides those.
+    The settled upgrade; False, and nothing written, when no upgrade of the node is in flight; its rollout, and
+    nothing written, when a tick holds the row; None, and nothing written, for every other case but the common one
+    (controller/statements.py): the caller decides those.
     """
     with prepared_cursor() as cursor:
         cursor.execute(
@@ -188,8 +196,10 @@ def succeed_rejoined(*, node_id: UUID, version: str, at: datetime) -> Rejoined |
                 "succeeded": State.SUCCEEDED,
             },
         )
-        rollout_id, tenant, in_flight, tick_queued = cursor.fetchone()
+        rollout_id, tenant, in_flight, tick_queued, held_by_tick = cursor.fetchone()
     if rollout_id is None:
+        if held_by_tick is not None:
+            return HeldByTick(rollout_id=held_by_tick)
         return None if in_flight else False
     log.info(
         "node_upgrade.succeeded", count=1, tenant=tenant, rollout=str(rollout_id), node=str(node_id), version=version

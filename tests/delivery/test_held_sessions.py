@@ -125,3 +125,24 @@ def test_nginx_bounds_the_request_line_and_each_header_line(web_tier):
     assert httpx.get(pools, params={"q": "x" * 9000}, timeout=10).status_code == 414
     assert httpx.get(pools, headers={"X-Padding": "x" * 7000}, timeout=10).status_code == 401
     assert httpx.get(pools, headers={"X-Padding": "x" * 9000}, timeout=10).status_code == 400
+
+
+def test_each_agent_comes_back_to_the_web_process_that_read_it(web_tier, tenant):
+    """nginx sends an agent's session requests to one gunicorn worker (its token hashed over the workers' own
+    sockets: core/worker_sockets.py), so every watching arrival after a join is answered from what that worker read,
+    without a statement, even when the agents' requests come together and nginx's upstream connections change hands."""
+    pool = pool_create(tenant=tenant, name=f"affinity-{uuid.uuid4().hex[:6]}")
+    made = []
+    for _ in range(12):
+        node, token = node_create(tenant=tenant, name=f"n-{uuid.uuid4().hex[:8]}", pool_id=pool.id, arch="amd64")
+        made.append(Agent(url=web_tier.url, node_id=node.id, token=token))
+    memory = 'fleet_watch_arrivals_total{read="memory"}'
+    before = metric_sample(web_tier.url, memory)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(made)) as threads:
+        joins = list(threads.map(lambda agent: agent.session(wait=1), made))  # a watching join: remembered
+        assert [join.status_code for join in joins] == [200] * len(made), joins[0].text
+        seen = {agent.token: join.json()["specRevision"] for agent, join in zip(made, joins, strict=True)}
+        for _ in range(2):  # two rounds of arrivals held together, each agent's on its join's revision
+            answers = list(threads.map(lambda agent: agent.held(seen[agent.token], 1)[0], made))
+            assert [answer.status_code for answer in answers] == [200] * len(made), answers[0].text
+    assert metric_sample(web_tier.url, memory) - before == 2 * len(made)

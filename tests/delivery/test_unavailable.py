@@ -27,6 +27,7 @@ def test_a_gunicorn_that_is_down_answers_503_unavailable_with_retry_after():
         "NGINX_ACCESS_LOG": "/dev/null",
         "ROLLOUT_MEDIA_ROOT": str(run_dir),
         "APP_UPSTREAM": f"unix:{run_dir}/gunicorn.sock",  # nothing listens there
+        "AGENT_SERVERS": f"server unix:{run_dir}/worker-0.sock; server unix:{run_dir}/worker-1.sock;",  # nor there
     }
     config.write_text(render_nginx_conf(values))
     nginx = subprocess.Popen(

@@ -13,7 +13,10 @@ def nginx_directives(block: str) -> dict[str, list[list[str]]]:
     top level): each one's arguments, every time it occurs, by name."""
     from demo.web import PLACEHOLDER
 
-    text = PLACEHOLDER.sub(lambda match: match[1], re.sub(r"#[^\n]*", "", (ROOT / "docker/nginx.conf").read_text()))
+    text = re.sub(r"#[^\n]*", "", (ROOT / "docker/nginx.conf").read_text())
+    # A placeholder alone on its line stands for whole directives (AGENT_SERVERS: `server ...;` lines): one of its own.
+    text = re.sub(r"^(\s*)" + PLACEHOLDER.pattern + r"\s*$", r"\1\2;", text, flags=re.M)
+    text = PLACEHOLDER.sub(lambda match: match[1], text)
     if block:
         start = text.index(block + " {") + len(block) + 2
         depth, end = 1, start

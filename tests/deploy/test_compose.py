@@ -147,7 +147,11 @@ def test_nginx_lets_a_held_agent_session_live():
 
     assert reverse("fleet-agent-session") == SESSION_PATH
     session = nginx_directives(f"location = {SESSION_PATH}")
-    assert session["proxy_pass"] == [["http://app"]]
+    assert session["proxy_pass"] == [["http://agents"]]
+    # Each agent to the same web process every time (core/worker_sockets.py), by its token.
+    agents = nginx_directives("upstream agents")
+    assert agents["hash"] == [["$http_authorization", "consistent"]]
+    assert int(agents["keepalive"][0][0]) >= 16
     assert number(session, "proxy_read_timeout") >= 60 + 15
     assert number(nginx_directives("location /"), "proxy_read_timeout") == 60
     # Set in server for every location; a location setting any proxy_set_header would drop them all.
@@ -187,6 +191,14 @@ def test_nginx_runs_the_repository_config_in_front_of_web():
     assert media == SERVICES["web"]["environment"]["ROLLOUT_MEDIA_ROOT"]
     assert f"media:{media}:ro" in nginx["volumes"]
     assert nginx["environment"]["APP_UPSTREAM"] == "web:8000"
+    # One server per web process, at web's ports per process.
+    from core.worker_sockets import slot_addresses
+
+    web = SERVICES["web"]["environment"]
+    per_worker = slot_addresses(interpolate(web["WEB_WORKER_BIND"]), int(interpolate(web["WEB_WORKERS"])))
+    ports = [address.rpartition(":")[2] for address in per_worker]
+    assert interpolate(nginx["environment"]["AGENT_SERVERS"]) == " ".join(f"server web:{port};" for port in ports)
+    assert SERVICES["web"]["expose"] == ["8000", f"{ports[0]}-{ports[-1]}"]
     assert nginx["depends_on"] == {"web": {"condition": "service_healthy"}}
     assert interpolate(SERVICES["web"]["environment"]["ROLLOUT_DOWNLOADS_OFFLOAD"]) == "accel"
     render_nginx_conf({name: "x" for name in listed})  # every name the file needs is listed

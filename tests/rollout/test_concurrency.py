@@ -13,6 +13,7 @@ from fleet.models import Command, NodeSession, Workflow
 from fleet.services.budget import pool_budget
 from fleet.services.workflows import workflow_start
 from rollout.controller.settle import node_upgrade_settle_reported
+from rollout.controller.statements import ASK_TICK_SQL, SUCCEED_REJOINED_SQL
 from rollout.controller.tick import rollout_tick
 from rollout.models import NodeUpgrade, Rollout, TickRequest
 from rollout.rollouts.create import rollout_create
@@ -116,8 +117,12 @@ def test_a_join_never_waits_for_a_tick_that_holds_its_node_and_a_later_tick_sett
             cursor.execute("SET lock_timeout = '3s'")  # waiting for the holder fails the join, not the test run
         try:
             started = time.monotonic()
-            assert node_upgrade_settle_reported(node_id=node.id, daemon_version="1.0.0") is False
+            run: list[str] = []
+            with connection.execute_wrapper(lambda execute, sql, *args: run.append(sql) or execute(sql, *args)):
+                assert node_upgrade_settle_reported(node_id=node.id, daemon_version="1.0.0") is False
             assert time.monotonic() - started < 2
+            # The settle's one statement found the row held and named its rollout; then the ask: nothing else.
+            assert run == [SUCCEED_REJOINED_SQL, ASK_TICK_SQL]
             assert TickRequest.objects.get(rollout=rollout).queued  # the tick that will settle it
         finally:
             with connection.cursor() as cursor:
