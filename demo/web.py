@@ -79,7 +79,7 @@ def upstreams(run_dir: Path, *, workers: int) -> list[Upstream]:
             name="gunicorn",
             values={
                 "APP_UPSTREAM": unix_socket,
-                "AGENT_SERVERS": " ".join(f"server {address};" for address in per_worker),
+                "AGENT_SERVERS": " ".join(f"server {address} max_fails=0;" for address in per_worker),
             },
             addresses=[unix_socket, *per_worker],
             command=gunicorn_command(bind=unix_socket),

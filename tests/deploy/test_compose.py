@@ -197,7 +197,11 @@ def test_nginx_runs_the_repository_config_in_front_of_web():
     web = SERVICES["web"]["environment"]
     per_worker = slot_addresses(interpolate(web["WEB_WORKER_BIND"]), int(interpolate(web["WEB_WORKERS"])))
     ports = [address.rpartition(":")[2] for address in per_worker]
-    assert interpolate(nginx["environment"]["AGENT_SERVERS"]) == " ".join(f"server web:{port};" for port in ports)
+    # max_fails=0: a worker's socket outlives the worker, so only gunicorn down altogether refuses a connection, and
+    # a server nginx marked failed would then refuse agents for 10 s after gunicorn is back.
+    assert interpolate(nginx["environment"]["AGENT_SERVERS"]) == " ".join(
+        f"server web:{port} max_fails=0;" for port in ports
+    )
     assert SERVICES["web"]["expose"] == ["8000", f"{ports[0]}-{ports[-1]}"]
     assert nginx["depends_on"] == {"web": {"condition": "service_healthy"}}
     assert interpolate(SERVICES["web"]["environment"]["ROLLOUT_DOWNLOADS_OFFLOAD"]) == "accel"
