@@ -88,7 +88,7 @@ def answers_over(path: Path) -> bool:
 
 @pytest.mark.integration
 @pytest.mark.django_db(transaction=True)
-def test_each_worker_serves_its_own_socket_and_a_killed_ones_replacement_takes_its_slot(tmp_path):
+def test_each_worker_serves_its_own_socket_and_a_dead_ones_replacement_takes_its_slot(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     env = web_env(tmp_path, heartbeat_seconds=10, WEB_WORKER_BIND=f"unix:{run}/worker-{{slot}}.sock")
@@ -115,6 +115,15 @@ def test_each_worker_serves_its_own_socket_and_a_killed_ones_replacement_takes_i
         after = slot_workers(process.pid, paths)
         assert after is not None
         assert after[0] == before[0]  # the other slot kept its worker
+        assert all(answers_over(path) for path in paths)
+        # A worker that exits by itself (gunicorn's max_requests, a reload) leaves its slot's socket to the master.
+        (stopped,) = after[0]
+        os.kill(stopped, signal.SIGTERM)
+        wait_until(
+            lambda: one_worker_each() and slot_workers(process.pid, paths)[0] != {stopped},
+            timeout=30,
+            what="a new worker holding the stopped one's slot",
+        )
         assert all(answers_over(path) for path in paths)
     finally:
         stop(process)
