@@ -103,27 +103,24 @@ def test_each_worker_serves_its_own_socket_and_a_dead_ones_replacement_takes_its
             return found is not None and all(len(pids) == 1 for pids in found) and found[0] != found[1]
 
         wait_until(one_worker_each, timeout=30, what="one worker holding each slot's socket")
+
+        def replaced(slot: int, signum: signal.Signals) -> list[set[int]]:
+            """Signal the worker of ``slot``; once another worker holds that slot's socket, what each slot holds."""
+            (ended,) = slot_workers(process.pid, paths)[slot]
+            os.kill(ended, signum)
+            wait_until(
+                lambda: one_worker_each() and slot_workers(process.pid, paths)[slot] != {ended},
+                timeout=30,
+                what=f"a new worker holding slot {slot} after {signum.name}",
+            )
+            return slot_workers(process.pid, paths)
+
         before = slot_workers(process.pid, paths)
-        assert before is not None
-        (killed,) = before[1]
-        os.kill(killed, signal.SIGKILL)
-        wait_until(
-            lambda: one_worker_each() and slot_workers(process.pid, paths)[1] != {killed},
-            timeout=30,
-            what="a new worker holding the killed one's slot",
-        )
-        after = slot_workers(process.pid, paths)
-        assert after is not None
+        after = replaced(1, signal.SIGKILL)
         assert after[0] == before[0]  # the other slot kept its worker
         assert all(answers_over(path) for path in paths)
         # A worker that exits by itself (gunicorn's max_requests, a reload) leaves its slot's socket to the master.
-        (stopped,) = after[0]
-        os.kill(stopped, signal.SIGTERM)
-        wait_until(
-            lambda: one_worker_each() and slot_workers(process.pid, paths)[0] != {stopped},
-            timeout=30,
-            what="a new worker holding the stopped one's slot",
-        )
+        replaced(0, signal.SIGTERM)
         assert all(answers_over(path) for path in paths)
     finally:
         stop(process)
