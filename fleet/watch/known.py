@@ -112,7 +112,7 @@ class KnownSessions:
 
     def forget_expired(self, now: float) -> None:
         """Drop the reads whose lifetime ended by ``now`` (the loop's clock): they would not be answered from."""
-        for token_hash, known in list(self._by_token.items()):
-            if known.until <= now:
-                del self._by_token[token_hash]
-                self._token_of.pop(known.node_id, None)
+        expired = [(token_hash, known.node_id) for token_hash, known in self._by_token.items() if known.until <= now]
+        for token_hash, node_id in expired:  # a list of the expired only, not a copy of every read
+            del self._by_token[token_hash]
+            self._token_of.pop(node_id, None)
