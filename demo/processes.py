@@ -63,7 +63,9 @@ def celery_worker(
     )
 
 
-def celery_beat(env: Mapping[str, str], *, max_interval: int = 1, log_path: Path | None = None) -> subprocess.Popen:
+def celery_beat(
+    env: Mapping[str, str], *, max_interval: int = 1, log_path: Path | None = None, loglevel: str = "WARNING"
+) -> subprocess.Popen:
     return _spawn(
         [
             *CELERY,
@@ -71,7 +73,7 @@ def celery_beat(env: Mapping[str, str], *, max_interval: int = 1, log_path: Path
             "--scheduler=django_celery_beat.schedulers:DatabaseScheduler",
             f"--max-interval={max(1, max_interval)}",
             "--pidfile=",
-            "--loglevel=WARNING",
+            f"--loglevel={loglevel}",
         ],
         env,
         log_path,

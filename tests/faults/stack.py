@@ -115,9 +115,9 @@ class FaultStack(Stack):
         log, offset = self.logs / f"{name}.log", self._ready_offsets[name]
         wait_until(lambda: b" ready." in log.read_bytes()[offset:], timeout=90, what=f"{name} to be ready")
 
-    def start_beat(self, name: str = "beat") -> subprocess.Popen:
+    def start_beat(self, name: str = "beat", *, loglevel: str = "WARNING") -> subprocess.Popen:
         self.processes[name] = celery_beat(
-            {**self.env, "PGAPPNAME": f"faults-{name}"}, log_path=self.logs / f"{name}.log"
+            {**self.env, "PGAPPNAME": f"faults-{name}"}, log_path=self.logs / f"{name}.log", loglevel=loglevel
         )
         return self.processes[name]
 

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from demo.processes import wait_until
 from tests.faults.monitor import Monitor
 from tests.faults.proof import (
     agents_fleet,
@@ -22,7 +23,12 @@ pytestmark = pytest.mark.integration
 def test_two_beats_double_the_ticks_and_no_node_starts_twice_nor_beyond_the_budget(fault_stack):
     stack = fault_stack
     log = stack.logs / "worker.log"
-    stack.start_beat("beat-2")
+    stack.start_beat("beat-2", loglevel="INFO")
+    # The second beat takes seconds to start: the window measured below begins once it sends.
+    second_beat_log = stack.logs / "beat-2.log"
+    wait_until(
+        lambda: b"Sending due task" in second_beat_log.read_bytes(), timeout=60, what="the second beat to send a tick"
+    )
     pools = {"beats-a": (10, 0.5), "beats-b": (10, 0.5)}
     fleet = agents_fleet(stack, pools, seed=14)
     with Monitor(stack.db_url, pools=pools) as monitor, fleet.start_thread(timeout=240) as running:
