@@ -70,12 +70,12 @@ def _touch_due(now: datetime) -> datetime:
     return now - timedelta(seconds=touched_within())
 
 
-def held_sessions_touch(*, node_ids: Iterable[UUID], now: datetime | None = None) -> int:
+def held_sessions_touch(*, node_ids: Iterable[UUID | str], now: datetime | None = None) -> int:
     """The agents of these nodes are connected (their requests are held): count it as a heartbeat of each.
 
     One UPDATE for any number of nodes, coalesced (a session is written only when its ``last_seen_at`` is about
     half an interval old, ``touched_within``, or ahead of ``now``); the fleet is being heard. Returns the sessions
-    written.
+    written. ``node_ids``: ids, or all of them as the watch channel names them (their hex digits: the web process's).
     """
     ids = list(node_ids)
     if not ids:

@@ -57,7 +57,7 @@ from fleet.watch.asgi import (
     terminated,
 )
 from fleet.watch.fields import FreshFields
-from fleet.watch.hub import WatchHub
+from fleet.watch.hub import NodeKey, WatchHub, node_key
 from fleet.watch.known import Known
 from fleet.watch.quick import plug_in_answer
 from fleet.watch.reads import WakeReads
@@ -250,7 +250,7 @@ class AgentSessionFront:
         if request.held_for != report.spec_revision or report.node_id is None:
             return report
         deadline = since + (request.wait or 0)
-        return await self._hold(request, hashed, report, report.node_id, since, deadline, receive)
+        return await self._hold(request, hashed, report, node_key(report.node_id), since, deadline, receive)
 
     async def _heartbeat(self, request: SessionRequest, hashed: str, *, arrival: bool = False) -> SessionReport | None:
         """A plain heartbeat's statement (None: not one); a watching agent's read is remembered (``_known``). An
@@ -266,7 +266,7 @@ class AgentSessionFront:
             if request.wait is not None and report.node_id is not None:
                 # last_seen_at is now (a join wrote it) or within an interval of now (written, or not due).
                 floor = now.timestamp() - (0 if report.joined else heartbeat_seconds())
-                self.hub.remember(hashed, Known(report.node_id, report, version, protocol, since, floor))
+                self.hub.remember(hashed, Known(node_key(report.node_id), report, version, protocol, since, floor))
         return report
 
     async def _reread(self, request: SessionRequest, hashed: str) -> SessionReport | None:
@@ -287,7 +287,7 @@ class AgentSessionFront:
         self.fields.seen(since, read.report.fields)
         # The stored last_seen_at is the floor: a write that moves it back is notified (fleet/watch/known.py).
         floor = read.last_seen_at.timestamp()
-        self.hub.remember(hashed, Known(read.node_id, read.report, daemon, protocol, since, floor))
+        self.hub.remember(hashed, Known(node_key(read.node_id), read.report, daemon, protocol, since, floor))
         return read.report
 
     def _known(self, request: SessionRequest, hashed: str) -> Known | None:
@@ -332,7 +332,7 @@ class AgentSessionFront:
         request: SessionRequest,
         hashed: str,
         report: SessionReport,
-        node_id: Any,
+        node_id: NodeKey,
         since: float,
         deadline: float,
         receive: Receive,

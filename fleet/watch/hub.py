@@ -23,6 +23,11 @@ is lost.
 
 The hub also keeps what the process last read for each watching agent (``known``, fleet/watch/known.py): a
 notification for a node drops its read, a lost subscription all of them.
+
+What it keeps per node is keyed as the channel names the node (``NodeKey``: the id's 32 hex digits), so that a
+notification's ids are used as they arrive: every process reads every notification, and parsing each id into a
+``UUID`` took a third of a one-node notification's delivery (docs/benchmarks.md), and left one more object per
+node for the collector to walk.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import re
 import signal
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
@@ -61,12 +67,24 @@ NEVER: tuple[float, str | None, float] = (-math.inf, None, -math.inf)
 TRANSACTION_MARK = "ffffffff00000"
 
 
-def notification(payload: str) -> tuple[str | None, list[UUID]]:
-    """A watch notification's sending transaction (its id in decimal, as ``pg_current_xact_id`` writes it) and node
-    ids; no transaction for a payload without one (sent by hand). ValueError: not such a payload."""
+#: A node as the watch channel names it (``fleet_watch_notify``): its id's 32 lower-case hex digits.
+NodeKey = str
+_NODE_KEY = re.compile(r"[0-9a-f]{32}")
+
+
+def node_key(node_id: UUID) -> NodeKey:
+    return node_id.hex
+
+
+def notification(payload: str) -> tuple[str | None, list[NodeKey]]:
+    """A watch notification's sending transaction (its id in decimal, as ``pg_current_xact_id`` writes it) and
+    nodes; no transaction for a payload without one (sent by hand, its ids spelled any way ``UUID`` reads).
+    ValueError: not such a payload."""
     items = payload.split(",")
     transaction = str(int(items.pop(0)[len(TRANSACTION_MARK) :], 16)) if items[0].startswith(TRANSACTION_MARK) else None
-    return transaction, [UUID(hex=item) for item in items]
+    if all(_NODE_KEY.fullmatch(item) for item in items):
+        return transaction, items
+    return transaction, [node_key(UUID(item)) for item in items]
 
 
 class WatchHub:
@@ -87,11 +105,11 @@ class WatchHub:
         self.ping_seconds = ping_seconds  # how often the connection is asked SELECT 1
         self.ping_timeout = ping_seconds if ping_timeout is None else ping_timeout  # how long its answer may take
         self.listening = False
-        self._waiters: dict[UUID, set[asyncio.Future[None]]] = {}
-        self._held: Counter[UUID] = Counter()
+        self._waiters: dict[NodeKey, set[asyncio.Future[None]]] = {}
+        self._held: Counter[NodeKey] = Counter()
         # Per node: when its latest notification arrived, the transaction that sent it, and when the latest one that
         # another transaction sent before it arrived.
-        self._notified: dict[UUID, tuple[float, str | None, float]] = {}
+        self._notified: dict[NodeKey, tuple[float, str | None, float]] = {}
         self._task: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
         self._ever_subscribed = False
@@ -224,7 +242,7 @@ class WatchHub:
         if len(self._notified) > 10_000:  # forget old notifications now and then, not per message
             self._notified = {n: last for n, last in self._notified.items() if now - last[0] < RECENT_SECONDS}
 
-    def _wake(self, node_id: UUID) -> None:
+    def _wake(self, node_id: NodeKey) -> None:
         for future in self._waiters.pop(node_id, ()):
             if not future.done():
                 future.set_result(None)
@@ -257,7 +275,7 @@ class WatchHub:
     # -- what a held request uses ----------------------------------------------------------
 
     @contextlib.contextmanager
-    def holding(self, node_id: UUID) -> Iterator[None]:
+    def holding(self, node_id: NodeKey) -> Iterator[None]:
         """The request for ``node_id`` is held for the duration (``held_node_ids``, the gauge)."""
         self._held[node_id] += 1
         HELD.inc()
@@ -269,10 +287,10 @@ class WatchHub:
             if self._held[node_id] <= 0:
                 del self._held[node_id]
 
-    def held_node_ids(self) -> list[UUID]:
+    def held_node_ids(self) -> list[NodeKey]:
         return list(self._held)
 
-    def notified_since(self, node_id: UUID, since: float, *, besides: str | None = None) -> bool:
+    def notified_since(self, node_id: NodeKey, since: float, *, besides: str | None = None) -> bool:
         """Whether a notification for ``node_id`` arrived at or after ``since`` (the loop's clock); ``besides``: one
         sent by another transaction than that one (a join's own notifications do not make what it read stale)."""
         if self.closing:
@@ -301,7 +319,7 @@ class WatchHub:
         if recent and self.unbroken_since(known.since) and not changed:
             self.known.remember(token_hash, known)
 
-    def next_wake(self, node_id: UUID) -> asyncio.Future[None]:
+    def next_wake(self, node_id: NodeKey) -> asyncio.Future[None]:
         """A future resolved by the next notification for ``node_id`` (or a resync's wake, or shutdown)."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if self.closing:
@@ -310,7 +328,7 @@ class WatchHub:
             self._waiters.setdefault(node_id, set()).add(future)
         return future
 
-    def forget(self, node_id: UUID, future: asyncio.Future[None]) -> None:
+    def forget(self, node_id: NodeKey, future: asyncio.Future[None]) -> None:
         waiters = self._waiters.get(node_id)
         if waiters is not None:
             waiters.discard(future)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from uuid import UUID
 
 from fleet.services.sessions import SessionReport
 
@@ -46,7 +45,8 @@ def known_lifetime() -> float:
 class Known:
     """A heartbeat's or a join's report, and what it was read for."""
 
-    node_id: UUID
+    #: The node as the watch channel names it (fleet/watch/hub.py ``NodeKey``).
+    node_id: str
     report: SessionReport
     daemon_version: str
     protocol_version: int
@@ -66,7 +66,7 @@ class KnownSessions:
 
     def __init__(self) -> None:
         self._by_token: dict[str, Known] = {}
-        self._token_of: dict[UUID, str] = {}
+        self._token_of: dict[str, str] = {}
 
     def __len__(self) -> int:
         return len(self._by_token)
@@ -86,7 +86,7 @@ class KnownSessions:
     def get(self, token_hash: str) -> Known | None:
         return self._by_token.get(token_hash)
 
-    def forget_node(self, node_id: UUID, *, unless_written_by: str | None = None) -> None:
+    def forget_node(self, node_id: str, *, unless_written_by: str | None = None) -> None:
         """Drop the node's read, unless it was a join's and the transaction ``unless_written_by`` is that join's (its
         own notification says what the read already holds)."""
         token_hash = self._token_of.get(node_id)
@@ -102,7 +102,7 @@ class KnownSessions:
         self._by_token.clear()
         self._token_of.clear()
 
-    def touched(self, node_ids: Iterable[UUID], *, seen_floor: float) -> None:
+    def touched(self, node_ids: Iterable[str], *, seen_floor: float) -> None:
         """The keeper touched these nodes: each one's ``last_seen_at`` is now at or after ``seen_floor``."""
         for node_id in node_ids:
             token_hash = self._token_of.get(node_id)

@@ -15,7 +15,7 @@ import uvloop
 
 from fleet.services.sessions import SessionReport
 from fleet.watch import listen_conninfo
-from fleet.watch.hub import WatchHub
+from fleet.watch.hub import WatchHub, node_key, notification
 from fleet.watch.known import KNOWN_SECONDS, Known, KnownSessions
 
 
@@ -26,10 +26,10 @@ def run(coroutine):
 def test_a_notification_wakes_the_requests_held_for_its_nodes_only():
     async def main():
         hub = WatchHub(conninfo={"dbname": "unused"}, channel="fleet_watch", reconnect_seconds=1)
-        first, second, third = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+        first, second, third = uuid.uuid4().hex, uuid.uuid4().hex, uuid.uuid4().hex
         since = asyncio.get_running_loop().time()
         waits = {node: hub.next_wake(node) for node in (first, second, third)}
-        hub._deliver(f"{first.hex},{second.hex}")  # as the LISTEN connection hands a payload over
+        hub._deliver(f"{first},{second}")  # as the LISTEN connection hands a payload over
         await asyncio.sleep(0)
         assert waits[first].done()
         assert waits[second].done()
@@ -43,22 +43,31 @@ def test_a_notification_wakes_the_requests_held_for_its_nodes_only():
     run(main())
 
 
+def test_a_notification_names_its_nodes_as_they_arrive_and_a_payload_sent_by_hand_in_any_uuid_spelling():
+    node, other = uuid.uuid4(), uuid.uuid4()
+    # As fleet_watch_notify sends it: the transaction's mark (its id, 42, in hex), then the nodes' hex digits.
+    assert notification(f"ffffffff00000{42:019x},{node.hex},{other.hex}") == ("42", [node.hex, other.hex])
+    assert notification(f"{str(node).upper()},{{{other}}}") == (None, [node_key(node), node_key(other)])
+    with pytest.raises(ValueError, match="badly formed"):
+        notification(f"{node.hex},not-a-node")
+
+
 def test_stopping_releases_every_held_request_and_holds_no_new_one():
     async def main():
         hub = WatchHub(conninfo={"dbname": "unused"}, channel="fleet_watch", reconnect_seconds=1)
-        node = uuid.uuid4()
+        node = uuid.uuid4().hex
         held = hub.next_wake(node)
         hub.release_all()
         await asyncio.sleep(0)
         assert held.done()
-        assert hub.next_wake(uuid.uuid4()).done()  # held no longer: answered at once
+        assert hub.next_wake(uuid.uuid4().hex).done()  # held no longer: answered at once
         assert hub.notified_since(node, asyncio.get_running_loop().time() + 60)
 
     run(main())
 
 
-def _known(node: uuid.UUID, since: float) -> Known:
-    report = SessionReport(spec={}, commands=[], heartbeat_seconds=60, joined=False, node_id=node, fields={})
+def _known(node: str, since: float) -> Known:
+    report = SessionReport(spec={}, commands=[], heartbeat_seconds=60, joined=False, node_id=uuid.UUID(node), fields={})
     return Known(node, report, "1.0.0", 3, since, seen_floor=0.0)
 
 
@@ -66,7 +75,7 @@ def test_what_was_read_is_kept_only_while_listening_and_forgotten_at_a_notificat
     async def main():
         hub = WatchHub(conninfo={"dbname": "unused"}, channel="fleet_watch", reconnect_seconds=1)
         loop = asyncio.get_running_loop()
-        first, second = uuid.uuid4(), uuid.uuid4()
+        first, second = uuid.uuid4().hex, uuid.uuid4().hex
         hub.remember("a", _known(first, loop.time()))
         assert hub.known.get("a") is None  # not listening: nothing may be answered from memory
         hub._set_listening(True)
@@ -76,12 +85,12 @@ def test_what_was_read_is_kept_only_while_listening_and_forgotten_at_a_notificat
         hub.known.touched([first], seen_floor=100.0)
         hub.remember("a", _known(first, loop.time()))  # read again: the floor stays
         assert hub.known.get("a").seen_floor == 100.0
-        hub._deliver(first.hex)
+        hub._deliver(first)
         assert hub.known.get("a") is None
         assert hub.known.get("b") is not None
         # A read that began before a notification for its node is not kept.
         before = loop.time()
-        hub._deliver(first.hex)
+        hub._deliver(first)
         hub.remember("a", _known(first, before))
         assert hub.known.get("a") is None
         # Another token of the same node replaces the old one's entry.
@@ -105,7 +114,7 @@ def test_listening_again_touches_the_held_nodes_then_wakes_every_held_request():
 
     async def main():
         hub = WatchHub(conninfo={"dbname": "unused"}, channel="fleet_watch", reconnect_seconds=1)
-        first, second = uuid.uuid4(), uuid.uuid4()
+        first, second = uuid.uuid4().hex, uuid.uuid4().hex
         waits = [hub.next_wake(first), hub.next_wake(first), hub.next_wake(second)]
         touched_while_held: list[bool] = []
 
@@ -133,7 +142,7 @@ def test_listening_again_touches_the_held_nodes_then_wakes_every_held_request():
 def test_listening_again_wakes_them_even_when_the_touch_fails():
     async def main():
         hub = WatchHub(conninfo={"dbname": "unused"}, channel="fleet_watch", reconnect_seconds=1)
-        wait = hub.next_wake(uuid.uuid4())
+        wait = hub.next_wake(uuid.uuid4().hex)
 
         async def touch():
             raise OSError("the database is down again")
@@ -243,7 +252,7 @@ def test_reads_made_together_age_out_spread_over_half_their_bound():
     all of it, so they age out spread over that half, not all at once; each is dropped once its own has ended."""
     known, since = KnownSessions(), 1000.0
     for index in range(2000):
-        known.remember(f"token-{index}", _known(uuid.uuid4(), since))
+        known.remember(f"token-{index}", _known(uuid.uuid4().hex, since))
     ages = sorted(known.get(f"token-{index}").until - since for index in range(2000))
     assert ages[0] >= KNOWN_SECONDS / 2
     assert ages[-1] <= KNOWN_SECONDS

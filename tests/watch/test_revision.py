@@ -37,7 +37,7 @@ def notified():
         # A NOTIFY is queued at the commit that sent it and reaches this connection within milliseconds.
         batch = [n.payload for n in conn.notifies(timeout=0.2)]
         payloads.extend(batch)
-        return {node_id for payload in batch for node_id in notification(payload)[1]}
+        return {uuid.UUID(key) for payload in batch for key in notification(payload)[1]}
 
     drain.payloads = payloads  # type: ignore[attr-defined]
     yield drain
@@ -137,7 +137,7 @@ def test_a_notification_names_the_transaction_that_sent_it(tenant, notified):
     assert report.written_by is not None
     payloads = notified.payloads  # type: ignore[attr-defined]
     assert notified() == {node.id}
-    assert [notification(p) for p in payloads[-1:]] == [(report.written_by, [node.id])]
+    assert [notification(p) for p in payloads[-1:]] == [(report.written_by, [node.id.hex])]
     # A web process still running the code before migration 0010 (a rolling deploy) reads every item as a node id:
     # the transaction's is one no node has, and the notification is not dropped.
     ids = [uuid.UUID(hex=item) for item in payloads[-1].split(",")]
