@@ -58,6 +58,8 @@ LISTENING = Gauge(
 )
 #: A notification is remembered this long: a request that read its revision just before it still sees it.
 RECENT_SECONDS = 10.0
+#: The nodes remembered as notified before the old ones are forgotten (at least; see ``_deliver``).
+PRUNE_AT = 10_000
 #: A node no notification was remembered for: (arrived, sender, another sender's before it).
 NEVER: tuple[float, str | None, float] = (-math.inf, None, -math.inf)
 
@@ -110,6 +112,7 @@ class WatchHub:
         # Per node: when its latest notification arrived, the transaction that sent it, and when the latest one that
         # another transaction sent before it arrived.
         self._notified: dict[NodeKey, tuple[float, str | None, float]] = {}
+        self._prune_at = PRUNE_AT
         self._task: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
         self._ever_subscribed = False
@@ -239,8 +242,11 @@ class WatchHub:
             self._notified[node_id] = (now, transaction, before if sender == transaction else at)
             self.known.forget_node(node_id, unless_written_by=transaction)
             self._wake(node_id)
-        if len(self._notified) > 10_000:  # forget old notifications now and then, not per message
+        if len(self._notified) > self._prune_at:  # forget old notifications now and then, not per message
             self._notified = {n: last for n, last in self._notified.items() if now - last[0] < RECENT_SECONDS}
+            # More than the floor notified within RECENT_SECONDS (a storm of joins, a tick over a large fleet):
+            # the next pass waits for as many again, else every message would copy all of them.
+            self._prune_at = max(PRUNE_AT, 2 * len(self._notified))
 
     def _wake(self, node_id: NodeKey) -> None:
         for future in self._waiters.pop(node_id, ()):

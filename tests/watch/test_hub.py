@@ -15,7 +15,7 @@ import uvloop
 
 from fleet.services.sessions import SessionReport
 from fleet.watch import listen_conninfo
-from fleet.watch.hub import WatchHub, node_key, notification
+from fleet.watch.hub import PRUNE_AT, RECENT_SECONDS, WatchHub, node_key, notification
 from fleet.watch.known import KNOWN_SECONDS, Known, KnownSessions
 
 
@@ -50,6 +50,32 @@ def test_a_notification_names_its_nodes_as_they_arrive_and_a_payload_sent_by_han
     assert notification(f"{str(node).upper()},{{{other}}}") == (None, [node_key(node), node_key(other)])
     with pytest.raises(ValueError, match="badly formed"):
         notification(f"{node.hex},not-a-node")
+
+
+def test_more_nodes_notified_at_once_than_the_floor_are_not_copied_at_every_message():
+    """A storm (100,000 agents rejoining, a tick over a large fleet) notifies more nodes within RECENT_SECONDS than
+    the hub forgets at: the notifications it remembers are gone over again after as many more, not at every message
+    (which copied all of them each time); old ones are still forgotten."""
+
+    async def main():
+        hub = WatchHub(conninfo={"dbname": "unused"}, channel="fleet_watch", reconnect_seconds=1)
+        storm = 3 * PRUNE_AT
+        passes, remembered = 0, hub._notified
+        for _ in range(storm):
+            hub._deliver(uuid.uuid4().hex)
+            if hub._notified is not remembered:
+                passes, remembered = passes + 1, hub._notified
+        assert len(hub._notified) == storm  # all recent: all kept
+        assert passes <= 2
+        # Later, all of them old: the next pass forgets them.
+        old = asyncio.get_running_loop().time() - 2 * RECENT_SECONDS
+        hub._notified = {node: (old, None, old) for node in hub._notified}
+        later = hub._prune_at - len(hub._notified) + 1
+        for _ in range(later):
+            hub._deliver(uuid.uuid4().hex)
+        assert len(hub._notified) == later  # the recent ones only
+
+    run(main())
 
 
 def test_stopping_releases_every_held_request_and_holds_no_new_one():
