@@ -11,7 +11,9 @@ workers do, three ways in alternating rounds:
   removed for every notification it waits for), the same delivery;
 - the floor: a hand-written reader that only decodes each payload.
 
-Printed: this process's CPU (every thread's) per notification, and its ratio to the floor's.
+Printed: this process's CPU (every thread's) per notification, and its ratio to the floor's. Then the hub's delivery
+alone, without a connection (its part of the hub's line): payloads as ``fleet_watch_notify`` sends them, a join's or
+a leave's (one node) and a tick's (240 nodes, past 10,000 notified within 10 s), best of seven passes.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres .venv/bin/python -m benchmarks notify-read
 """
@@ -137,6 +139,27 @@ async def via_floor(url: str, count: int) -> float:
     return reading.cpu / count
 
 
+async def delivery_alone() -> dict[str, float]:
+    """Seconds of the hub's delivery per payload, by payload (the module docstring's last part)."""
+    import timeit
+    import uuid
+
+    from fleet.watch.hub import TRANSACTION_MARK, WatchHub
+
+    hub = WatchHub(conninfo={}, channel=CHANNEL, reconnect_seconds=1)
+
+    def payload(transaction: int, nodes: int) -> str:
+        return ",".join([f"{TRANSACTION_MARK}{transaction:019x}", *(uuid.uuid4().hex for _ in range(nodes))])
+
+    shapes = {"one node (a join, a leave)": [payload(n, 1) for n in range(5000)]}
+    shapes["240 nodes (a tick's), past 10,000"] = [payload(n, 240) for n in range(60)]
+
+    def best(payloads: list[str]) -> float:
+        return min(timeit.repeat(lambda: [hub._deliver(p) for p in payloads], number=1, repeat=7)) / len(payloads)
+
+    return {shape: best(payloads) for shape, payloads in shapes.items()}
+
+
 VARIANTS: dict[str, Callable[[str, int], Awaitable[float]]] = {
     "WatchHub (a reader kept on the socket)": via_hub,
     "psycopg notifies() (the hub before)": via_notifies,
@@ -167,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, values in results.items():
         rounds = ", ".join(f"{1e6 * value:.0f}" for value in values)
         print(f"{name:42} {1e6 * min(values):>25.1f} µs {rounds:>22} {min(values) / floor:>7.2f}x")
+    print("the hub's delivery alone, per payload (best of 7 passes):")
+    for shape, seconds in uvloop.run(delivery_alone()).items():
+        print(f"  {shape:40} {1e6 * seconds:>25.1f} µs")
     return 0
 
 
