@@ -21,12 +21,14 @@ from fleet.api.agent_auth import AgentTokenAuthentication, IsAgent
 from fleet.api.permissions import FleetAdminOrApprover, RolloutApprover
 from fleet.models import Command, Node, NodeSession, Pool, Tenant
 from fleet.plugins import (
+    JoinStep,
     QuickAnswer,
     node_daemon_refused,
     node_session_reported,
     register_admin_notices,
     register_daemon_resolver,
     register_disruption_source,
+    register_join_step,
     register_node_links,
     register_quick_answers,
     register_refusal_codes,
@@ -56,6 +58,7 @@ __all__ = [
     "Command",
     "FleetAdminOrApprover",
     "IsAgent",
+    "JoinStep",
     "MaintenanceWindow",
     "Node",
     "NodeSession",
@@ -94,6 +97,7 @@ __all__ = [
     "register_admin_notices",
     "register_daemon_resolver",
     "register_disruption_source",
+    "register_join_step",
     "register_node_links",
     "register_quick_answers",
     "register_refusal_codes",

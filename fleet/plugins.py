@@ -43,6 +43,10 @@ Plug-ins never reach into fleet internals; they use what is here:
   middleware would (X-Frame-Options and the other security headers) and answers only a Host Django would take. It
   counts no request limit (fleet/api/limits.py): a plug-in answers only paths the limits exempt. For
   rollout: a download of a binary this process has served before, handed to nginx.
+- ``register_join_step(step)``: a ``JoinStep``, SQL that runs in the join's own statement (the same
+  transaction and round trip as the session it records), and the Python it hands its result to once that
+  committed, in place of a ``node_session_reported`` receiver that would run a statement of its own. For
+  rollout: an in-flight node that rejoins on its target succeeds (docs/controller.md#reacting-at-once).
 """
 
 from __future__ import annotations
@@ -76,6 +80,27 @@ class QuickAnswer:
 
 QuickAnswers = Callable[[str, str, Mapping[str, str]], QuickAnswer | None]
 
+
+@dataclass(frozen=True, eq=False)
+class JoinStep:
+    """A plug-in's part of the join's statement (fleet/services/session_statements.py ``join_sql``).
+
+    Its SQL runs on every join or version change that statement records, in its transaction, and may read the
+    CTE ``joined_node`` (one column, ``node_id``: the node when the statement recorded a join, no row otherwise)
+    and the statement's ``%(version)s`` (the reported daemon version) and ``%(now)s``. What it fails makes the
+    join fail (the agent retries it), so it must not wait long on a lock the host's writers could hold."""
+
+    #: CTE definitions (``name AS (...), ...``) appended to the statement's ``WITH``; their names, and those of
+    #: its ``params``, begin with the plug-in's label.
+    ctes: str
+    #: SQL expressions for the statement's one row (scalar subqueries over its CTEs), read in this order.
+    columns: tuple[str, ...]
+    params: Mapping[str, Any]
+    #: ``committed(node_id=, daemon_version=, row=)``, once the join committed: ``row`` is the columns' values.
+    #: What it raises is logged: the join is committed.
+    committed: Callable[..., None]
+
+
 _disruption_sources: list[DisruptionSource] = []
 _daemon_resolvers: list[DaemonResolver] = []
 _refusal_codes: set[str] = set()
@@ -83,6 +108,7 @@ _session_fields: list[SessionFields] = []
 _node_links: list[NodeLinks] = []
 _quick_answers: list[QuickAnswers] = []
 _admin_notices: list[AdminNotices] = []
+_join_steps: list[JoinStep] = []
 
 
 def register_disruption_source(source: DisruptionSource) -> None:
@@ -161,3 +187,13 @@ def quick_answer(method: str, path: str, headers: Mapping[str, str]) -> QuickAns
         if answer is not None:
             return answer
     return None
+
+
+def register_join_step(step: JoinStep) -> None:
+    if step not in _join_steps:
+        _join_steps.append(step)
+
+
+def join_steps() -> tuple[JoinStep, ...]:
+    """The plug-ins' join steps (see ``register_join_step``), in registration order."""
+    return tuple(_join_steps)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -11,17 +11,19 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from fleet.interface import (
+    JoinStep,
     QuickAnswer,
     node_daemon_refused,
-    node_session_reported,
     register_admin_notices,
     register_daemon_resolver,
     register_disruption_source,
+    register_join_step,
     register_node_links,
     register_quick_answers,
     register_refusal_codes,
     register_session_fields,
 )
+from rollout.controller.statements import SETTLE_ON_JOIN_COLUMNS, SETTLE_ON_JOIN_CTES, SETTLE_ON_JOIN_PARAMS
 from rollout.models import NodeUpgrade
 from rollout.release.agent import REFUSAL_CODES
 
@@ -43,11 +45,17 @@ def daemon_section_for(version: str, arch: str) -> dict | None:
     return section if section is not None and section["url"] is not None else None
 
 
-def on_node_session_reported(sender: Any, *, node_id: UUID, daemon_version: str, **kwargs: Any) -> None:
-    """A node that joins or reports a new version settles its in-flight upgrade at once."""
+def on_node_joined(*, node_id: UUID, daemon_version: str, row: Sequence[Any]) -> None:
+    """A node that joins or reports a new version settles its in-flight upgrade at once: in the join's own
+    statement (``SETTLE_ON_JOIN``), which has committed; the rest here (controller/settle.py)."""
     from rollout.controller.settle import node_upgrade_settle_reported
 
-    node_upgrade_settle_reported(node_id=node_id, daemon_version=daemon_version)
+    node_upgrade_settle_reported(node_id=node_id, daemon_version=daemon_version, row=row)
+
+
+SETTLE_ON_JOIN = JoinStep(
+    ctes=SETTLE_ON_JOIN_CTES, columns=SETTLE_ON_JOIN_COLUMNS, params=SETTLE_ON_JOIN_PARAMS, committed=on_node_joined
+)
 
 
 def on_node_daemon_refused(
@@ -110,5 +118,5 @@ def connect() -> None:
     register_node_links(node_links)
     register_quick_answers(download_quick_answer)
     register_admin_notices(admin_notices)
-    node_session_reported.connect(on_node_session_reported, dispatch_uid="rollout.settle_on_join")
+    register_join_step(SETTLE_ON_JOIN)
     node_daemon_refused.connect(on_node_daemon_refused, dispatch_uid="rollout.settle_on_refusal")

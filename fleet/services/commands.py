@@ -4,7 +4,7 @@ Transitions (see Command's docstring), each a conditional update:
 pending -> acked | failed          by the agent's ack (``command_ack``)
 pending | acked -> done            self-terminating kinds, when the agent rejoins
                                    on the payload's version (the join's statement,
-                                   fleet/services/session_statements.py ``JOIN_SQL``)
+                                   fleet/services/session_statements.py ``join_sql``)
 pending | acked -> cancelled       superseded by a newer command of the same
                                    superseding kind for the node (``commands_enqueue``),
                                    or withdrawn by a plug-in (``commands_cancel``)

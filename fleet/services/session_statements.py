@@ -11,8 +11,11 @@ PostgreSQL spends running it (docs/benchmarks.md).
 
 from __future__ import annotations
 
+import functools
+
 from core.statements import constant_array
 from fleet.models import Command, Node, NodeSession
+from fleet.plugins import JoinStep
 from fleet.services.commands import OPEN_STATES
 from fleet.services.liveness import pulse_ctes
 
@@ -80,8 +83,9 @@ LEFT JOIN {NodeSession._meta.db_table} AS s ON s.node_id = node.id
 # the snapshot the statement started with). The last column is the statement's transaction id when it wrote (its
 # watch notifications name it: fleet/migrations/0010_watch_notify_transaction.py).
 # ``always`` (a refusal's call): the row is written even when a heartbeat's write would be coalesced.
+# The plug-ins' join steps (fleet.plugins.JoinStep) run in it too, in its transaction: ``join_sql``.
 # tests/fleet/test_join_paths.py holds it to its rules.
-JOIN_SQL = f"""
+_JOIN_CTES = f"""
 WITH node AS (
     SELECT id, spec FROM {Node._meta.db_table} WHERE agent_token_hash = %(token_hash)s
 ), prior AS MATERIALIZED (
@@ -119,22 +123,37 @@ WITH node AS (
     RETURNING s.node_id, s.joined_at = %(now)s AS joined
 ), recorded AS (
     SELECT node_id, joined FROM rejoined UNION ALL SELECT node_id, joined FROM created
+), joined_node AS (
+    -- What the plug-ins' join steps read (fleet.plugins.JoinStep): the node, when this is a join.
+    SELECT node_id FROM recorded WHERE joined
 ), done AS (
     UPDATE {Command._meta.db_table} AS c SET state = %(done)s, completed_at = %(now)s
-    FROM recorded
-    WHERE recorded.joined AND c.node_id = recorded.node_id AND c.kind = %(upgrade)s
+    FROM joined_node
+    WHERE c.node_id = joined_node.node_id AND c.kind = %(upgrade)s
       AND c.state = ANY({constant_array(OPEN_STATES)}) AND c.payload -> 'version' = to_jsonb(%(version)s::text)
     RETURNING c.id
-), {pulse_ctes("node")}
-SELECT node.spec::text, node.id, coalesce(recorded.joined, false), prior.daemon_version,
+), {pulse_ctes("node")}"""  # noqa: S608 - table names from the models, values bound
+
+_JOIN_COLUMNS = f"""node.spec::text, node.id, coalesce(recorded.joined, false), prior.daemon_version,
     (SELECT count(*) FROM done),
     (SELECT coalesce(json_agg(json_build_object('id', c.id, 'kind', c.kind, 'payload', c.payload)
                               ORDER BY c.created_at, c.id), '[]')::text
      FROM {Command._meta.db_table} AS c
      WHERE c.node_id = node.id AND c.state = %(pending)s AND c.id NOT IN (SELECT id FROM done)),
-    pg_current_xact_id_if_assigned()::text
-FROM node LEFT JOIN prior ON true LEFT JOIN recorded ON true
-"""  # noqa: S608 - table names from the models, values bound
+    pg_current_xact_id_if_assigned()::text"""  # noqa: S608 - table names from the models, values bound
+
+#: The join statement's own columns, before its steps' (``join_sql``).
+JOIN_COLUMNS = 7
+
+
+@functools.cache
+def join_sql(steps: tuple[JoinStep, ...] = ()) -> str:
+    """The join's statement with ``steps`` in it (``fleet.plugins.join_steps()``, the plug-ins'): their CTEs after
+    its own, their columns after its ``JOIN_COLUMNS``, in the steps' order."""
+    ctes = "".join(f",\n{step.ctes}" for step in steps)
+    columns = "".join(f",\n    {column}" for step in steps for column in step.columns)
+    rows = "FROM node LEFT JOIN prior ON true LEFT JOIN recorded ON true"
+    return f"{_JOIN_CTES}{ctes}\nSELECT {_JOIN_COLUMNS}{columns}\n{rows}\n"
 
 
 # One statement for a leave: no row for an unknown token; else whether an open session was closed.

@@ -15,8 +15,9 @@ statement, so a spec or command committed before the heartbeat is in its answer.
 
 A join (no session yet, or the agent left) or a version change locks the
 session row, records the new state, completes the node's daemon.upgrade
-commands to that version (self-terminating), and sends
-``fleet.plugins.node_session_reported`` after the commit: one statement too
+commands to that version (self-terminating), runs the plug-ins' join steps
+(``fleet.plugins.JoinStep``: rollout's settle) and, after the commit, hands them
+their results and sends ``fleet.plugins.node_session_reported``: one statement too
 (``agent_session_report_for_token``; ``agent_session_report`` for a node already
 loaded, which also takes refusals). The statements are in ``session_statements.py``;
 the "``last_seen_at`` is due" rule is written once there (``last_seen_due_sql``), and
@@ -25,6 +26,7 @@ the "``last_seen_at`` is due" rule is written once there (``last_seen_due_sql``)
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -39,11 +41,11 @@ from django.utils import timezone
 from core.errors import Unavailable
 from core.statements import prepared_cursor
 from fleet.models import Command, Node, NodeSession
-from fleet.plugins import node_daemon_refused, node_session_reported, session_fields
+from fleet.plugins import JoinStep, join_steps, node_daemon_refused, node_session_reported, session_fields
 from fleet.services.liveness import pulse_params
 from fleet.services.nodes import heartbeat_seconds
 from fleet.services.revision import spec_revision
-from fleet.services.session_statements import HEARTBEAT_SQL, JOIN_SQL, LEAVE_SQL
+from fleet.services.session_statements import HEARTBEAT_SQL, JOIN_COLUMNS, LEAVE_SQL, join_sql
 
 log = structlog.get_logger(__name__)
 
@@ -157,8 +159,10 @@ def _session_joined(
     protocol_version: int,
     previous_version: str | None,
     upgrade_commands_done: int,
+    steps: list[tuple[JoinStep, tuple[Any, ...]]],
 ) -> None:
-    """A join was recorded: log it, and tell the plug-ins once it is committed."""
+    """A join was recorded: log it, and tell the plug-ins once it is committed (their ``steps``, each with its
+    columns of the statement's row, and then ``node_session_reported``)."""
     log.info(
         "fleet.session.reported",
         node_id=str(node_id),
@@ -167,19 +171,26 @@ def _session_joined(
         previous_version=previous_version,
         upgrade_commands_done=upgrade_commands_done,
     )
-    transaction.on_commit(
-        lambda: _send_reported(
+
+    def committed() -> None:
+        # The session is committed whatever a plug-in does: a failure is logged, not the agent's problem
+        # (the rollout controller's periodic tick settles what a lost notice would have).
+        for step, row in steps:
+            try:
+                step.committed(node_id=node_id, daemon_version=daemon_version, row=row)
+            except Exception as exc:
+                _receiver_failed(step.committed, exc, node_id)
+        _send_reported(
             node_id=node_id,
             daemon_version=daemon_version,
             protocol_version=protocol_version,
             previous_version=previous_version,
         )
-    )
+
+    transaction.on_commit(committed)
 
 
 def _send_reported(*, node_id: UUID, daemon_version: str, protocol_version: int, previous_version: str | None) -> None:
-    # The session is committed whatever a receiver does: a failing receiver is logged, not the agent's problem
-    # (the rollout controller's periodic tick settles what a lost notification would have).
     for receiver, result in node_session_reported.send_robust(
         sender=NodeSession,
         node_id=node_id,
@@ -188,12 +199,16 @@ def _send_reported(*, node_id: UUID, daemon_version: str, protocol_version: int,
         previous_version=previous_version,
     ):
         if isinstance(result, Exception):
-            log.error(
-                "fleet.session.receiver_failed",
-                receiver=getattr(receiver, "__qualname__", repr(receiver)),
-                error=repr(result),
-                node_id=str(node_id),
-            )
+            _receiver_failed(receiver, result, node_id)
+
+
+def _receiver_failed(receiver: Any, error: Exception, node_id: UUID) -> None:
+    log.error(
+        "fleet.session.receiver_failed",
+        receiver=getattr(receiver, "__qualname__", repr(receiver)),
+        error=repr(error),
+        node_id=str(node_id),
+    )
 
 
 def _send_refused(*, node_id: UUID, version: str, code: str, detail: str, at: datetime) -> None:
@@ -204,12 +219,7 @@ def _send_refused(*, node_id: UUID, version: str, code: str, detail: str, at: da
     ):
         if isinstance(result, Exception):
             failed = True
-            log.error(
-                "fleet.session.receiver_failed",
-                receiver=getattr(receiver, "__qualname__", repr(receiver)),
-                error=repr(result),
-                node_id=str(node_id),
-            )
+            _receiver_failed(receiver, result, node_id)
     if failed:
         # Not heard: the agent keeps the refusal and sends it again with its next call (nothing is written).
         raise Unavailable("The refusal could not be recorded; report it again.", code="refusal_not_recorded")
@@ -221,7 +231,8 @@ def agent_session_report_for_token(
     """``agent_session_report`` for the node whose agent token hashes to ``token_hash`` (a join, a version change or
     a heartbeat, without a refusal); None, and nothing written, when the token is unknown.
 
-    One statement (``session_statements.JOIN_SQL``) and the plug-ins' notice after its commit.
+    One statement (``session_statements.join_sql``, the plug-ins' join steps in it) and the plug-ins' notice after
+    its commit.
     """
     return _session_report(
         token_hash=token_hash,
@@ -256,23 +267,28 @@ def agent_session_arrival(
 def _session_report(
     *, token_hash: str, daemon_version: str, protocol_version: int, now: datetime, always: bool
 ) -> SessionReport | None:
-    """``JOIN_SQL``; ``always``: the session row is written even when a heartbeat's write would be coalesced."""
+    """``join_sql``; ``always``: the session row is written even when a heartbeat's write would be coalesced."""
     seconds = heartbeat_seconds()
+    steps = join_steps()
     params = _statement_params(token_hash, daemon_version, protocol_version, now, seconds)
     params.update(done=Command.State.DONE, upgrade=Command.Kind.DAEMON_UPGRADE, always=always)
+    for step in steps:
+        params.update(step.params)
     with prepared_cursor() as cursor:
-        cursor.execute(JOIN_SQL, params)
+        cursor.execute(join_sql(steps), params)
         row = cursor.fetchone()
     if row is None:
         return None
-    spec, node_id, joined, previous_version, done, commands, written_by = row
+    spec, node_id, joined, previous_version, done, commands, written_by = row[:JOIN_COLUMNS]
     if joined:
+        columns = iter(row[JOIN_COLUMNS:])
         _session_joined(
             node_id=node_id,
             daemon_version=daemon_version,
             protocol_version=protocol_version,
             previous_version=previous_version,
             upgrade_commands_done=done,
+            steps=[(step, tuple(itertools.islice(columns, len(step.columns)))) for step in steps],
         )
     return SessionReport(
         spec=json.loads(spec),

@@ -5,8 +5,9 @@ Which rows move is decided here; each move is a function of rollout/controller/u
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 from uuid import UUID
 
 import structlog
@@ -59,8 +60,11 @@ def node_upgrades_settle_succeeded(*, rollout: Rollout, now: datetime) -> int:
     )
 
 
-def node_upgrade_settle_reported(*, node_id: UUID, daemon_version: str) -> bool:
+def node_upgrade_settle_reported(*, node_id: UUID, daemon_version: str, row: Sequence[Any] | None = None) -> bool:
     """The agent's join path: a node that rejoins on its target version succeeds at once.
+
+    ``row``: the common case's statement ran inside the join's own (rollout/hooks.py's join step), which has
+    committed; these are its columns (``succeed_rejoined``). Without it, that statement runs alone first.
 
     With minReadySeconds > 0 it records ``arrived_at`` instead. A node already proving
     readiness that joins again (it left meanwhile) or reports another version fails
@@ -80,7 +84,7 @@ def node_upgrade_settle_reported(*, node_id: UUID, daemon_version: str) -> bool:
     step, clearing the request, waits for the settle's commit, so it sees the settle, and no ask is needed.
     """
     # The common case (no readiness to prove, the row not held by a tick) in one statement; the others below.
-    rejoined = succeed_rejoined(node_id=node_id, version=daemon_version, at=timezone.now())
+    rejoined = succeed_rejoined(node_id=node_id, version=daemon_version, at=timezone.now(), row=row)
     if rejoined is False:  # no upgrade of the node in flight (every join outside a rollout): nothing to settle
         return False
     if isinstance(rejoined, HeldByTick):  # the tick asked for settles it if the holder did not

@@ -7,44 +7,60 @@ from rollout.models import NodeUpgrade, Rollout, TickRequest
 
 _ACTIVE = constant_array(Rollout.ACTIVE_STATES)  # the rollout states that claim their nodes and may be ticked
 
-# in_flight -> succeeded for the node whose agent rejoined on the target, in ONE statement: the join path runs it
-# for every upgraded node (docs/controller.md#reacting-at-once). Only the common case: a row a tick holds locked is
-# skipped, and a row that proves readiness (minReadySeconds > 0, or arrived) or whose target is another version is
-# left alone; the caller then takes the ORM path, which decides those. One row: the settled upgrade's rollout and
-# tenant (nulls when none settled), whether the node had an upgrade in flight at all (when not, as for every join
-# outside a rollout, there is nothing for the ORM path to decide), whether a tick of the rollout is queued and
-# not started (``queued``, share-locked until this commits), and the rollout of an in-flight row the lock skipped (a
-# tick holds it: the caller asks for another tick, as the ORM path did after finding the row locked, without it).
+# in_flight -> succeeded for the node whose agent rejoined on the target: the join path runs it for every upgraded
+# node (docs/controller.md#reacting-at-once), inside the join's own statement (``SETTLE_ON_JOIN_CTES`` and
+# ``_COLUMNS``, a fleet.plugins.JoinStep: rollout/hooks.py), or alone (``SUCCEED_REJOINED_SQL``, the same CTEs over
+# one node). ``joined_node``: the node that joined (one row, or none when the join statement recorded a heartbeat).
+# Only the common case: a row a tick holds locked is skipped, and a row that proves readiness (minReadySeconds > 0,
+# or arrived) or whose target is another version is left alone; the caller then takes the ORM path, which decides
+# those. The columns: the settled upgrade's rollout and tenant (nulls when none settled), whether the node had an
+# upgrade in flight at all (when not, as for every join outside a rollout, there is nothing for the ORM path to
+# decide), whether a tick of the rollout is queued and not started (``queued``, share-locked until this commits),
+# and the rollout of an in-flight row the lock skipped (a tick holds it: the caller asks for another tick, as the
+# ORM path did after finding the row locked, without it).
 # A queued tick clears its request before it reads anything (controller/tick.py), and the clear waits for this
 # lock: it reads this settle, and the caller asks for nothing.
 # Otherwise the caller asks for a tick once this has committed, never in the same transaction (controller/settle.py
 # says why). A request cleared after this statement began is not locked (the lock rechecks ``queued`` on the row as
-# it stands): then the caller asks. tests/rollout/test_rejoin_paths.py runs both paths over the same states, and
-# tests/rollout/test_rejoin_tick.py holds the lock to its rule.
-SUCCEED_REJOINED_SQL = f"""
-WITH locked AS (
-    SELECT u.id FROM {NodeUpgrade._meta.db_table} AS u
-    WHERE u.node_id = %(node)s AND u.state = %(in_flight)s
+# it stands): then the caller asks. The locks it may wait for are the tick request's, which only single statements
+# take (controller/tick_requests.py): in the join's statement it never waits long with the session row held.
+# tests/rollout/test_rejoin_paths.py runs both paths over the same states, tests/rollout/test_rejoin_tick.py holds
+# the lock to its rule, and tests/rollout/test_settle_on_join.py the join's statement to the same outcomes.
+SETTLE_ON_JOIN_CTES = f"""rollout_locked AS (
+    SELECT u.id FROM {NodeUpgrade._meta.db_table} AS u JOIN joined_node AS j ON u.node_id = j.node_id
+    WHERE u.state = %(rollout_in_flight)s
     FOR UPDATE OF u SKIP LOCKED
-), settled AS (
+), rollout_settled AS (
     UPDATE {NodeUpgrade._meta.db_table} AS u
-    SET state = %(succeeded)s, settled_at = %(at)s, claims_node = r.state = ANY({_ACTIVE})
-    FROM locked, {Rollout._meta.db_table} AS r
-    WHERE u.id = locked.id AND r.id = u.rollout_id AND u.arrived_at IS NULL AND u.target_version = %(version)s
+    SET state = %(rollout_succeeded)s, settled_at = %(now)s, claims_node = r.state = ANY({_ACTIVE})
+    FROM rollout_locked, {Rollout._meta.db_table} AS r
+    WHERE u.id = rollout_locked.id AND r.id = u.rollout_id AND u.arrived_at IS NULL AND u.target_version = %(version)s
       AND r.min_ready_seconds = 0
     RETURNING u.rollout_id, r.tenant_id
-), queued AS (
-    SELECT t.rollout_id FROM {TickRequest._meta.db_table} AS t JOIN settled ON t.rollout_id = settled.rollout_id
+), rollout_queued AS (
+    SELECT t.rollout_id FROM {TickRequest._meta.db_table} AS t JOIN rollout_settled AS s ON t.rollout_id = s.rollout_id
     WHERE t.queued
     FOR SHARE OF t
+)"""  # noqa: S608 - table names from the models, values bound
+
+_IN_FLIGHT = f"""{NodeUpgrade._meta.db_table} AS f JOIN joined_node AS j ON f.node_id = j.node_id
+     WHERE f.state = %(rollout_in_flight)s"""
+SETTLE_ON_JOIN_COLUMNS = (
+    "(SELECT rollout_id FROM rollout_settled)",
+    "(SELECT tenant_id FROM rollout_settled)",
+    f"EXISTS (SELECT 1 FROM {_IN_FLIGHT})",  # noqa: S608 - table names from the models, values bound
+    "EXISTS (SELECT 1 FROM rollout_queued)",
+    f"(SELECT f.rollout_id FROM {_IN_FLIGHT} AND NOT EXISTS (SELECT 1 FROM rollout_locked) ORDER BY f.id LIMIT 1)",  # noqa: S608
 )
-SELECT settled.rollout_id, settled.tenant_id,
-    EXISTS (SELECT 1 FROM {NodeUpgrade._meta.db_table} AS f WHERE f.node_id = %(node)s AND f.state = %(in_flight)s),
-    EXISTS (SELECT 1 FROM queued),
-    (SELECT f.rollout_id FROM {NodeUpgrade._meta.db_table} AS f
-     WHERE f.node_id = %(node)s AND f.state = %(in_flight)s AND NOT EXISTS (SELECT 1 FROM locked) ORDER BY f.id LIMIT 1)
-FROM (VALUES (true)) AS one (row) LEFT JOIN settled ON true
-"""  # noqa: S608 - table names from the models, values bound
+#: What the CTEs and columns above are given besides ``version`` and ``now`` (and ``node``, run alone).
+SETTLE_ON_JOIN_PARAMS = {
+    "rollout_in_flight": NodeUpgrade.State.IN_FLIGHT,
+    "rollout_succeeded": NodeUpgrade.State.SUCCEEDED,
+}
+SUCCEED_REJOINED_SQL = f"""
+WITH joined_node AS (SELECT %(node)s::uuid AS node_id), {SETTLE_ON_JOIN_CTES}
+SELECT {", ".join(SETTLE_ON_JOIN_COLUMNS)}
+"""
 
 
 # rollout_request_tick's conditional UPDATE (controller/tick_requests.py): the join path asks once per upgraded node,

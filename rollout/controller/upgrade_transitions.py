@@ -2,7 +2,7 @@
 
 ```
 NodeUpgrade  pending ──start_upgrades──► in_flight ──succeed_upgrades──► succeeded
-             in_flight ──succeed_rejoined──► succeeded    (the join path's one statement)
+             in_flight ──succeed_rejoined──► succeeded    (in the join's own statement)
              in_flight ──mark_arrived──► in_flight (arrived_at: proving readiness, minReadySeconds > 0)
              in_flight ──fail_and_send_back──► failed        (spec.daemon back to what it ran; timeout, not_ready)
              in_flight ──roll_back_upgrades──► rolled_back   (spec.daemon back to what it ran)
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, cast
+from typing import Any, Literal, cast
 from uuid import UUID
 
 import structlog
@@ -38,7 +38,7 @@ from django.db.models import Exists, OuterRef, Subquery
 from core.statements import prepared_cursor
 from fleet.interface import NodeSession
 from rollout.controller.daemons import SendBack, previous_daemon, send_back
-from rollout.controller.statements import SUCCEED_REJOINED_SQL
+from rollout.controller.statements import SETTLE_ON_JOIN_PARAMS, SUCCEED_REJOINED_SQL
 from rollout.models import NodeUpgrade, Rollout
 from rollout.models.querysets import sessions_on_target
 
@@ -178,25 +178,23 @@ class HeldByTick:
     rollout_id: UUID
 
 
-def succeed_rejoined(*, node_id: UUID, version: str, at: datetime) -> Rejoined | HeldByTick | Literal[False] | None:
+def succeed_rejoined(
+    *, node_id: UUID, version: str, at: datetime, row: Sequence[Any] | None = None
+) -> Rejoined | HeldByTick | Literal[False] | None:
     """in_flight -> succeeded: the node's agent rejoined reporting ``version``, its target; PostgreSQL only.
 
     The settled upgrade; False, and nothing written, when no upgrade of the node is in flight; its rollout, and
     nothing written, when a tick holds the row; None, and nothing written, for every other case but the common one
-    (controller/statements.py): the caller decides those.
+    (controller/statements.py): the caller decides those. ``row``: the statement's columns as the join's own
+    statement ran them, committed (``SETTLE_ON_JOIN_COLUMNS``, rollout/hooks.py): then it does not run again.
     """
-    with prepared_cursor() as cursor:
-        cursor.execute(
-            SUCCEED_REJOINED_SQL,
-            {
-                "node": node_id,
-                "version": version,
-                "at": at,
-                "in_flight": State.IN_FLIGHT,
-                "succeeded": State.SUCCEEDED,
-            },
-        )
-        rollout_id, tenant, in_flight, tick_queued, held_by_tick = cursor.fetchone()
+    if row is None:
+        with prepared_cursor() as cursor:
+            cursor.execute(
+                SUCCEED_REJOINED_SQL, {**SETTLE_ON_JOIN_PARAMS, "node": node_id, "version": version, "now": at}
+            )
+            row = cursor.fetchone()
+    rollout_id, tenant, in_flight, tick_queued, held_by_tick = row
     if rollout_id is None:
         if held_by_tick is not None:
             return HeldByTick(rollout_id=held_by_tick)

@@ -1,7 +1,7 @@
 """The join's one statement against its rules (tests/fleet/session_rules.py restates them).
 
 ``agent_session_report_for_token`` (and ``agent_session_report``, the DRF view's, for a node already loaded) runs
-``JOIN_SQL`` (fleet/services/session_statements.py). Hypothesis draws a node's state around every rule of a join
+``join_sql`` (fleet/services/session_statements.py). Hypothesis draws a node's state around every rule of a join
 (no session, an open one on the reported version or another, a left one; ``last_seen_at`` due or not; the protocol
 version the same or changed; open and settled daemon.upgrade commands to the reported version and to others; the
 fleet pulse missing, heard, at the gap) and runs the statement on it in a savepoint rolled back afterwards. Its

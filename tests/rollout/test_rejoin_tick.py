@@ -10,6 +10,8 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from fleet.models import NodeSession
+from fleet.services.sessions import agent_session_report_for_token
 from rollout.controller.settle import node_upgrade_settle_reported
 from rollout.controller.tick import rollout_tick
 from rollout.controller.upgrade_transitions import Rejoined, succeed_rejoined
@@ -56,6 +58,25 @@ def test_a_queued_tick_starts_only_after_the_settle_that_relied_on_it_commits(in
         with pytest.raises(psycopg.errors.LockNotAvailable):
             clear_from_another_worker(rollout.id)  # the queued tick waits: it will read this settle
     assert clear_from_another_worker(rollout.id) == 1  # committed: the tick starts, and reads it settled
+    assert NodeUpgrade.objects.get(rollout=rollout, node=node).state == "succeeded"
+
+
+def test_in_the_join_s_statement_a_queued_tick_starts_only_after_the_join_commits(in_flight):
+    """As an agent's join runs the settle (rollout/hooks.py ``SETTLE_ON_JOIN``): the same lock, held by the join's
+    transaction, and nothing asked for once it commits."""
+    node, rollout = in_flight
+    TickRequest.objects.filter(rollout=rollout).update(queued=True)
+    NodeSession.objects.filter(node=node).update(left_at=timezone.now())  # the agent restarted
+    with transaction.atomic():
+        report = agent_session_report_for_token(
+            token_hash=node.agent_token_hash, daemon_version="1.0.0", protocol_version=3
+        )
+        assert report is not None
+        assert report.joined
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            clear_from_another_worker(rollout.id)  # the queued tick waits: it will read this settle
+    assert TickRequest.objects.get(rollout=rollout).queued  # the join asked for nothing: that tick is queued
+    assert clear_from_another_worker(rollout.id) == 1
     assert NodeUpgrade.objects.get(rollout=rollout, node=node).state == "succeeded"
 
 

@@ -16,12 +16,11 @@ from django.db import connection
 from django.db.backends.signals import connection_created
 
 from fleet.models import NodeSession
-from fleet.plugins import session_fields
+from fleet.plugins import join_steps, session_fields
 from fleet.services.nodes import node_create
 from fleet.services.pools import pool_create
-from fleet.services.session_statements import HEARTBEAT_SQL, JOIN_SQL, LEAVE_SQL
+from fleet.services.session_statements import HEARTBEAT_SQL, LEAVE_SQL, join_sql
 from fleet.watch import application
-from rollout.controller.statements import SUCCEED_REJOINED_SQL
 from rollout.controller.tick import rollout_tick
 from rollout.controller.tick_requests import ASK_TICK_SQL
 from rollout.models import NodeUpgrade, TickRequest
@@ -30,6 +29,9 @@ from rollout.rollouts.spec import rollout_spec
 from tests.watch.conftest import SESSION
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+#: The join's one statement, rollout's settle in it (rollout/hooks.py ``SETTLE_ON_JOIN``).
+JOIN_SQL = join_sql(join_steps())
 
 
 class Statements:
@@ -138,7 +140,7 @@ def test_a_first_join_with_no_upgrade_in_flight(front, agent):
     (status, _, body), run = statements.during(lambda: call(app, "POST", token, join_body()))
     assert status == 200, body
     assert json.loads(body)["spec"] == {"daemon": None}
-    assert on_session_thread(run) == [HEARTBEAT_SQL, JOIN_SQL, SUCCEED_REJOINED_SQL]
+    assert on_session_thread(run) == [HEARTBEAT_SQL, JOIN_SQL]
 
 
 def upgrading(app: Any, node: Any, token: str) -> Any:
@@ -158,12 +160,12 @@ def test_a_join_that_settles_the_node_s_upgrade(front, agent, releases):
     (status, _, body), run = statements.during(lambda: call(app, "POST", token, join_body("1.0.0")))
     assert status == 200, body
     assert NodeUpgrade.objects.get(rollout=rollout, node=node).state == "succeeded"
-    assert on_session_thread(run) == [HEARTBEAT_SQL, JOIN_SQL, SUCCEED_REJOINED_SQL, ASK_TICK_SQL]
+    assert on_session_thread(run) == [HEARTBEAT_SQL, JOIN_SQL, ASK_TICK_SQL]
 
 
 def test_a_join_that_settles_while_a_tick_is_queued_asks_for_nothing(front, agent, releases):
-    """The queued tick's start waits for the settle's commit (controller/statements.py): the settle's statement
-    is the join's last."""
+    """The queued tick's start waits for the settle's commit (controller/statements.py): the join's statement,
+    the settle in it, is its only one."""
     app, statements = front
     node, token = agent
     rollout = upgrading(app, node, token)
@@ -171,7 +173,7 @@ def test_a_join_that_settles_while_a_tick_is_queued_asks_for_nothing(front, agen
     (status, _, body), run = statements.during(lambda: call(app, "POST", token, {**join_body("1.0.0"), "wait": 1}))
     assert status == 200, body
     assert NodeUpgrade.objects.get(rollout=rollout, node=node).state == "succeeded"
-    assert on_session_thread(run) == [JOIN_SQL, SUCCEED_REJOINED_SQL]
+    assert on_session_thread(run) == [JOIN_SQL]
 
 
 def test_a_watching_agent_s_join_is_the_join_s_statement_alone(front, agent, releases):
@@ -182,11 +184,11 @@ def test_a_watching_agent_s_join_is_the_join_s_statement_alone(front, agent, rel
     assert call(app, "POST", token, join_body())[0] == 200
     (status, _, body), run = statements.during(lambda: call(app, "POST", token, {**join_body("1.0.0"), "wait": 1}))
     assert status == 200, body
-    assert on_session_thread(run) == [JOIN_SQL, SUCCEED_REJOINED_SQL]
+    assert on_session_thread(run) == [JOIN_SQL]
     assert NodeSession.objects.get(node=node).daemon_version == "1.0.0"
     session = NodeSession.objects.get(node=node)
     (status, _, again), run = statements.during(lambda: call(app, "POST", token, {**join_body("1.0.0"), "wait": 1}))
     assert status == 200, again
-    assert on_session_thread(run) == [JOIN_SQL]  # open on that version: nothing joined, nothing to settle
+    assert on_session_thread(run) == [JOIN_SQL]  # open on that version: nothing joined, nothing settled
     assert json.loads(again)["specRevision"] == json.loads(body)["specRevision"]
     assert NodeSession.objects.get(node=node).joined_at == session.joined_at
