@@ -91,7 +91,7 @@ class JoinStep:
     join fail (the agent retries it), so it must not wait long on a lock the host's writers could hold."""
 
     #: CTE definitions (``name AS (...), ...``) appended to the statement's ``WITH``; their names, and those of
-    #: its ``params``, begin with the plug-in's label.
+    #: its ``params``, begin with the plug-in's label (a parameter named as one of the host's gets the host's value).
     ctes: str
     #: SQL expressions for the statement's one row (scalar subqueries over its CTEs), read in this order.
     columns: tuple[str, ...]

@@ -270,10 +270,10 @@ def _session_report(
     """``join_sql``; ``always``: the session row is written even when a heartbeat's write would be coalesced."""
     seconds = heartbeat_seconds()
     steps = join_steps()
-    params = _statement_params(token_hash, daemon_version, protocol_version, now, seconds)
+    # The steps' parameters first: one named as the host's is the host's value, never a change to its statement.
+    params = {name: value for step in steps for name, value in step.params.items()}
+    params.update(_statement_params(token_hash, daemon_version, protocol_version, now, seconds))
     params.update(done=Command.State.DONE, upgrade=Command.Kind.DAEMON_UPGRADE, always=always)
-    for step in steps:
-        params.update(step.params)
     with prepared_cursor() as cursor:
         cursor.execute(join_sql(steps), params)
         row = cursor.fetchone()

@@ -22,10 +22,11 @@ _ACTIVE = constant_array(Rollout.ACTIVE_STATES)  # the rollout states that claim
 # lock: it reads this settle, and the caller asks for nothing.
 # Otherwise the caller asks for a tick once this has committed, never in the same transaction (controller/settle.py
 # says why). A request cleared after this statement began is not locked (the lock rechecks ``queued`` on the row as
-# it stands): then the caller asks. The locks it may wait for are the tick request's, which only single statements
-# take (controller/tick_requests.py): in the join's statement it never waits long with the session row held.
-# tests/rollout/test_rejoin_paths.py runs both paths over the same states, tests/rollout/test_rejoin_tick.py holds
-# the lock to its rule, and tests/rollout/test_settle_on_join.py the join's statement to the same outcomes.
+# it stands): then the caller asks. The one lock it may wait for is the tick request's, which its writers hold for a
+# statement or an operator's short transaction (controller/tick_requests.py), never while they wait for a session
+# row: in the join's statement it waits briefly with the node's session row held, and no cycle can form.
+# tests/rollout/test_rejoin_paths.py runs the join's statement, this one alone and the ORM path over the same states,
+# and tests/rollout/test_rejoin_tick.py holds the lock to its rule, alone and in the join's transaction.
 SETTLE_ON_JOIN_CTES = f"""rollout_locked AS (
     SELECT u.id FROM {NodeUpgrade._meta.db_table} AS u JOIN joined_node AS j ON u.node_id = j.node_id
     WHERE u.state = %(rollout_in_flight)s

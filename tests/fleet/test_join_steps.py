@@ -101,3 +101,19 @@ def test_a_step_whose_sql_fails_fails_the_join_and_writes_nothing(steps, agent):
     assert isinstance(raised.value.__cause__, psycopg.errors.DivisionByZero)
     assert NodeSession.objects.values().get(node=node) == before
     assert heard.calls == []
+
+
+def test_a_step_s_parameter_named_as_the_host_s_does_not_change_the_host_s_statement(steps, agent):
+    node, hashed = agent
+    heard = Heard()
+    register_join_step(
+        JoinStep(
+            ctes="test_seen AS (SELECT %(version)s::text AS version)",
+            columns=("(SELECT version FROM test_seen)",),
+            params={"version": "6.6.6"},
+            committed=heard,
+        )
+    )
+    assert join(hashed, "1.0.0").joined
+    assert NodeSession.objects.get(node=node).daemon_version == "1.0.0"
+    assert heard.calls[0]["row"] == ("1.0.0",)  # the host's value
