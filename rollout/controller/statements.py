@@ -8,9 +8,10 @@ from rollout.models import NodeUpgrade, Rollout, TickRequest
 _ACTIVE = constant_array(Rollout.ACTIVE_STATES)  # the rollout states that claim their nodes and may be ticked
 
 # in_flight -> succeeded for the node whose agent rejoined on the target: the join path runs it for every upgraded
-# node (docs/controller.md#reacting-at-once), inside the join's own statement (``SETTLE_ON_JOIN_CTES`` and
-# ``_COLUMNS``, a fleet.plugins.JoinStep: rollout/hooks.py), or alone (``SUCCEED_REJOINED_SQL``, the same CTEs over
-# one node). ``joined_node``: the node that joined (one row, or none when the join statement recorded a heartbeat).
+# node (docs/controller.md#reacting-at-once), inside the join's own statement (``SETTLE_ON_JOIN_CTES``,
+# ``_COLUMNS`` and ``_PARAMS``: a fleet.plugins.JoinStep, rollout/hooks.py), or alone (``SUCCEED_REJOINED_SQL``,
+# the same CTEs over one node). ``joined_node``: the node that joined (one row, or none when the join statement
+# recorded a heartbeat).
 # Only the common case: a row a tick holds locked is skipped, and a row that proves readiness (minReadySeconds > 0,
 # or arrived) or whose target is another version is left alone; the caller then takes the ORM path, which decides
 # those. The columns: the settled upgrade's rollout and tenant (nulls when none settled), whether the node had an
