@@ -28,7 +28,6 @@ from uuid import UUID
 
 import structlog
 from django.db import transaction
-from django.db.models import Max
 from django.utils import timezone
 
 from core.maintenance import tables_vacuum
@@ -54,9 +53,8 @@ from rollout.controller.tick_requests import (
     tick_send,
 )
 from rollout.controller.timeouts import timeouts_due_rearm
-from rollout.controller.transitions import complete_rollout, pause_rollout, start_next_wave
+from rollout.controller.transitions import complete_rollout, pause_rollout, start_next_wave, wave_settled_record
 from rollout.controller.upgrade_transitions import release_settled_claims
-from rollout.dispatch import TICK_TASK, publish_on_commit
 from rollout.metrics import TICK_SECONDS
 from rollout.models import NodeUpgrade, Rollout, RolloutGate, RolloutWave, TickRequest
 
@@ -113,14 +111,7 @@ def rollout_advance(*, rollout: Rollout, now: datetime, counts: dict[str, int] |
         return False
     waves = {wave.index: wave for wave in RolloutWave.objects.filter(rollout=rollout)}
     wave = waves[rollout.current_wave]
-    if not wave.settled:
-        last = NodeUpgrade.objects.filter(rollout=rollout, wave=wave.index).aggregate(last=Max("settled_at"))["last"]
-        rollout.wave_settles(wave, at=last or now)
-        wave.save(update_fields=["settled_at"])
-        rollout.save(update_fields=["next_wave_at"])
-        if not rollout.on_last_wave(last_index=max(waves)):
-            # One message for the soak's end, scheduled once (when the wave settles), not at every tick.
-            publish_on_commit(TICK_TASK, args=[str(rollout.id)], eta=rollout.next_wave_at)
+    wave_settled_record(rollout=rollout, waves=waves, at=now)
     if rollout.on_last_wave(last_index=max(waves)):
         complete_rollout(rollout=rollout, at=now)
         return True

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from django.db.models import Count
+from django.db.models import Count, Max
 
 from core.errors import InvalidState
 from fleet.interface import pools_set_default_daemon_version
@@ -41,7 +41,9 @@ from rollout.controller.events import (
     WaveStarted,
     event_record,
 )
+from rollout.controller.judge import failure_ratio_exceeded, wave_counts
 from rollout.controller.upgrade_transitions import cancel_pending_upgrades, release_settled_claims
+from rollout.dispatch import TICK_TASK, publish_on_commit
 from rollout.models import NodeUpgrade, Rollout, RolloutApproval, RolloutWave
 
 State = NodeUpgrade.State
@@ -154,6 +156,35 @@ def complete_rollout(*, rollout: Rollout, at: datetime) -> None:
     event_record(rollout=rollout, payload=Completed(totals=totals), at=at)
 
 
+def wave_settled_record(*, rollout: Rollout, waves: dict[int, RolloutWave], at: datetime) -> None:
+    """Record, once, that the current wave settled: at its last node's settle (``at`` if none), its soak from
+    then (``Rollout.wave_settles``), with one message for the soak's end (not one per tick) unless it is the last.
+    ``waves``: the rollout's, by index; the caller has seen no pending or in-flight row in the wave."""
+    wave = waves[rollout.current_wave]
+    if wave.settled:
+        return
+    last = NodeUpgrade.objects.filter(rollout=rollout, wave=wave.index).aggregate(last=Max("settled_at"))["last"]
+    rollout.wave_settles(wave, at=last or at)
+    wave.save(update_fields=["settled_at"])
+    rollout.save(update_fields=["next_wave_at"])
+    if not rollout.on_last_wave(last_index=max(waves)):
+        publish_on_commit(TICK_TASK, args=[str(rollout.id)], eta=rollout.next_wave_at)
+
+
+def _wave_settle_unrecorded(rollout: Rollout, *, at: datetime) -> None:
+    """A current wave whose last node settled after the last tick (the join asked for a tick that has not run
+    yet) soaks already as the blocker shows it (``plan._settles_unrecorded``): record it as that tick would, so
+    that promote ends that soak rather than answering 409. Not when the wave's failures will pause the rollout."""
+    if rollout.state != Rollout.State.ACTIVE:
+        return
+    counts = wave_counts(rollout=rollout, wave=rollout.current_wave)
+    if counts[State.PENDING] or counts[State.IN_FLIGHT] or failure_ratio_exceeded(rollout=rollout, counts=counts):
+        return
+    waves = {wave.index: wave for wave in RolloutWave.objects.filter(rollout=rollout)}
+    if rollout.current_wave in waves:
+        wave_settled_record(rollout=rollout, waves=waves, at=at)
+
+
 def rollout_soaking(rollout: Rollout, *, at: datetime) -> bool:
     """Whether the rollout's current wave soaks now (``Rollout.soaking``): what promote ends. One query."""
     if rollout.soak_until(at=at) is None:
@@ -165,8 +196,11 @@ def rollout_soaking(rollout: Rollout, *, at: datetime) -> bool:
 def promote_rollout(*, rollout: Rollout, at: datetime, actor: str) -> None:
     """Soaking -> soak over (``rollout.promoted``): the next tick starts the next wave (``rollout.wave``).
 
-    The caller holds the rollout's row lock. InvalidState (409) unless the rollout is soaking.
+    The caller holds the rollout's row lock. InvalidState (409) unless the rollout is soaking, its wave's settle
+    recorded or not yet (``_wave_settle_unrecorded``).
     """
+    if rollout.next_wave_at is None:  # no settle of the current wave recorded yet
+        _wave_settle_unrecorded(rollout, at=at)
     if not rollout_soaking(rollout, at=at):
         if rollout.state != Rollout.State.ACTIVE:
             raise InvalidState(f"A {rollout.state} rollout cannot be promoted.", state=rollout.state)

@@ -17,7 +17,8 @@ from core.errors import InvalidInput, InvalidState
 from fleet.models import AuditEntry, Pool
 from fleet.services.pools import pool_update
 from rollout.controller.judge import failure_ratio_exceeded
-from rollout.models import NodeUpgrade, Rollout, RolloutEvent
+from rollout.controller.timeouts import timeouts_due_settle
+from rollout.models import NodeUpgrade, Rollout, RolloutEvent, RolloutWave
 from rollout.rollouts.actions import rollout_pause, rollout_promote
 from rollout.rollouts.create import rollout_plan
 from rollout.rollouts.spec import rollout_spec
@@ -282,6 +283,69 @@ def test_promote_is_refused_while_the_wave_runs_and_after_completion(tenant, rel
         rollout_promote(rollout_id=rollout.pk)
     assert not RolloutEvent.objects.filter(rollout=rollout, kind="rollout.promoted").exists()
     assert not AuditEntry.objects.filter(action="rollout.promote").exists()
+
+
+def test_promote_ends_the_soak_the_blocker_shows_before_a_tick_has_recorded_it(api, tenant, releases):
+    """The join settles the wave's last node and asks for a tick; until that tick runs, the rollout already says
+    it soaks (from the last node's settle), and promote ends that soak rather than answering 409."""
+    fleet(tenant, {"a": (4, "1")})
+    rollout = create(tenant, waves=[50, 100], soak_seconds=3600)
+    tick(rollout)
+    for upgrade in in_flight(rollout):
+        rejoin(upgrade.node_id, "1.0.0")
+    rollout.refresh_from_db()
+    assert rollout.next_wave_at is None  # no tick has recorded the settle
+    assert api.get(f"/api/compute/rollouts/{rollout.pk}/").json()["blocker"]["code"] == "soaking"
+    response = api.post(promote_url(rollout))
+    assert response.status_code == 200, response.json()
+    last = max(NodeUpgrade.objects.filter(rollout=rollout, wave=0).values_list("settled_at", flat=True))
+    assert RolloutWave.objects.get(rollout=rollout, index=0).settled_at == last
+    promoted = RolloutEvent.objects.get(rollout=rollout, kind="rollout.promoted")
+    assert datetime.fromisoformat(promoted.data["soakEndsAt"]) == last + timedelta(seconds=3600)
+    result = tick(rollout)
+    assert (rollout.current_wave, result.started) == (1, 2)
+    assert kinds(rollout) == ["rollout.created", "rollout.promoted", "rollout.wave"]
+
+
+def test_promote_before_a_tick_is_refused_when_the_wave_s_failures_will_pause_it(tenant, releases):
+    fleet(tenant, {"a": (4, "1")})
+    rollout = create(
+        tenant,
+        waves=[50, 100],
+        soak_seconds=3600,
+        max_failure_ratio=0,
+        failure_ratio_min_settled=1,
+        upgrade_timeout_seconds=60,
+    )
+    tick(rollout)
+    first, second = in_flight(rollout)
+    rejoin(first.node_id, "1.0.0")
+    later = timezone.now() + timedelta(seconds=61)
+    with time_machine.travel(later, tick=False):
+        heartbeat_all()  # the server hears its fleet: it may judge a timeout
+        assert timeouts_due_settle(rollout_id=rollout.pk, now=later) == 1  # the second fails; no tick yet
+        assert NodeUpgrade.objects.get(pk=second.pk).state == "failed"
+        with pytest.raises(InvalidState):
+            rollout_promote(rollout_id=rollout.pk)
+        assert RolloutWave.objects.get(rollout=rollout, index=0).settled_at is None  # nothing written
+        assert "rollout.promoted" not in kinds(rollout)
+        tick(rollout)
+    assert (rollout.state, rollout.paused_reason) == ("paused", "failure_ratio")
+
+
+def test_promote_before_a_tick_is_refused_once_the_soak_from_the_last_settle_is_over(tenant, releases):
+    fleet(tenant, {"a": (4, "1")})
+    rollout = create(tenant, waves=[50, 100], soak_seconds=60)
+    tick(rollout)
+    for upgrade in in_flight(rollout):
+        rejoin(upgrade.node_id, "1.0.0")
+    with time_machine.travel(timezone.now() + timedelta(seconds=61), tick=False):
+        with pytest.raises(InvalidState):
+            rollout_promote(rollout_id=rollout.pk)  # nothing left to end: the next tick starts wave 1
+        assert RolloutWave.objects.get(rollout=rollout, index=0).settled_at is None
+        heartbeat_all()
+        assert tick(rollout).started == 2
+    assert "rollout.promoted" not in kinds(rollout)
 
 
 def test_promoted_is_a_webhook_event(api):
