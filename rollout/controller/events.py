@@ -64,7 +64,7 @@ class WaveStarted(EventPayload):
 @dataclass(frozen=True)
 class Paused(EventPayload):
     kind = Kind.PAUSED
-    reason: str  # a Rollout.PausedReason
+    paused_reason: str  # a Rollout.PausedReason: ``pausedReason``, as the rollout and its blockers name it
     actor: str | None = None  # an operator's pause
     # A pause for the failure ratio: the wave and what was judged.
     wave: int | None = None

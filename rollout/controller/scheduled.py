@@ -64,7 +64,7 @@ def rollout_deadline(*, rollout: Rollout, now: datetime) -> bool:
         hold_at_deadline(rollout=rollout)
         return True
     if behavior == EndBehavior.PAUSE:
-        pause_rollout(rollout=rollout, at=now, paused=Paused(reason=Rollout.PausedReason.DEADLINE))
+        pause_rollout(rollout=rollout, at=now, paused=Paused(paused_reason=Rollout.PausedReason.DEADLINE))
         return True
     rollback = behavior == EndBehavior.ABORT_ROLLBACK
     cancelled = cancel_pending_upgrades(rollout=rollout, at=now)

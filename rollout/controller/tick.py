@@ -86,7 +86,7 @@ def rollout_judge_failures(*, rollout: Rollout, now: datetime, counts: dict[str,
     if not failure_ratio_exceeded(rollout=rollout, counts=counts):
         return False
     paused = Paused(
-        reason=Rollout.PausedReason.FAILURE_RATIO,
+        paused_reason=Rollout.PausedReason.FAILURE_RATIO,
         wave=rollout.current_wave,
         failed=counts[State.FAILED],
         succeeded=counts[State.SUCCEEDED],
@@ -128,11 +128,11 @@ def rollout_stop(*, rollout: Rollout, reason: str, now: datetime) -> None:
     """active -> paused for a stop other than the deadline (rollout/controller/stops.py); a gate's pause
     (``gate_failed:<name>``, docs/controller.md#gates) carries the gate and its latest value in the event."""
     if not reason.startswith(Rollout.GATE_FAILED_PREFIX):
-        pause_rollout(rollout=rollout, at=now, paused=Paused(reason=reason))
+        pause_rollout(rollout=rollout, at=now, paused=Paused(paused_reason=reason))
         return
     name = reason.removeprefix(Rollout.GATE_FAILED_PREFIX)
     value = RolloutGate.objects.filter(rollout=rollout, name=name).values_list("value", flat=True).first()
-    pause_rollout(rollout=rollout, at=now, paused=Paused(reason=reason, gate=name, value=value))
+    pause_rollout(rollout=rollout, at=now, paused=Paused(paused_reason=reason, gate=name, value=value))
 
 
 #: Ticks one asked tick tries at most, each but the first after waiting for another worker's (``rollout_tick``).

@@ -64,13 +64,14 @@ def _move_rollout(rollout: Rollout, *, sources: Sequence[str], action: str, **ch
 
 
 def pause_rollout(*, rollout: Rollout, at: datetime, paused: Paused) -> None:
-    """active|scheduled -> paused (``rollout.paused``, for ``paused.reason``). In-flight nodes settle; none starts."""
+    """active|scheduled -> paused (``rollout.paused``, for ``paused.paused_reason``). In-flight nodes settle; none
+    starts."""
     _move_rollout(
         rollout,
         sources=[Rollout.State.ACTIVE, Rollout.State.SCHEDULED],
         action="paused",
         state=Rollout.State.PAUSED,
-        paused_reason=paused.reason,
+        paused_reason=paused.paused_reason,
     )
     event_record(rollout=rollout, payload=paused, at=at)
 

@@ -98,7 +98,7 @@ def rollout_pause(
     with transaction.atomic():
         rollout = rollout_locked(tenant=tenant, rollout_id=rollout_id)
         before = _state(rollout)
-        paused = Paused(reason=Rollout.PausedReason.OPERATOR, actor=event_actor(actor))
+        paused = Paused(paused_reason=Rollout.PausedReason.OPERATOR, actor=event_actor(actor))
         pause_rollout(rollout=rollout, at=timezone.now(), paused=paused)
         audit_rollout(rollout, actor, "rollout.pause", before=before, after=_commented(_state(rollout), text))
     return rollout

@@ -132,7 +132,7 @@ def test_failures_in_a_row_pause_the_rollout_and_each_is_an_event(tenant, releas
     assert failed.count() == 3
     assert WebhookDelivery.objects.filter(event="rollout.gate_failed").count() == 3
     paused = RolloutEvent.objects.get(rollout=rollout, kind="rollout.paused").data
-    assert paused == {"reason": "gate_failed:errors", "gate": "errors", "value": 7.0}
+    assert paused == {"pausedReason": "gate_failed:errors", "gate": "errors", "value": 7.0}
     assert states(rollout) == {"pending": 4}
     shown = api.get(f"/api/compute/rollouts/{rollout.id}/gates/").json()
     assert (shown[0]["state"], shown[0]["value"], shown[0]["consecutiveFailures"]) == ("fail", 7.0, 3)

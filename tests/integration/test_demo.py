@@ -69,7 +69,7 @@ def test_the_demo_pauses_at_the_canary_and_rolls_forward_on_its_own_postgresql(r
     assert "agents online on bcd 1.0.0, watching their sessions" in out
     paused = [line for line in out.splitlines() if " rollout.paused " in line]
     assert len(paused) == 1, out[-3000:]
-    assert "reason=failure_ratio" in paused[0]
+    assert "pausedReason=failure_ratio" in paused[0]
     assert "rollout.completed" in out
     rows = [line.split() for line in out.splitlines()]
     summary = {row[1]: row[2] for row in rows if len(row) > 3 and row[1] in {"1.1.0", "1.2.0", "1.3.0"}}

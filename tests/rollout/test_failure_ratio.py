@@ -42,7 +42,7 @@ def test_pause_when_the_failure_ratio_is_exceeded(tenant, releases):
     _settle_wave(rollout, succeed=8, fail=2)
     assert (rollout.state, rollout.paused_reason) == ("paused", "failure_ratio")
     paused = RolloutEvent.objects.get(rollout=rollout, kind="rollout.paused")
-    assert paused.data["reason"] == "failure_ratio"
+    assert paused.data["pausedReason"] == "failure_ratio"
     assert (paused.data["failed"], paused.data["succeeded"]) == (2, 8)
 
 

@@ -235,7 +235,7 @@ def test_an_active_rollout_pauses_when_its_release_expires_and_resume_and_create
         assert (rollout.state, rollout.paused_reason) == ("paused", "release_expired")
         assert states(rollout) == {"succeeded": 1, "pending": 3}
         event = RolloutEvent.objects.filter(rollout=rollout, kind="rollout.paused").get()
-        assert event.data["reason"] == "release_expired"
+        assert event.data["pausedReason"] == "release_expired"
         with pytest.raises(DomainError) as info:
             rollout_resume(rollout_id=rollout.id, tenant=tenant)
         assert (info.value.status, info.value.code) == (409, "release_expired")
