@@ -63,7 +63,7 @@ def controller_missing(rollout: Rollout, *, now: datetime) -> bool:
 
 def rollouts_without_controller(rollouts: QuerySet[Rollout], *, now: datetime) -> int:
     """How many of ``rollouts`` are active and held by a missing controller (``controller_missing``): one count."""
-    since = Coalesce("last_tick_at", "created_at")
+    since = Coalesce("last_tick_at", "approved_at", "created_at")
     return (
         rollouts.filter(state=Rollout.State.ACTIVE)
         .annotate(since=since)

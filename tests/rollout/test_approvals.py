@@ -10,6 +10,7 @@ from rest_framework.test import APIClient
 
 from fleet.models import AuditEntry, Permission, Tenant
 from fleet.services.iam import api_key_create, tenant_set_rollout_approvals
+from rollout.controller.health import rollouts_without_controller
 from rollout.models import NodeUpgrade, Rollout, RolloutApproval, RolloutEvent, RolloutWave, Webhook, WebhookDelivery
 from tests.factories import fleet
 from tests.rollout.helpers import states, tick
@@ -312,11 +313,14 @@ def test_the_controller_is_judged_missing_from_the_approval_not_from_the_creatio
     assert body["state"] == "active"
     assert body["lastTickAt"] is None
     assert (body["blocker"] or {}).get("code") != "no_controller"
+    rollouts = Rollout.objects.filter(pk=awaiting["id"])
+    assert rollouts_without_controller(rollouts, now=timezone.now()) == 0  # the admin's banner counts alike
     # Later, still no tick: then it is.
-    Rollout.objects.filter(pk=awaiting["id"]).update(approved_at=timezone.now() - timedelta(minutes=10))
+    rollouts.update(approved_at=timezone.now() - timedelta(minutes=10))
     stale = alice.get(f"{URL}{awaiting['id']}/").json()["blocker"]
     assert stale["code"] == "no_controller"
     assert "approved" in stale["detail"]
+    assert rollouts_without_controller(rollouts, now=timezone.now()) == 1
 
 
 def test_approved_before_its_start_at_it_is_scheduled_after_it_active(tenant, releases, creator, alice):
