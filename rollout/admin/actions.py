@@ -10,7 +10,7 @@ from typing import Any
 from django.contrib import admin
 from django.utils import timezone
 
-from rollout.controller.transitions import rollout_soaking
+from rollout.controller.transitions import rollout_promotable
 from rollout.models import Rollout
 from rollout.rollouts.actions import rollout_abort, rollout_pause, rollout_promote, rollout_resume, rollout_start
 
@@ -86,7 +86,7 @@ ACTIONS: dict[str, RolloutAction] = {
             "Ends the current wave's soak now: the next wave starts at the next tick.",
             rollout_promote,
             "Promote the selected rollouts (end their soak now)",
-            shown=lambda rollout: rollout_soaking(rollout, at=timezone.now()),
+            shown=lambda rollout: rollout_promotable(rollout, at=timezone.now()),
         ),
         RolloutAction(
             "abort",

@@ -23,6 +23,7 @@ rollout's row lock.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from copy import copy
 from datetime import datetime
 
 from django.db.models import Count, Max
@@ -164,26 +165,32 @@ def wave_settled_record(*, rollout: Rollout, waves: dict[int, RolloutWave], at: 
     wave = waves[rollout.current_wave]
     if wave.settled:
         return
-    last = NodeUpgrade.objects.filter(rollout=rollout, wave=wave.index).aggregate(last=Max("settled_at"))["last"]
-    rollout.wave_settles(wave, at=last or at)
+    rollout.wave_settles(wave, at=_last_settle(rollout, wave) or at)
     wave.save(update_fields=["settled_at"])
     rollout.save(update_fields=["next_wave_at"])
     if not rollout.on_last_wave(last_index=max(waves)):
         publish_on_commit(TICK_TASK, args=[str(rollout.id)], eta=rollout.next_wave_at)
 
 
-def _wave_settle_unrecorded(rollout: Rollout, *, at: datetime) -> None:
-    """A current wave whose last node settled after the last tick (the join asked for a tick that has not run
-    yet) soaks already as the blocker shows it (``plan._settles_unrecorded``): record it as that tick would, so
-    that promote ends that soak rather than answering 409. Not when the wave's failures will pause the rollout."""
-    if rollout.state != Rollout.State.ACTIVE:
-        return
+def _last_settle(rollout: Rollout, wave: RolloutWave) -> datetime | None:
+    last: datetime | None = NodeUpgrade.objects.filter(rollout=rollout, wave=wave.index).aggregate(
+        last=Max("settled_at")
+    )["last"]
+    return last
+
+
+def _settle_unrecorded(rollout: Rollout) -> dict[int, RolloutWave] | None:
+    """The rollout's waves (by index) when its current wave's last node settled after the last tick (the join
+    asked for a tick that has not run yet): the wave soaks already as its blocker shows it
+    (``plan._settles_unrecorded``). None otherwise, and when the wave's failures will pause the rollout."""
+    if rollout.state != Rollout.State.ACTIVE or rollout.next_wave_at is not None:
+        return None
     counts = wave_counts(rollout=rollout, wave=rollout.current_wave)
     if counts[State.PENDING] or counts[State.IN_FLIGHT] or failure_ratio_exceeded(rollout=rollout, counts=counts):
-        return
+        return None
     waves = {wave.index: wave for wave in RolloutWave.objects.filter(rollout=rollout)}
-    if rollout.current_wave in waves:
-        wave_settled_record(rollout=rollout, waves=waves, at=at)
+    wave = waves.get(rollout.current_wave)
+    return waves if wave is not None and not wave.settled else None
 
 
 def rollout_soaking(rollout: Rollout, *, at: datetime) -> bool:
@@ -194,14 +201,28 @@ def rollout_soaking(rollout: Rollout, *, at: datetime) -> bool:
     return rollout.soaking(wave=waves.get(rollout.current_wave), last_index=max(waves, default=0), at=at)
 
 
+def rollout_promotable(rollout: Rollout, *, at: datetime) -> bool:
+    """Whether promote would end a soak now (the admin's button): soaking, or soaking once promote records a
+    settle no tick has recorded yet (``_settle_unrecorded``), as it would, on copies: this writes nothing."""
+    if rollout_soaking(rollout, at=at):
+        return True
+    waves = _settle_unrecorded(rollout)
+    if waves is None:
+        return False
+    foreseen, wave = copy(rollout), copy(waves[rollout.current_wave])
+    foreseen.wave_settles(wave, at=_last_settle(rollout, wave) or at)
+    return foreseen.soaking(wave=wave, last_index=max(waves), at=at)
+
+
 def promote_rollout(*, rollout: Rollout, at: datetime, actor: str) -> None:
     """Soaking -> soak over (``rollout.promoted``): the next tick starts the next wave (``rollout.wave``).
 
     The caller holds the rollout's row lock. InvalidState (409) unless the rollout is soaking, its wave's settle
-    recorded or not yet (``_wave_settle_unrecorded``).
+    recorded or not yet (``_settle_unrecorded``: then recorded here, as the tick would).
     """
-    if rollout.next_wave_at is None:  # no settle of the current wave recorded yet
-        _wave_settle_unrecorded(rollout, at=at)
+    unrecorded = _settle_unrecorded(rollout)
+    if unrecorded is not None:
+        wave_settled_record(rollout=rollout, waves=unrecorded, at=at)
     if not rollout_soaking(rollout, at=at):
         if rollout.state != Rollout.State.ACTIVE:
             raise InvalidState(f"A {rollout.state} rollout cannot be promoted.", state=rollout.state)

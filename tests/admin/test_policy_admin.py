@@ -105,6 +105,21 @@ def test_the_promote_button_is_shown_while_soaking_and_confirmed(root, soaking):
     assert any("invalid_state" in message for message in flash(response))
 
 
+def test_the_promote_button_is_shown_for_a_soak_no_tick_has_recorded_yet(root, tenant, releases):
+    """The wave's last node settled after the last tick: the page says it soaks, and its button promotes."""
+    rollout = make_rollout(tenant, {"gpu-a": (4, "1")}, waves=[50, 100], soak_seconds=3600)
+    tick(rollout)
+    for upgrade in in_flight(rollout):
+        rejoin(upgrade.node_id, "1.0.0")
+    page = root.get(detail(rollout)).content.decode()
+    assert action_url(rollout, "promote") in page
+    rollout.refresh_from_db()
+    assert rollout.next_wave_at is None  # showing the page wrote nothing
+    response = root.post(action_url(rollout, "promote"))
+    assert any("Promoted" in message for message in flash(response))
+    assert RolloutEvent.objects.filter(rollout=rollout, kind="rollout.promoted").count() == 1
+
+
 def test_no_promote_button_while_the_wave_runs(root, tenant, releases):
     rollout = make_rollout(tenant, {"gpu-a": (4, "1")}, waves=[50, 100], soak_seconds=3600)
     tick(rollout)
