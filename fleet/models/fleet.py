@@ -94,6 +94,10 @@ class NodeSession(models.Model):
     joined_at = models.DateTimeField()
     last_seen_at = models.DateTimeField()
     left_at = models.DateTimeField(null=True, blank=True)
+    #: The web process whose memory may hold a read of this session (its watch hub's ``ident``): a change to the
+    #: session is notified on that process's own channel alone; null, on the channel every process listens on
+    #: (fleet/migrations/0011_session_watched_by.py, docs/fleet.md#watch).
+    watched_by = models.CharField(max_length=16, null=True, blank=True, editable=False)
 
     def __str__(self) -> str:
         return f"{self.node} ({self.daemon_version})"

@@ -33,10 +33,15 @@ _PENDING_COMMANDS = f"""(SELECT coalesce(json_agg(json_build_object('id', c.id, 
      FROM {Command._meta.db_table} AS c WHERE c.node_id = node.id AND c.state = %(pending)s)"""  # noqa: S608
 
 
+# Who records the session's watcher (``NodeSession.watched_by``): ``%(watcher)s``, a web process's hub that will
+# remember what the statement reads (fleet/watch/known.py), or null (anyone else), which records no one new.
+_WATCHER = "coalesce(%(watcher)s::text, s.watched_by)"
+
 # One statement for a plain heartbeat. The UPDATE runs only for an open session on the same version whose
-# last_seen_at is due (or whose protocol version changed); the SELECT reads the snapshot the statement started
-# with, so the caller sees whether the session was open on that version, and every command committed before.
-# tests/fleet/test_heartbeat_paths.py holds it to its rules.
+# last_seen_at is due (or whose protocol version changed, or whose watcher is another process than the one asking
+# to be recorded); the SELECT reads the snapshot the statement started with, so the caller sees whether the session
+# was open on that version, and every command committed before. Its last column: the watcher the session records
+# after the statement (the UPDATE's, else the snapshot's). tests/fleet/test_heartbeat_paths.py holds it to its rules.
 HEARTBEAT_SQL = f"""
 WITH node AS (
     SELECT id, spec FROM {Node._meta.db_table} WHERE agent_token_hash = %(token_hash)s
@@ -45,13 +50,15 @@ WITH node AS (
     SELECT s.node_id FROM node JOIN {NodeSession._meta.db_table} AS s ON s.node_id = node.id
     WHERE s.left_at IS NULL AND s.daemon_version = %(version)s
 ), touched AS (
-    UPDATE {NodeSession._meta.db_table} AS s SET last_seen_at = %(now)s, protocol_version = %(protocol)s
+    UPDATE {NodeSession._meta.db_table} AS s SET
+        last_seen_at = %(now)s, protocol_version = %(protocol)s, watched_by = {_WATCHER}
     FROM node
     WHERE s.node_id = node.id AND s.left_at IS NULL AND s.daemon_version = %(version)s
-      AND ({last_seen_due_sql("s")} OR s.protocol_version <> %(protocol)s)
-    RETURNING s.node_id
+      AND ({last_seen_due_sql("s")} OR s.protocol_version <> %(protocol)s OR s.watched_by IS DISTINCT FROM {_WATCHER})
+    RETURNING s.node_id, s.watched_by
 ), {pulse_ctes("plain")}
-SELECT node.spec::text, s.daemon_version, s.left_at, node.id, {_PENDING_COMMANDS}
+SELECT node.spec::text, s.daemon_version, s.left_at, node.id, {_PENDING_COMMANDS},
+    coalesce((SELECT watched_by FROM touched), s.watched_by)
 FROM node LEFT JOIN {NodeSession._meta.db_table} AS s ON s.node_id = node.id
 """  # noqa: S608 - table names from the models, values bound
 
@@ -65,10 +72,10 @@ WHERE s.node_id = ANY(%(node_ids)s::uuid[]) AND s.left_at IS NULL AND {last_seen
 
 # The held requests a notification woke, read again in one statement for all of them, writing nothing
 # (fleet/services/watch.py ``held_sessions_read``): their nodes' spec and pending commands as a heartbeat reads
-# them, and their sessions as they stand.
+# them, and their sessions as they stand (with the watcher they record).
 HELD_READ_SQL = f"""
 SELECT asked.token_hash, node.id, node.spec::text, s.daemon_version, s.protocol_version, s.left_at, s.last_seen_at,
-    {_PENDING_COMMANDS}
+    {_PENDING_COMMANDS}, s.watched_by
 FROM unnest(%(token_hashes)s::text[]) AS asked(token_hash)
 JOIN {Node._meta.db_table} AS node ON node.agent_token_hash = asked.token_hash
 LEFT JOIN {NodeSession._meta.db_table} AS s ON s.node_id = node.id
@@ -80,8 +87,9 @@ LEFT JOIN {NodeSession._meta.db_table} AS s ON s.node_id = node.id
 # between a join and a heartbeat is made on the row as it stands, never on a stale read; a first session that a
 # concurrent join inserts meanwhile is met by ON CONFLICT. A join completes the node's open daemon.upgrade
 # commands to the version it reports, which the answer's pending commands then leave out (the final SELECT reads
-# the snapshot the statement started with). The last column is the statement's transaction id when it wrote (its
-# watch notifications name it: fleet/migrations/0010_watch_notify_transaction.py).
+# the snapshot the statement started with). Its last columns are the statement's transaction id when it wrote (its
+# watch notifications name it: fleet/migrations/0010_watch_notify_transaction.py), and the watcher the session
+# records after it (``%(watcher)s`` asks to be recorded, as in the heartbeat's, and writes the row when it is not).
 # ``always`` (a refusal's call): the row is written even when a heartbeat's write would be coalesced.
 # The plug-ins' join steps (fleet.plugins.JoinStep) run in it too, in its transaction: ``join_sql``.
 # tests/fleet/test_join_paths.py holds it to its rules.
@@ -89,7 +97,7 @@ _JOIN_CTES = f"""
 WITH node AS (
     SELECT id, spec FROM {Node._meta.db_table} WHERE agent_token_hash = %(token_hash)s
 ), prior AS MATERIALIZED (
-    SELECT s.node_id, s.daemon_version, s.left_at, s.protocol_version, s.last_seen_at
+    SELECT s.node_id, s.daemon_version, s.left_at, s.protocol_version, s.last_seen_at, s.watched_by
     FROM {NodeSession._meta.db_table} AS s JOIN node ON s.node_id = node.id
     FOR UPDATE OF s
 ), rejoined AS (
@@ -100,18 +108,20 @@ WITH node AS (
         daemon_version = %(version)s,
         protocol_version = %(protocol)s,
         last_seen_at = %(now)s,
-        left_at = NULL
+        left_at = NULL,
+        watched_by = {_WATCHER}
     FROM prior
     WHERE s.node_id = prior.node_id
       AND (%(always)s OR prior.left_at IS NOT NULL OR prior.daemon_version <> %(version)s
-           OR prior.protocol_version <> %(protocol)s OR {last_seen_due_sql("prior")})
-    RETURNING s.node_id, (prior.left_at IS NOT NULL OR prior.daemon_version <> %(version)s) AS joined
+           OR prior.protocol_version <> %(protocol)s OR {last_seen_due_sql("prior")}
+           OR prior.watched_by IS DISTINCT FROM coalesce(%(watcher)s::text, prior.watched_by))
+    RETURNING s.node_id, (prior.left_at IS NOT NULL OR prior.daemon_version <> %(version)s) AS joined, s.watched_by
 ), created AS (
     -- The node's first session. One that a concurrent first join inserts meanwhile is met by ON CONFLICT,
     -- whose CASE keeps that join's joined_at when it recorded this version: this one is then a heartbeat.
     INSERT INTO {NodeSession._meta.db_table} AS s
-        (node_id, daemon_version, protocol_version, joined_at, last_seen_at, left_at)
-    SELECT node.id, %(version)s, %(protocol)s, %(now)s, %(now)s, NULL
+        (node_id, daemon_version, protocol_version, joined_at, last_seen_at, left_at, watched_by)
+    SELECT node.id, %(version)s, %(protocol)s, %(now)s, %(now)s, NULL, %(watcher)s::text
     FROM node WHERE NOT EXISTS (SELECT 1 FROM prior)
     ON CONFLICT (node_id) DO UPDATE SET
         joined_at = CASE WHEN s.left_at IS NULL AND s.daemon_version = EXCLUDED.daemon_version
@@ -119,10 +129,11 @@ WITH node AS (
         daemon_version = EXCLUDED.daemon_version,
         protocol_version = EXCLUDED.protocol_version,
         last_seen_at = EXCLUDED.last_seen_at,
-        left_at = NULL
-    RETURNING s.node_id, s.joined_at = %(now)s AS joined
+        left_at = NULL,
+        watched_by = coalesce(EXCLUDED.watched_by, s.watched_by)
+    RETURNING s.node_id, s.joined_at = %(now)s AS joined, s.watched_by
 ), recorded AS (
-    SELECT node_id, joined FROM rejoined UNION ALL SELECT node_id, joined FROM created
+    SELECT node_id, joined, watched_by FROM rejoined UNION ALL SELECT node_id, joined, watched_by FROM created
 ), joined_node AS (
     -- What the plug-ins' join steps read (fleet.plugins.JoinStep): the node, when this is a join.
     SELECT node_id FROM recorded WHERE joined
@@ -140,10 +151,11 @@ _JOIN_COLUMNS = f"""node.spec::text, node.id, coalesce(recorded.joined, false), 
                               ORDER BY c.created_at, c.id), '[]')::text
      FROM {Command._meta.db_table} AS c
      WHERE c.node_id = node.id AND c.state = %(pending)s AND c.id NOT IN (SELECT id FROM done)),
-    pg_current_xact_id_if_assigned()::text"""  # noqa: S608 - table names from the models, values bound
+    pg_current_xact_id_if_assigned()::text,
+    CASE WHEN recorded.node_id IS NOT NULL THEN recorded.watched_by ELSE prior.watched_by END"""  # noqa: S608
 
 #: The join statement's own columns, before its steps' (``join_sql``).
-JOIN_COLUMNS = 7
+JOIN_COLUMNS = 8
 
 
 @functools.cache

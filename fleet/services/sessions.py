@@ -30,7 +30,7 @@ import itertools
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any
 from uuid import UUID
 
@@ -62,6 +62,9 @@ class SessionReport:
     #: The transaction of the join's statement that read this report (None for a plain heartbeat's, which sends no
     #: notification): its own watch notifications do not make the read stale (fleet/watch/known.py). Not answered.
     written_by: str | None = field(default=None, compare=False)
+    #: The web process the session records as watching it once the statement is done (``NodeSession.watched_by``,
+    #: a hub's ident): only that process may remember the read (fleet/watch/known.py). Not answered.
+    watched_by: str | None = field(default=None, compare=False)
     #: What plug-ins add to every answer (``fleet.plugins.register_session_fields``), read when the report is
     #: made: on the thread that reads the database, never in the async front's event loop.
     fields: dict[str, Any] = field(default_factory=session_fields)
@@ -79,30 +82,42 @@ def last_seen_due(*, last_seen_at: datetime, now: datetime) -> bool:
 
 
 def agent_heartbeat(
-    *, token_hash: str, daemon_version: str, protocol_version: int, now: datetime | None = None
+    *,
+    token_hash: str,
+    daemon_version: str,
+    protocol_version: int,
+    now: datetime | None = None,
+    watcher: str | None = None,
 ) -> SessionReport | None:
     """A plain heartbeat of the node whose agent token hashes to ``token_hash``, in one statement.
 
     None when it is not one, and then nothing was written: an unknown token, no open session, or another
-    daemon version (the caller takes the full path: 401, or ``agent_session_report``).
+    daemon version (the caller takes the full path: 401, or ``agent_session_report``). ``watcher``: the web
+    process that will remember the read, recorded as the session's watcher (a write only when it was not).
     """
     now = now or timezone.now()
     seconds = heartbeat_seconds()
+    params = _statement_params(token_hash, daemon_version, protocol_version, now, seconds, watcher)
     with prepared_cursor() as cursor:
-        cursor.execute(HEARTBEAT_SQL, _statement_params(token_hash, daemon_version, protocol_version, now, seconds))
+        cursor.execute(HEARTBEAT_SQL, params)
         row = cursor.fetchone()
     if row is None:
         return None
-    spec, session_version, left_at, node_id, commands = row
+    spec, session_version, left_at, node_id, commands, watched_by = row
     if session_version != daemon_version or left_at is not None:
         return None
     return SessionReport(
-        spec=json.loads(spec), commands=json.loads(commands), heartbeat_seconds=seconds, joined=False, node_id=node_id
+        spec=json.loads(spec),
+        commands=json.loads(commands),
+        heartbeat_seconds=seconds,
+        joined=False,
+        node_id=node_id,
+        watched_by=watched_by,
     )
 
 
 def _statement_params(
-    token_hash: str, daemon_version: str, protocol_version: int, now: datetime, seconds: int
+    token_hash: str, daemon_version: str, protocol_version: int, now: datetime, seconds: int, watcher: str | None
 ) -> dict[str, Any]:
     """What the heartbeat's and the join's statements are given (session_statements.py)."""
     return {
@@ -113,6 +128,7 @@ def _statement_params(
         "version": daemon_version,
         "pending": Command.State.PENDING,
         "always": False,
+        "watcher": watcher,
     }
 
 
@@ -146,6 +162,7 @@ def agent_session_report(
         protocol_version=protocol_version,
         now=now,
         always=refused is not None,
+        watcher=None,
     )
     if report is None:  # deleted since it was loaded
         raise Node.DoesNotExist(f"node {node.id} is gone")
@@ -226,10 +243,16 @@ def _send_refused(*, node_id: UUID, version: str, code: str, detail: str, at: da
 
 
 def agent_session_report_for_token(
-    *, token_hash: str, daemon_version: str, protocol_version: int, now: datetime | None = None
+    *,
+    token_hash: str,
+    daemon_version: str,
+    protocol_version: int,
+    now: datetime | None = None,
+    watcher: str | None = None,
 ) -> SessionReport | None:
     """``agent_session_report`` for the node whose agent token hashes to ``token_hash`` (a join, a version change or
-    a heartbeat, without a refusal); None, and nothing written, when the token is unknown.
+    a heartbeat, without a refusal); None, and nothing written, when the token is unknown. ``watcher``: as
+    ``agent_heartbeat``'s.
 
     One statement (``session_statements.join_sql``, the plug-ins' join steps in it) and the plug-ins' notice after
     its commit.
@@ -240,11 +263,18 @@ def agent_session_report_for_token(
         protocol_version=protocol_version,
         now=now or timezone.now(),
         always=False,
+        watcher=watcher,
     )
 
 
 def agent_session_arrival(
-    *, token_hash: str, daemon_version: str, protocol_version: int, now: datetime, join_first: bool = False
+    *,
+    token_hash: str,
+    daemon_version: str,
+    protocol_version: int,
+    now: datetime,
+    join_first: bool = False,
+    watcher: str | None = None,
 ) -> SessionReport | None:
     """A session request as the async front takes it on one of its threads, in one hop: the plain heartbeat's
     statement (``agent_heartbeat``), and when it is not one, the join's (``agent_session_report_for_token``), both at
@@ -252,34 +282,40 @@ def agent_session_arrival(
 
     ``join_first``: the request is likely a join (a watching agent's first request, docs/fleet.md#watch), so the join's
     statement runs alone. It is a heartbeat's too when the session turns out to be open on that version (it then
-    locks the row for a moment: the price of a wrong guess), so the answer is the same either way."""
+    locks the row for a moment: the price of a wrong guess), so the answer is the same either way. ``watcher``: as
+    ``agent_heartbeat``'s."""
+    statement = partial(
+        agent_session_report_for_token,
+        token_hash=token_hash,
+        daemon_version=daemon_version,
+        protocol_version=protocol_version,
+        now=now,
+        watcher=watcher,
+    )
     if not join_first:
-        report = agent_heartbeat(
-            token_hash=token_hash, daemon_version=daemon_version, protocol_version=protocol_version, now=now
-        )
+        report = agent_heartbeat(**statement.keywords)  # the same arguments
         if report is not None:
             return report
-    return agent_session_report_for_token(
-        token_hash=token_hash, daemon_version=daemon_version, protocol_version=protocol_version, now=now
-    )
+    return statement()
 
 
 def _session_report(
-    *, token_hash: str, daemon_version: str, protocol_version: int, now: datetime, always: bool
+    *, token_hash: str, daemon_version: str, protocol_version: int, now: datetime, always: bool, watcher: str | None
 ) -> SessionReport | None:
-    """``join_sql``; ``always``: the session row is written even when a heartbeat's write would be coalesced."""
+    """``join_sql``; ``always``: the session row is written even when a heartbeat's write would be coalesced;
+    ``watcher``: as ``agent_heartbeat``'s."""
     seconds = heartbeat_seconds()
     steps = join_steps()
     # The steps' parameters first: one named as the host's is the host's value, never a change to its statement.
     params = {name: value for step in steps for name, value in step.params.items()}
-    params.update(_statement_params(token_hash, daemon_version, protocol_version, now, seconds))
+    params.update(_statement_params(token_hash, daemon_version, protocol_version, now, seconds, watcher))
     params.update(done=Command.State.DONE, upgrade=Command.Kind.DAEMON_UPGRADE, always=always)
     with prepared_cursor() as cursor:
         cursor.execute(join_sql(steps), params)
         row = cursor.fetchone()
     if row is None:
         return None
-    spec, node_id, joined, previous_version, done, commands, written_by = row[:JOIN_COLUMNS]
+    spec, node_id, joined, previous_version, done, commands, written_by, watched_by = row[:JOIN_COLUMNS]
     if joined:
         columns = iter(row[JOIN_COLUMNS:])
         _session_joined(
@@ -297,6 +333,7 @@ def _session_report(
         joined=joined,
         node_id=node_id,
         written_by=written_by,
+        watched_by=watched_by,
     )
 
 

@@ -44,8 +44,10 @@ WAIT_MIN_SECONDS = 1
 WAIT_MAX_SECONDS = 60
 #: A ``seen`` longer than this cannot be a revision (they are 22 characters): 400 invalid_input.
 SEEN_MAX_LENGTH = 64
-#: The PostgreSQL channel the triggers NOTIFY node ids on (fleet/migrations/0005_watch_notify.py). Channels are
-#: per database: two deployments (or test runs) on one server, each with its database, never wake each other.
+#: The PostgreSQL channel the triggers NOTIFY node ids on (fleet/migrations/0005_watch_notify.py); a change to a
+#: session that records its watcher goes to that web process's own channel instead, this name, ``_`` and the
+#: process's hub's ident (0011). Channels are per database: two deployments (or test runs) on one server, each with
+#: its database, never wake each other.
 NOTIFY_CHANNEL = "fleet_watch"
 #: How often the polling hold (synchronous servers, no NOTIFY) reads the revision again.
 POLL_SECONDS = 0.5
@@ -126,7 +128,7 @@ def held_sessions_read(*, token_hashes: Sequence[str]) -> dict[str, HeldRead]:
         cursor.execute(HELD_READ_SQL, {"token_hashes": list(token_hashes), "pending": Command.State.PENDING})
         rows = cursor.fetchall()
     reads = {}
-    for token_hash, node_id, spec, daemon_version, protocol_version, left_at, last_seen_at, commands in rows:
+    for token_hash, node_id, spec, daemon_version, protocol_version, left_at, last_seen_at, commands, watcher in rows:
         report = SessionReport(
             spec=json.loads(spec),
             commands=json.loads(commands),
@@ -134,6 +136,7 @@ def held_sessions_read(*, token_hashes: Sequence[str]) -> dict[str, HeldRead]:
             joined=False,
             node_id=node_id,
             fields=fields,
+            watched_by=watcher,
         )
         reads[token_hash] = HeldRead(node_id, report, daemon_version, protocol_version, left_at, last_seen_at)
     return reads

@@ -258,8 +258,10 @@ class AgentSessionFront:
         since, now = asyncio.get_running_loop().time(), timezone.now()
         statement = partial(agent_session_arrival, join_first=request.likely_join) if arrival else agent_heartbeat
         version, protocol = request.daemon_version, request.protocol_version
+        # A watching agent's read is remembered here: the session records this process as its watcher.
+        watcher = self.hub.ident if request.wait is not None else None
         report = await self._run(
-            statement, token_hash=hashed, now=now, daemon_version=version, protocol_version=protocol
+            statement, token_hash=hashed, now=now, daemon_version=version, protocol_version=protocol, watcher=watcher
         )
         if report is not None:
             self.fields.seen(since, report.fields)

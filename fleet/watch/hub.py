@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import math
 import re
+import secrets
 import signal
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
@@ -102,6 +103,10 @@ class WatchHub:
     ) -> None:
         self.conninfo = conninfo
         self.channel = channel
+        # This process as a session records its watcher (NodeSession.watched_by): a change to such a session is
+        # notified on the process's own channel alone (fleet/migrations/0011_session_watched_by.py spells it so).
+        self.ident = secrets.token_hex(8)
+        self.own_channel = f"{channel}_{self.ident}"
         self.reconnect_seconds = reconnect_seconds
         self.ping_seconds = ping_seconds  # how often the connection is asked SELECT 1
         self.ping_timeout = ping_seconds if ping_timeout is None else ping_timeout  # how long its answer may take
@@ -150,7 +155,7 @@ class WatchHub:
             try:
                 async with await psycopg.AsyncConnection.connect(**self.conninfo, autocommit=True) as conn:
                     conn.add_notify_handler(lambda notify: self._deliver(notify.payload))  # during a statement
-                    await conn.execute(f'LISTEN "{self.channel}"')
+                    await conn.execute(f'LISTEN "{self.channel}"; LISTEN "{self.own_channel}"')
                     self._set_listening(True)
                     log.info("fleet.watch.listening", channel=self.channel)
                     await self._read_and_ping(conn)
@@ -317,11 +322,14 @@ class WatchHub:
 
     def remember(self, token_hash: str, known: Known) -> None:
         """Keep a heartbeat's or a join's read, to hold the token's next arrival on (fleet/watch/known.py): only when
-        the subscription has been live since before the read began and brought nothing for the node since (but the
-        join's own notifications)."""
+        the session records this process as its watcher, and the subscription has been live since before the read
+        began and brought nothing for the node since (but the join's own notifications)."""
         recent = asyncio.get_running_loop().time() - known.since < RECENT_SECONDS / 2  # its notifications are kept
         changed = self.notified_since(known.node_id, known.since, besides=known.report.written_by)
-        if recent and self.unbroken_since(known.since) and not changed:
+        if known.report.watched_by != self.ident:
+            # Another process is told of the session's changes now (or none is): what was kept of it may be stale.
+            self.known.forget_node(known.node_id)
+        elif recent and self.unbroken_since(known.since) and not changed:
             self.known.remember(token_hash, known)
 
     def next_wake(self, node_id: NodeKey) -> asyncio.Future[None]:

@@ -27,11 +27,12 @@ def write_node_state(
     commands: Iterable[tuple[str, str, int]],
     pulse: timedelta | None,
     listening: timedelta,
+    watched_by: str | None = None,
 ) -> None:
     """``session``: "none", "open" or "left"; ``last_seen``: its ``last_seen_at`` - NOW. ``commands``: daemon
     upgrades as (state, the version they upgrade to, seconds after NOW - 1 h), ids 1, 2, ... in that order.
     ``pulse``: the fleet pulse's ``last_heard_at`` - NOW (None: no pulse row); ``listening``: its
-    ``listening_since`` - ``last_heard_at``."""
+    ``listening_since`` - ``last_heard_at``; ``watched_by``: the web process the session records as its watcher."""
     Node.objects.filter(pk=node_id).update(spec=spec)
     if session != "none":
         NodeSession.objects.create(
@@ -41,6 +42,7 @@ def write_node_state(
             joined_at=NOW - timedelta(hours=2),
             last_seen_at=NOW + last_seen,
             left_at=NOW - timedelta(minutes=1) if session == "left" else None,
+            watched_by=watched_by,
         )
     Command.objects.bulk_create(
         Command(

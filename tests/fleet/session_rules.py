@@ -66,22 +66,34 @@ def pending(commands: list[Row], *, done: set[UUID] | frozenset[UUID] = frozense
     ]
 
 
-def heartbeat_after(node_id: UUID, spec: Any, before: tuple[Row | None, list[Row], Row | None]) -> tuple[Any, ...]:
+def claims(session: Row, watcher: str | None) -> bool:
+    """The call asks to record ``watcher`` as the session's watcher, and the session records another (or none):
+    the row is written (docs/fleet.md#watch)."""
+    return watcher is not None and session["watched_by"] != watcher
+
+
+def heartbeat_after(
+    node_id: UUID, spec: Any, before: tuple[Row | None, list[Row], Row | None], watcher: str | None = None
+) -> tuple[Any, ...]:
     """A plain heartbeat's answer and what it leaves (the report or None, the session, the pulse): nothing at all
-    unless the session is plain; its ``last_seen_at`` (and protocol version) written when due or changed."""
+    unless the session is plain; its ``last_seen_at`` (and protocol version, and ``watcher``) written when due or
+    changed."""
     session, commands, pulse = before
     if not is_plain(session):
         return None, session, pulse
     assert session is not None
-    if last_seen_due(session) or session["protocol_version"] != PROTOCOL:
-        session = {**session, "last_seen_at": NOW, "protocol_version": PROTOCOL}
+    if last_seen_due(session) or session["protocol_version"] != PROTOCOL or claims(session, watcher):
+        watched_by = watcher or session["watched_by"]
+        session = {**session, "last_seen_at": NOW, "protocol_version": PROTOCOL, "watched_by": watched_by}
     report = SessionReport(
         spec=spec, commands=pending(commands), heartbeat_seconds=heartbeat_seconds(), joined=False, node_id=node_id
     )
     return report, session, pulse_after(pulse, heard=True)
 
 
-def join_after(node_id: UUID, spec: Any, before: tuple[Row | None, list[Row], Row | None]) -> tuple[Any, ...]:
+def join_after(
+    node_id: UUID, spec: Any, before: tuple[Row | None, list[Row], Row | None], watcher: str | None = None
+) -> tuple[Any, ...]:
     """A join's answer and what it leaves (the report, the session, the commands' states, the pulse, the plug-ins'
     notices). Not plain (no session, left, another version): a join, the session recorded anew and the open
     daemon.upgrade commands to the reported version done. Plain: a heartbeat, written as a heartbeat is."""
@@ -89,11 +101,11 @@ def join_after(node_id: UUID, spec: Any, before: tuple[Row | None, list[Row], Ro
     joined = not is_plain(session)
     if session is None:
         session = {"node_id": node_id, "daemon_version": VERSION, "protocol_version": PROTOCOL, "joined_at": NOW,
-                   "last_seen_at": NOW, "left_at": None}  # fmt: skip
-    elif joined or last_seen_due(session) or session["protocol_version"] != PROTOCOL:
+                   "last_seen_at": NOW, "left_at": None, "watched_by": watcher}  # fmt: skip
+    elif joined or last_seen_due(session) or session["protocol_version"] != PROTOCOL or claims(session, watcher):
         joined_at = NOW if joined else session["joined_at"]
         session = {**session, "daemon_version": VERSION, "protocol_version": PROTOCOL, "joined_at": joined_at,
-                   "last_seen_at": NOW, "left_at": None}  # fmt: skip
+                   "last_seen_at": NOW, "left_at": None, "watched_by": watcher or session["watched_by"]}  # fmt: skip
     done = {
         c["id"]
         for c in commands

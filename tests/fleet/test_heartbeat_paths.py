@@ -48,6 +48,8 @@ class NodeState:
     listening: timedelta  # listening_since - last_heard_at
     spec: dict[str, Any]
     known_token: bool
+    watched_by: str | None = None  # the web process the session records as its watcher
+    watcher: str | None = None  # the one the call asks to record (the async front's, for a watching agent)
 
 
 def _offsets(boundaries: list[timedelta]) -> st.SearchStrategy[timedelta]:
@@ -79,6 +81,8 @@ def states() -> st.SearchStrategy[NodeState]:
             ]
         ),
         known_token=st.booleans() | st.just(True),
+        watched_by=st.sampled_from([None, "a", "b"]),
+        watcher=st.sampled_from([None, "a"]),
     )
 
 
@@ -87,11 +91,13 @@ def write(state: NodeState, node_id: UUID) -> None:
         node_id, spec=state.spec, session=state.session, same_version=state.same_version,
         same_protocol=state.same_protocol, last_seen=state.last_seen,
         commands=[(command_state, f"2.{n}.0", seconds) for n, (command_state, seconds) in enumerate(state.commands)],
-        pulse=state.pulse, listening=state.listening,
+        pulse=state.pulse, listening=state.listening, watched_by=state.watched_by,
     )  # fmt: skip
 
 
-def outcome(path, *, token_hash: str, node_id: UUID) -> tuple[SessionReport | None, Any, Any]:
+def outcome(
+    path, *, token_hash: str, node_id: UUID, watcher: str | None = None
+) -> tuple[SessionReport | None, Any, Any]:
     """What ``path`` answers and leaves written, rolled back afterwards.
 
     The process's pulse throttle is unset first: the rule is the database's, the throttle only skips queries
@@ -99,7 +105,9 @@ def outcome(path, *, token_hash: str, node_id: UUID) -> tuple[SessionReport | No
     """
     liveness._last_written_at = None
     with transaction.atomic():
-        report = path(token_hash=token_hash, daemon_version=VERSION, protocol_version=PROTOCOL, now=NOW)
+        report = path(
+            token_hash=token_hash, daemon_version=VERSION, protocol_version=PROTOCOL, now=NOW, watcher=watcher
+        )
         session = NodeSession.objects.filter(node_id=node_id).values().first()
         pulse = FleetPulse.objects.values("last_heard_at", "listening_since").first()
         transaction.set_rollback(True)
@@ -133,18 +141,30 @@ def test_the_statement_follows_the_rules(pool):
     # Not a plain heartbeat: nothing written, the pulse included.
     @example(state=_state(session="left"))
     @example(state=_state(same_version=False, pulse=None))
+    # The watcher: recorded anew (written, though last_seen_at is not due), the same (not written), none asked.
+    @example(state=_state(last_seen=-TICK, watched_by="b", watcher="a"))
+    @example(state=_state(last_seen=-TICK, watched_by=None, watcher="a"))
+    @example(state=_state(last_seen=-TICK, watched_by="a", watcher="a"))
+    @example(state=_state(last_seen=-TICK, watched_by="b", watcher=None))
     def same_state(state: NodeState) -> None:
         with transaction.atomic():
             write(state, node_id)
             token = token_hash if state.known_token else "0" * 64
             before = rows_before(node_id)
-            by_statement = outcome(agent_heartbeat, token_hash=token, node_id=node_id)
+            by_statement = outcome(agent_heartbeat, token_hash=token, node_id=node_id, watcher=state.watcher)
             transaction.set_rollback(True)
         # An unknown token: nothing answered, nothing written.
-        expected = heartbeat_after(node_id, state.spec, before) if state.known_token else (None, before[0], before[2])
+        if state.known_token:
+            expected = heartbeat_after(node_id, state.spec, before, state.watcher)
+        else:
+            expected = (None, before[0], before[2])
         session = None if by_statement[1] is None else {k: v for k, v in by_statement[1].items() if k != "id"}
         assert (by_statement[0], session, by_statement[2]) == expected
         report, session, pulse = by_statement
+        if report is not None:  # the watcher the session records after the statement, which the caller may trust
+            assert session is not None
+            assert report.watched_by == session["watched_by"]
+            seen.add(("watcher recorded anew", session["watched_by"] != state.watched_by))
         seen.add(("answered", report is not None))
         seen.add(("seen written", session is not None and session["last_seen_at"] == NOW))
         seen.add(("pulse written", pulse is not None and pulse["last_heard_at"] == NOW))
@@ -182,6 +202,8 @@ def test_a_wake_s_read_answers_as_the_heartbeat_would_and_writes_nothing(pool):
             heartbeat, _, _ = outcome(agent_heartbeat, token_hash=token, node_id=node_id)
             transaction.set_rollback(True)
         assert after == before
+        if state.known_token and state.session != "none":  # the watcher as the session records it
+            assert reads[token].report.watched_by == state.watched_by
         assert set(reads) == ({token} if state.known_token else set())
         read = reads.get(token)
         plain = read is not None and read.is_plain_heartbeat(VERSION, PROTOCOL)

@@ -44,6 +44,8 @@ class JoinState:
     pulse: timedelta | None  # last_heard_at - NOW; None: no pulse row yet
     spec: dict[str, Any]
     known_token: bool
+    watched_by: str | None = None  # the web process the session records as its watcher
+    watcher: str | None = None  # the one the call asks to record (the async front's, for a watching agent)
 
 
 def states() -> st.SearchStrategy[JoinState]:
@@ -63,6 +65,8 @@ def states() -> st.SearchStrategy[JoinState]:
         pulse=st.none() | st.sampled_from([-timedelta(hours=1), -gap - TICK, -timedelta(seconds=1), timedelta(0)]),
         spec=st.sampled_from([{"daemon": None}, {"daemon": {"version": VERSION, "sha256": "c" * 64}}]),
         known_token=st.booleans() | st.just(True),
+        watched_by=st.sampled_from([None, "a", "b"]),
+        watcher=st.sampled_from([None, "a"]),
     )
 
 
@@ -74,11 +78,11 @@ def write(state: JoinState, node_id: UUID) -> None:
     write_node_state(
         node_id, spec=state.spec, session=state.session, same_version=state.same_version,
         same_protocol=state.same_protocol, last_seen=state.last_seen, commands=commands, pulse=state.pulse,
-        listening=-timedelta(hours=2),
+        listening=-timedelta(hours=2), watched_by=state.watched_by,
     )  # fmt: skip
 
 
-def outcome(path, *, token_hash: str, node_id: UUID, capture) -> tuple[Any, ...]:
+def outcome(path, *, token_hash: str, node_id: UUID, capture, watcher: str | None = None) -> tuple[Any, ...]:
     """What ``path`` answers, leaves written and tells the plug-ins, rolled back afterwards."""
     liveness._last_written_at = None  # the rule is the database's; the process's throttle only skips queries
     notices: list[dict[str, Any]] = []
@@ -89,7 +93,9 @@ def outcome(path, *, token_hash: str, node_id: UUID, capture) -> tuple[Any, ...]
     node_session_reported.connect(heard, dispatch_uid="test_join_paths")
     try:
         with transaction.atomic(), capture(execute=True):
-            report = path(token_hash=token_hash, daemon_version=VERSION, protocol_version=PROTOCOL, now=NOW)
+            report = path(
+                token_hash=token_hash, daemon_version=VERSION, protocol_version=PROTOCOL, now=NOW, watcher=watcher
+            )
             session = NodeSession.objects.filter(node_id=node_id).values().first()
             if session is not None:
                 del session["id"]  # a first session's id comes from a sequence that savepoints do not roll back
@@ -125,21 +131,29 @@ def test_the_statement_follows_the_rules(pool, django_capture_on_commit_callback
     @example(state=_state(session="open", last_seen=-interval + TICK))
     @example(state=_state(session="open", last_seen=-interval))
     @example(state=_state(session="open", last_seen=-TICK, same_protocol=False, commands=(("pending", True, 0),)))
+    # The watcher: recorded anew by a heartbeat not due (written), the same (not written), on a first session.
+    @example(state=_state(session="open", last_seen=-TICK, watched_by="b", watcher="a"))
+    @example(state=_state(session="open", last_seen=-TICK, watched_by="a", watcher="a"))
+    @example(state=_state(session="none", watcher="a"))
     def same_state(state: JoinState) -> None:
         with transaction.atomic():
             write(state, node_id)
             token = token_hash if state.known_token else "0" * 64
             kwargs = {"token_hash": token, "node_id": node_id, "capture": django_capture_on_commit_callbacks}
             before = rows_before(node_id)
-            by_statement = outcome(agent_session_report_for_token, **kwargs)
+            by_statement = outcome(agent_session_report_for_token, watcher=state.watcher, **kwargs)
             transaction.set_rollback(True)
         if state.known_token:
-            expected = join_after(node_id, state.spec, before)
+            expected = join_after(node_id, state.spec, before, state.watcher)
         else:  # an unknown token: nothing answered, nothing written, nobody told
             unchanged = [{"state": c["state"], "completed_at": c["completed_at"]} for c in sorted(before[1], key=_id)]
             expected = (None, before[0], unchanged, before[2], [])
         assert by_statement == expected
         report, session, commands, _, notices = by_statement
+        if report is not None:  # the watcher the session records after the statement, which the caller may trust
+            assert session is not None
+            assert report.watched_by == session["watched_by"]
+            seen.add(("watcher recorded anew", session["watched_by"] != state.watched_by))
         seen.add(("answered", report is not None))
         seen.add(("joined", report is not None and report.joined))
         seen.add(("notified", bool(notices)))

@@ -92,8 +92,13 @@ def test_stopping_releases_every_held_request_and_holds_no_new_one():
     run(main())
 
 
-def _known(node: str, since: float) -> Known:
-    report = SessionReport(spec={}, commands=[], heartbeat_seconds=60, joined=False, node_id=uuid.UUID(node), fields={})
+def _known(hub: WatchHub | None, node: str, since: float, *, watched_by: str | None = None) -> Known:
+    """A read of ``node`` that began at ``since``, whose session records ``watched_by`` (default: ``hub``) as its
+    watcher."""
+    report = SessionReport(
+        spec={}, commands=[], heartbeat_seconds=60, joined=False, node_id=uuid.UUID(node), fields={},
+        watched_by=hub.ident if watched_by is None and hub is not None else watched_by,
+    )  # fmt: skip
     return Known(node, report, "1.0.0", 3, since, seen_floor=0.0)
 
 
@@ -102,32 +107,38 @@ def test_what_was_read_is_kept_only_while_listening_and_forgotten_at_a_notificat
         hub = WatchHub(conninfo={"dbname": "unused"}, channel="fleet_watch", reconnect_seconds=1)
         loop = asyncio.get_running_loop()
         first, second = uuid.uuid4().hex, uuid.uuid4().hex
-        hub.remember("a", _known(first, loop.time()))
+        hub.remember("a", _known(hub, first, loop.time()))
         assert hub.known.get("a") is None  # not listening: nothing may be answered from memory
         hub._set_listening(True)
         await asyncio.sleep(0.01)
-        hub.remember("a", _known(first, loop.time()))
-        hub.remember("b", _known(second, loop.time()))
+        hub.remember("a", _known(hub, first, loop.time()))
+        hub.remember("b", _known(hub, second, loop.time()))
         hub.known.touched([first], seen_floor=100.0)
-        hub.remember("a", _known(first, loop.time()))  # read again: the floor stays
+        hub.remember("a", _known(hub, first, loop.time()))  # read again: the floor stays
         assert hub.known.get("a").seen_floor == 100.0
+        # A read whose session records another process as its watcher is not kept, and what was kept of the node
+        # is dropped: changes to it are told to that process alone (fleet/migrations/0011_session_watched_by.py).
+        hub.remember("a", _known(hub, first, loop.time(), watched_by="another"))
+        assert hub.known.get("a") is None
+        hub.remember("a", _known(hub, first, loop.time()))
+        hub.known.touched([first], seen_floor=100.0)
         hub._deliver(first)
         assert hub.known.get("a") is None
         assert hub.known.get("b") is not None
         # A read that began before a notification for its node is not kept.
         before = loop.time()
         hub._deliver(first)
-        hub.remember("a", _known(first, before))
+        hub.remember("a", _known(hub, first, before))
         assert hub.known.get("a") is None
         # Another token of the same node replaces the old one's entry.
-        hub.remember("c", _known(second, loop.time()))
+        hub.remember("c", _known(hub, second, loop.time()))
         assert hub.known.get("b") is None
         assert len(hub.known) == 1
         hub.known.forget_expired(loop.time() + KNOWN_SECONDS / 2 - 1)  # the keeper's use: none expired yet
         assert len(hub.known) == 1
         hub.known.forget_expired(loop.time() + KNOWN_SECONDS)  # every lifetime is at most KNOWN_SECONDS
         assert len(hub.known) == 0
-        hub.remember("c", _known(second, loop.time()))
+        hub.remember("c", _known(hub, second, loop.time()))
         hub._set_listening(False)
         assert len(hub.known) == 0
 
@@ -278,7 +289,7 @@ def test_reads_made_together_age_out_spread_over_half_their_bound():
     all of it, so they age out spread over that half, not all at once; each is dropped once its own has ended."""
     known, since = KnownSessions(), 1000.0
     for index in range(2000):
-        known.remember(f"token-{index}", _known(uuid.uuid4().hex, since))
+        known.remember(f"token-{index}", _known(None, uuid.uuid4().hex, since))
     ages = sorted(known.get(f"token-{index}").until - since for index in range(2000))
     assert ages[0] >= KNOWN_SECONDS / 2
     assert ages[-1] <= KNOWN_SECONDS

@@ -4,6 +4,7 @@ again. Over the real web tier, its heartbeat interval 2 s (its keeper touches he
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -247,3 +248,33 @@ def test_another_transaction_after_a_join_reads_the_database_again(server, agent
     assert response.status_code == 200, response.text
     assert arrivals(server)["memory"] == before["memory"]
     assert then(NodeSession.objects.get(node=agent.node), response.json())
+
+
+@pytest.fixture(scope="module")
+def other_server(django_db_setup, tmp_path_factory) -> Iterator[Server]:
+    """A second web process (as another gunicorn worker, or another host, would be), on the same database."""
+    yield from serve(tmp_path_factory, heartbeat_seconds=INTERVAL)
+
+
+def test_a_process_no_longer_the_session_s_watcher_reads_the_database_again(server, other_server, agents):
+    """A change to a session is told to the process it records as its watcher alone (docs/fleet.md#watch). An
+    arrival at another process records that one; the first is told, and forgets what it read: a change told only
+    to the second is not missed when the agent comes back to the first."""
+    (agent,) = agents(1)
+    seen = watched(server, agent)
+    first = NodeSession.objects.get(node=agent.node).watched_by
+    # One arrival at the other process, answered at once (no ``seen``): the first's read is still young, and would
+    # be answered from if nothing told the first process.
+    response = dataclasses.replace(agent, url=other_server.url).session(wait=WAIT)
+    assert response.json()["specRevision"] == seen
+    second = NodeSession.objects.get(node=agent.node).watched_by
+    assert None not in (first, second)
+    assert first != second
+    # Told to the second process alone: the session closed (as an operator's script, or a leave elsewhere, would).
+    NodeSession.objects.filter(node=agent.node).update(left_at=timezone.now())
+    before = arrivals(server)
+    response, _ = hold(agent, seen)
+    assert arrivals(server)["memory"] == before["memory"], "answered from a read the session's watcher had moved off"
+    session = NodeSession.objects.get(node=agent.node)
+    assert session.left_at is None  # the arrival was a join, as the database says
+    assert session.watched_by == first

@@ -14,7 +14,12 @@ from django.utils import timezone
 from fleet.models import Command, Node, NodeSession
 from fleet.services.commands import command_ack, command_enqueue
 from fleet.services.nodes import nodes_set_daemon
-from fleet.services.sessions import agent_heartbeat, agent_session_report, agent_session_report_for_token
+from fleet.services.sessions import (
+    agent_heartbeat,
+    agent_session_leave_for_token,
+    agent_session_report,
+    agent_session_report_for_token,
+)
 from fleet.services.watch import NOTIFY_CHANNEL, held_sessions_touch
 from fleet.tokens import token_hash
 from fleet.watch.hub import notification
@@ -29,8 +34,13 @@ DAEMON = {"version": "1.5.0", "url": "https://dl.example/bcd/1.5.0/linux-amd64",
 @pytest.fixture
 def notified():
     """A LISTEN connection of the test's own: ``notified()`` is the set of node ids notified since the last call."""
+    yield from listening(NOTIFY_CHANNEL)
+
+
+def listening(channel: str):
+    """A LISTEN connection on ``channel``, yielding the ``notified`` fixture's function."""
     conn = psycopg.connect(database_url(), autocommit=True)
-    conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+    conn.execute(f'LISTEN "{channel}"')
     payloads: list[str] = []
 
     def drain() -> set[uuid.UUID]:
@@ -40,8 +50,10 @@ def notified():
         return {uuid.UUID(key) for payload in batch for key in notification(payload)[1]}
 
     drain.payloads = payloads  # type: ignore[attr-defined]
-    yield drain
-    conn.close()
+    try:
+        yield drain
+    finally:
+        conn.close()
 
 
 def revision(node: Node) -> str:
@@ -181,3 +193,53 @@ def test_a_change_a_heartbeat_would_read_is_notified_and_a_heartbeat_is_not(tena
     ):
         change()
         assert node.id in notified()
+
+
+def test_a_session_s_changes_are_told_to_the_process_it_records_as_its_watcher_alone(tenant, notified):
+    """A web process's watching agents' sessions record it as their watcher (``watched_by``, its hub's ident), and
+    it remembers only reads that name it (fleet/watch/known.py): what would make them stale is told on its channel
+    alone (fleet/migrations/0011_session_watched_by.py); a new watcher is told nothing, the one before is. What
+    may concern a request held in any process stays on the shared channel: the spec, the token, the node."""
+    node, token = make_node(make_pool(tenant))
+    hashed = token_hash(token)
+    listeners = [listening(f"{NOTIFY_CHANNEL}_{ident}") for ident in ("a", "b")]
+    told = {"a": next(listeners[0]), "b": next(listeners[1]), "everyone": notified}
+    try:
+        told_alone(node, hashed, told)
+    finally:
+        for listener in listeners:
+            listener.close()
+
+
+def told_alone(node: Node, hashed: str, told: dict) -> None:
+    """The rule of the test above, over ``told``: per channel, its listener's ``notified``."""
+
+    def only(*channels: str) -> None:
+        heard = {name for name, drain in told.items() if node.id in drain()}
+        assert heard == set(channels)
+
+    joined = agent_session_report_for_token(token_hash=hashed, daemon_version="1.0.0", protocol_version=3, watcher="a")
+    assert joined is not None
+    assert joined.watched_by == "a"
+    only()  # the first session: no process could have read it before
+    agent_session_leave_for_token(token_hash=hashed)
+    only("a")
+    rejoined = agent_session_report_for_token(token_hash=hashed, daemon_version="1.0.0", protocol_version=3)
+    assert rejoined is not None
+    assert rejoined.watched_by == "a"  # a call that names no watcher keeps the one recorded
+    only("a")
+    # Another process's watching agent's heartbeat, nothing due but the watcher: the row is written, "a" told.
+    heartbeat = agent_heartbeat(token_hash=hashed, daemon_version="1.0.0", protocol_version=3, watcher="b")
+    assert heartbeat is not None
+    assert heartbeat.watched_by == "b"
+    only("a")
+    assert agent_heartbeat(token_hash=hashed, daemon_version="1.0.0", protocol_version=3, watcher="b") is not None
+    only()  # the same watcher again: nothing written, nobody told
+    NodeSession.objects.filter(node=node).update(last_seen_at=timezone.now() - timedelta(hours=1))
+    only("b")
+    nodes_set_daemon(node_ids=[node.id], daemon=DAEMON)
+    only("everyone")
+    NodeSession.objects.filter(node=node).delete()
+    only("b")
+    Node.objects.filter(pk=node.pk).update(agent_token_hash="0" * 64)
+    only("everyone")
