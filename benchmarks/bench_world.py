@@ -42,7 +42,8 @@ def metrics_dir(run_dir: Path) -> Path:
 
 
 def arrivals_by_read(port: int) -> dict[str, float]:
-    """The web tier's held arrivals so far by how they were read (``fleet_watch_arrivals_total``, fleet/watch)."""
+    """The web tier's held arrivals so far by how they were read (``fleet_watch_arrivals_total``, fleet/watch), and
+    under ``notifications`` the watch notifications its processes read (``fleet_watch_notifications_total``)."""
     import httpx
 
     counts: dict[str, float] = {}
@@ -50,6 +51,8 @@ def arrivals_by_read(port: int) -> dict[str, float]:
         if line.startswith("fleet_watch_arrivals_total{"):
             labels, value = line.rsplit(" ", 1)
             counts[labels.split('read="', 1)[1].split('"', 1)[0]] = float(value)
+        elif line.startswith("fleet_watch_notifications_total "):
+            counts["notifications"] = float(line.rsplit(" ", 1)[1])
     return counts
 
 

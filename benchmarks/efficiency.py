@@ -309,6 +309,10 @@ def run(
             result["held arrivals answered from memory, idle / rollout"] = " / ".join(
                 memory_share(before, after) for before, after in itertools.pairwise(arrivals)
             )
+            # Every process reads every notification of the shared channel, and its own channel's (fleet/watch/hub.py).
+            read = arrivals[2].get("notifications", 0) - arrivals[1].get("notifications", 0)
+            per_node = read / max(states["succeeded"], 1)
+            result["watch notifications read by the web tier per upgraded node"] = f"{per_node:.2f}"
         if not watch:
             result["minimum + half a heartbeat per round"] = (
                 f"{reference:.1f} s (actual / that: {actual / reference:.2f})"

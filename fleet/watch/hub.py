@@ -24,9 +24,15 @@ is lost.
 The hub also keeps what the process last read for each watching agent (``known``, fleet/watch/known.py): a
 notification for a node drops its read, a lost subscription all of them.
 
+The hub listens on a second channel, its process's own (``own_channel``, named by its random ``ident``): a change
+to a session that records this process as its watcher is notified there alone
+(fleet/migrations/0011_session_watched_by.py), and the hub keeps a read only when it names this process
+(``remember``).
+
 What it keeps per node is keyed as the channel names the node (``NodeKey``: the id's 32 hex digits), so that a
-notification's ids are used as they arrive: every process reads every notification, and parsing each id into a
-``UUID`` cost about 1.2 µs per node (timed alone), and left one more object per node for the collector to walk.
+notification's ids are used as they arrive: every process reads every notification of the shared channel, and
+parsing each id into a ``UUID`` cost about 1.2 µs per node (timed alone), and left one more object per node for the
+collector to walk.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from uuid import UUID
 
 import psycopg
 import structlog
+from prometheus_client import Counter as Counted
 from prometheus_client import Gauge
 
 from fleet.watch.known import Known, KnownSessions
@@ -55,6 +62,10 @@ LISTENING = Gauge(
     "fleet_watch_listening",
     "1 while every web process holds its subscription to spec changes (0: held requests answer at their wait).",
     multiprocess_mode="livemin",
+)
+NOTIFICATIONS = Counted(
+    "fleet_watch_notifications",
+    "Watch notifications this process read, on the shared channel and on its own (docs/fleet.md#watch).",
 )
 #: A notification is remembered this long: a request that read its revision just before it still sees it.
 RECENT_SECONDS = 10.0
@@ -235,6 +246,7 @@ class WatchHub:
         self._resyncing = None
 
     def _deliver(self, payload: str) -> None:
+        NOTIFICATIONS.inc()
         now = asyncio.get_running_loop().time()
         try:
             transaction, node_ids = notification(payload)

@@ -10,7 +10,9 @@ statement when all of these hold (docs/architecture.md#watch, "Arrivals held fro
 - the request repeats what was read: the same daemon and protocol version, and ``seen`` is the report's revision;
 - nothing was notified for the node since the read began: the watch channel carries every change to the node's
   spec and pending commands, and (fleet/migrations/0007_watch_notify_sessions.py) to its session, its token and
-  its existence; a notification drops the entry, and so does the loss of the subscription (everything);
+  its existence; a notification drops the entry, and so does the loss of the subscription (everything). A change
+  to the session is told only to the process the session records as its watcher (0011): a read is kept only when
+  it names this process (``SessionReport.watched_by``, ``WatchHub.remember``);
 - the read is younger than its lifetime, drawn between half ``KNOWN_SECONDS`` and all of it: whatever a
   notification could miss, a read repairs it;
 - the node's ``last_seen_at`` is known to be less than one interval old (``seen_floor``, from the keeper's

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from django.utils import timezone
 
+from demo.processes import wait_until
 from fleet.models import Node, NodeSession
 from fleet.services.nodes import online_node_q
 from tests.watch.conftest import SESSION, Agent, Server, database_url, listener_pids, serve
@@ -271,7 +272,13 @@ def test_a_process_no_longer_the_session_s_watcher_reads_the_database_again(serv
     assert None not in (first, second)
     assert first != second
     # Told to the second process alone: the session closed (as an operator's script, or a leave elsewhere, would).
+    read = {
+        name: tier.metric("fleet_watch_notifications_total")
+        for name, tier in (("first", server), ("second", other_server))
+    }
     NodeSession.objects.filter(node=agent.node).update(left_at=timezone.now())
+    wait_until(lambda: other_server.metric("fleet_watch_notifications_total") > read["second"], timeout=10, poll=0.05)
+    assert server.metric("fleet_watch_notifications_total") == read["first"]
     before = arrivals(server)
     response, _ = hold(agent, seen)
     assert arrivals(server)["memory"] == before["memory"], "answered from a read the session's watcher had moved off"
