@@ -2,8 +2,9 @@
 (docs/fleet.md#watch).
 
 Each web process's hub has an ``ident`` and listens on a channel of its own, ``fleet_watch_<ident>``, besides the
-shared ``fleet_watch``. A session request that process answers from a read it will remember records it in
-``watched_by`` (fleet/services/session_statements.py), and it remembers a read only when the read names it there.
+shared ``fleet_watch``. A watching agent's statement that writes its session anyway (a join) and the process's
+keeper, touching the nodes it holds, record it in ``watched_by`` (fleet/services/session_statements.py), and it
+remembers a read only when the read names it there.
 So a process other than the recorded one holds no read of the session that a change could make stale, and the
 session's triggers (0007's: opened, closed, another version or protocol, seen earlier, deleted) now notify the
 recorded process alone. A new record is a change too: it tells the process recorded before to forget its read.

@@ -33,15 +33,18 @@ _PENDING_COMMANDS = f"""(SELECT coalesce(json_agg(json_build_object('id', c.id, 
      FROM {Command._meta.db_table} AS c WHERE c.node_id = node.id AND c.state = %(pending)s)"""  # noqa: S608
 
 
-# Who records the session's watcher (``NodeSession.watched_by``): ``%(watcher)s``, a web process's hub that will
-# remember what the statement reads (fleet/watch/known.py), or null (anyone else), which records no one new.
+# The session's watcher (``NodeSession.watched_by``) as a statement that writes the row leaves it: ``%(watcher)s``, a
+# web process's hub that will remember what the statement reads (fleet/watch/known.py), or the one recorded when
+# null (any other caller). An arrival never writes the row for that alone: after a restart of the web tier, every
+# agent's first arrival would be a write in the reconnect storm. The process records itself for the nodes it holds
+# in its keeper's touch instead (``HELD_TOUCH_SQL``), one UPDATE for all of them.
 _WATCHER = "coalesce(%(watcher)s::text, s.watched_by)"
 
 # One statement for a plain heartbeat. The UPDATE runs only for an open session on the same version whose
-# last_seen_at is due (or whose protocol version changed, or whose watcher is another process than the one asking
-# to be recorded); the SELECT reads the snapshot the statement started with, so the caller sees whether the session
-# was open on that version, and every command committed before. Its last column: the watcher the session records
-# after the statement (the UPDATE's, else the snapshot's). tests/fleet/test_heartbeat_paths.py holds it to its rules.
+# last_seen_at is due (or whose protocol version changed); the SELECT reads the snapshot the statement started
+# with, so the caller sees whether the session was open on that version, and every command committed before. Its
+# last column: the watcher the session records after the statement (the UPDATE's, else the snapshot's).
+# tests/fleet/test_heartbeat_paths.py holds it to its rules.
 HEARTBEAT_SQL = f"""
 WITH node AS (
     SELECT id, spec FROM {Node._meta.db_table} WHERE agent_token_hash = %(token_hash)s
@@ -54,7 +57,7 @@ WITH node AS (
         last_seen_at = %(now)s, protocol_version = %(protocol)s, watched_by = {_WATCHER}
     FROM node
     WHERE s.node_id = node.id AND s.left_at IS NULL AND s.daemon_version = %(version)s
-      AND ({last_seen_due_sql("s")} OR s.protocol_version <> %(protocol)s OR s.watched_by IS DISTINCT FROM {_WATCHER})
+      AND ({last_seen_due_sql("s")} OR s.protocol_version <> %(protocol)s)
     RETURNING s.node_id, s.watched_by
 ), {pulse_ctes("plain")}
 SELECT node.spec::text, s.daemon_version, s.left_at, node.id, {_PENDING_COMMANDS},
@@ -63,10 +66,12 @@ FROM node LEFT JOIN {NodeSession._meta.db_table} AS s ON s.node_id = node.id
 """  # noqa: S608 - table names from the models, values bound
 
 
-# The nodes a web process holds, counted seen (fleet/services/watch.py ``held_sessions_touch``, its rule).
+# The nodes a web process holds, counted seen (fleet/services/watch.py ``held_sessions_touch``, its rule), and
+# recorded as watched by it (``%(watcher)s``, its hub's ident; null: the watchers stay) where they were not.
 HELD_TOUCH_SQL = f"""
-UPDATE {NodeSession._meta.db_table} AS s SET last_seen_at = %(now)s
-WHERE s.node_id = ANY(%(node_ids)s::uuid[]) AND s.left_at IS NULL AND {last_seen_due_sql("s")}
+UPDATE {NodeSession._meta.db_table} AS s SET last_seen_at = %(now)s, watched_by = {_WATCHER}
+WHERE s.node_id = ANY(%(node_ids)s::uuid[]) AND s.left_at IS NULL
+  AND ({last_seen_due_sql("s")} OR s.watched_by IS DISTINCT FROM {_WATCHER})
 """  # noqa: S608 - table names from the models, values bound
 
 
@@ -89,7 +94,7 @@ LEFT JOIN {NodeSession._meta.db_table} AS s ON s.node_id = node.id
 # commands to the version it reports, which the answer's pending commands then leave out (the final SELECT reads
 # the snapshot the statement started with). Its last columns are the statement's transaction id when it wrote (its
 # watch notifications name it: fleet/migrations/0010_watch_notify_transaction.py), and the watcher the session
-# records after it (``%(watcher)s`` asks to be recorded, as in the heartbeat's, and writes the row when it is not).
+# records after it (``%(watcher)s`` recorded when the statement writes the row, as in the heartbeat's).
 # ``always`` (a refusal's call): the row is written even when a heartbeat's write would be coalesced.
 # The plug-ins' join steps (fleet.plugins.JoinStep) run in it too, in its transaction: ``join_sql``.
 # tests/fleet/test_join_paths.py holds it to its rules.
@@ -113,8 +118,7 @@ WITH node AS (
     FROM prior
     WHERE s.node_id = prior.node_id
       AND (%(always)s OR prior.left_at IS NOT NULL OR prior.daemon_version <> %(version)s
-           OR prior.protocol_version <> %(protocol)s OR {last_seen_due_sql("prior")}
-           OR prior.watched_by IS DISTINCT FROM coalesce(%(watcher)s::text, prior.watched_by))
+           OR prior.protocol_version <> %(protocol)s OR {last_seen_due_sql("prior")})
     RETURNING s.node_id, (prior.left_at IS NOT NULL OR prior.daemon_version <> %(version)s) AS joined, s.watched_by
 ), created AS (
     -- The node's first session. One that a concurrent first join inserts meanwhile is met by ON CONFLICT,

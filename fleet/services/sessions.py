@@ -93,7 +93,7 @@ def agent_heartbeat(
 
     None when it is not one, and then nothing was written: an unknown token, no open session, or another
     daemon version (the caller takes the full path: 401, or ``agent_session_report``). ``watcher``: the web
-    process that will remember the read, recorded as the session's watcher (a write only when it was not).
+    process that will remember the read, recorded as the session's watcher if the statement writes the row.
     """
     now = now or timezone.now()
     seconds = heartbeat_seconds()

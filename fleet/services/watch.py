@@ -72,11 +72,14 @@ def _touch_due(now: datetime) -> datetime:
     return now - timedelta(seconds=touched_within())
 
 
-def held_sessions_touch(*, node_ids: Iterable[UUID | str], now: datetime | None = None) -> int:
+def held_sessions_touch(
+    *, node_ids: Iterable[UUID | str], now: datetime | None = None, watcher: str | None = None
+) -> int:
     """The agents of these nodes are connected (their requests are held): count it as a heartbeat of each.
 
     One UPDATE for any number of nodes, coalesced (a session is written only when its ``last_seen_at`` is about
-    half an interval old, ``touched_within``, or ahead of ``now``); the fleet is being heard. Returns the sessions
+    half an interval old, ``touched_within``, or ahead of ``now``, or when it records another watcher than
+    ``watcher``, the web process holding them: docs/fleet.md#watch); the fleet is being heard. Returns the sessions
     written. ``node_ids``: ids, or all of them as the watch channel names them (their hex digits: the web process's).
     """
     ids = list(node_ids)
@@ -87,7 +90,7 @@ def held_sessions_touch(*, node_ids: Iterable[UUID | str], now: datetime | None 
     # The ids as one array parameter: as ``node_id__in``, each of a process's thousands was a placeholder that
     # Django and psycopg processed one by one, a fifth of an idle web tier's CPU (docs/benchmarks.md).
     with prepared_cursor() as cursor:
-        cursor.execute(HELD_TOUCH_SQL, {"node_ids": ids, "now": now, "due": due})
+        cursor.execute(HELD_TOUCH_SQL, {"node_ids": ids, "now": now, "due": due, "watcher": watcher})
         touched: int = cursor.rowcount
     pulse_heard(now=now)
     return touched

@@ -133,10 +133,9 @@ class AgentSessionFront:
             self._keeper = asyncio.get_running_loop().create_task(self._keep_held_online(), name="watch-keeper")
 
     async def _keep_held_online(self) -> None:
-        """Every half interval, one UPDATE counts a heartbeat of each node this process holds (services/watch.py).
-
-        Afterwards each of those nodes' ``last_seen_at`` is at most half an interval old (written now, or not due),
-        which is what lets their next arrivals be held from memory (fleet/watch/known.py)."""
+        """Every half interval, ``_touch_held``: then each held node's ``last_seen_at`` is at most half an interval
+        old (written now, or not due) and its session records this process as its watcher, which lets its next
+        arrival be held from memory (fleet/watch/known.py)."""
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(held_touch_every())
@@ -147,9 +146,9 @@ class AgentSessionFront:
                 log.warning("fleet.watch.touch_failed", error=f"{type(exc).__name__}: {exc}"[:300])
 
     async def _touch_held(self) -> None:
-        """One UPDATE counts a heartbeat of each node held here (the keeper's round; the hub's resync first)."""
+        """``held_sessions_touch`` of the nodes held here, watched by this process (the keeper's round; a resync's)."""
         if node_ids := self.hub.held_node_ids():
-            await self._run(held_sessions_touch, node_ids=node_ids, now=(now := timezone.now()))
+            await self._run(held_sessions_touch, node_ids=node_ids, now=(now := timezone.now()), watcher=self.hub.ident)
             self.hub.known.touched(node_ids, seen_floor=now.timestamp() - touched_within())
 
     # -- the session request ------------------------------------------------------------------
@@ -258,8 +257,7 @@ class AgentSessionFront:
         since, now = asyncio.get_running_loop().time(), timezone.now()
         statement = partial(agent_session_arrival, join_first=request.likely_join) if arrival else agent_heartbeat
         version, protocol = request.daemon_version, request.protocol_version
-        # A watching agent's read is remembered here: the session records this process as its watcher.
-        watcher = self.hub.ident if request.wait is not None else None
+        watcher = self.hub.ident if request.wait is not None else None  # a watching agent's read is remembered here
         report = await self._run(
             statement, token_hash=hashed, now=now, daemon_version=version, protocol_version=protocol, watcher=watcher
         )

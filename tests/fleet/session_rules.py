@@ -66,12 +66,6 @@ def pending(commands: list[Row], *, done: set[UUID] | frozenset[UUID] = frozense
     ]
 
 
-def claims(session: Row, watcher: str | None) -> bool:
-    """The call asks to record ``watcher`` as the session's watcher, and the session records another (or none):
-    the row is written (docs/fleet.md#watch)."""
-    return watcher is not None and session["watched_by"] != watcher
-
-
 def heartbeat_after(
     node_id: UUID, spec: Any, before: tuple[Row | None, list[Row], Row | None], watcher: str | None = None
 ) -> tuple[Any, ...]:
@@ -82,7 +76,7 @@ def heartbeat_after(
     if not is_plain(session):
         return None, session, pulse
     assert session is not None
-    if last_seen_due(session) or session["protocol_version"] != PROTOCOL or claims(session, watcher):
+    if last_seen_due(session) or session["protocol_version"] != PROTOCOL:  # a write records ``watcher``, if any
         watched_by = watcher or session["watched_by"]
         session = {**session, "last_seen_at": NOW, "protocol_version": PROTOCOL, "watched_by": watched_by}
     report = SessionReport(
@@ -102,7 +96,7 @@ def join_after(
     if session is None:
         session = {"node_id": node_id, "daemon_version": VERSION, "protocol_version": PROTOCOL, "joined_at": NOW,
                    "last_seen_at": NOW, "left_at": None, "watched_by": watcher}  # fmt: skip
-    elif joined or last_seen_due(session) or session["protocol_version"] != PROTOCOL or claims(session, watcher):
+    elif joined or last_seen_due(session) or session["protocol_version"] != PROTOCOL:
         joined_at = NOW if joined else session["joined_at"]
         session = {**session, "daemon_version": VERSION, "protocol_version": PROTOCOL, "joined_at": joined_at,
                    "last_seen_at": NOW, "left_at": None, "watched_by": watcher or session["watched_by"]}  # fmt: skip

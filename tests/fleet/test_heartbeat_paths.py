@@ -141,11 +141,10 @@ def test_the_statement_follows_the_rules(pool):
     # Not a plain heartbeat: nothing written, the pulse included.
     @example(state=_state(session="left"))
     @example(state=_state(same_version=False, pulse=None))
-    # The watcher: recorded anew (written, though last_seen_at is not due), the same (not written), none asked.
+    # The watcher: recorded by a write (due), not written for it alone (not due), none asked.
+    @example(state=_state(watched_by="b", watcher="a"))
     @example(state=_state(last_seen=-TICK, watched_by="b", watcher="a"))
-    @example(state=_state(last_seen=-TICK, watched_by=None, watcher="a"))
-    @example(state=_state(last_seen=-TICK, watched_by="a", watcher="a"))
-    @example(state=_state(last_seen=-TICK, watched_by="b", watcher=None))
+    @example(state=_state(watched_by="b", watcher=None))
     def same_state(state: NodeState) -> None:
         with transaction.atomic():
             write(state, node_id)
@@ -222,16 +221,21 @@ def test_a_wake_s_read_answers_as_the_heartbeat_would_and_writes_nothing(pool):
     assert seen == {False, True}
 
 
-def test_the_held_nodes_touch_writes_the_sessions_that_are_due(pool):
+def test_the_held_nodes_touch_writes_the_sessions_that_are_due_or_watched_by_another(pool):
     """``held_sessions_touch``: open sessions of the given nodes whose last_seen_at is due (about half an interval
-    old) or ahead of now, in one statement (an array of ids)."""
+    old) or ahead of now, or that record another watcher than the process touching them, in one statement (an array
+    of ids); each one written then records that process as its watcher."""
     due = NOW - timedelta(seconds=touched_within())
-    cases = {"due": (due, None), "fresh": (due + TICK, None), "ahead": (NOW + TICK, None), "left": (due, NOW)}
+    cases = {
+        "due": (due, None, "a"), "fresh": (due + TICK, None, "a"), "ahead": (NOW + TICK, None, "a"),
+        "left": (due, NOW, "b"), "fresh, watched by another": (due + TICK, None, "b"),
+        "fresh, watched by none": (due + TICK, None, None),
+    }  # fmt: skip
     nodes = {name: make_node(pool, name)[0] for name in [*cases, "not held"]}
-    for name, (last_seen_at, left_at) in [*cases.items(), ("not held", (due, None))]:
+    for name, (last_seen_at, left_at, watched_by) in [*cases.items(), ("not held", (due, None, "b"))]:
         NodeSession.objects.create(
             node=nodes[name], daemon_version=VERSION, protocol_version=PROTOCOL, joined_at=NOW - timedelta(hours=1),
-            last_seen_at=last_seen_at, left_at=left_at,
+            last_seen_at=last_seen_at, left_at=left_at, watched_by=watched_by,
         )  # fmt: skip
     held = [nodes[name].id for name in cases]
 
@@ -242,4 +246,21 @@ def test_the_held_nodes_touch_writes_the_sessions_that_are_due(pool):
             transaction.set_rollback(True)
         return names
 
-    assert written(lambda: held_sessions_touch(node_ids=held, now=NOW)) == {"due", "ahead"}
+    def watchers(touch) -> dict[str, str | None]:
+        with transaction.atomic():
+            touch()
+            rows = dict(NodeSession.objects.values_list("node__name", "watched_by"))
+            transaction.set_rollback(True)
+        return rows
+
+    assert written(lambda: held_sessions_touch(node_ids=held, now=NOW, watcher="a")) == {
+        "due", "ahead", "fresh, watched by another", "fresh, watched by none",
+    }  # fmt: skip
+    recorded = watchers(lambda: held_sessions_touch(node_ids=held, now=NOW, watcher="a"))
+    assert recorded == {**{name: "a" for name in cases}, "left": "b", "not held": "b"}
+    # Without a watcher (a caller that keeps no reads): the watchers stay, and only the due are written.
+    assert watchers(lambda: held_sessions_touch(node_ids=held, now=NOW)) == {
+        name: watched_by for name, (_, _, watched_by) in [*cases.items(), ("not held", (due, None, "b"))]
+    }
+
+    assert written(lambda: held_sessions_touch(node_ids=held, now=NOW)) == {"due", "ahead"}  # no watcher: the due

@@ -131,9 +131,9 @@ def test_the_statement_follows_the_rules(pool, django_capture_on_commit_callback
     @example(state=_state(session="open", last_seen=-interval + TICK))
     @example(state=_state(session="open", last_seen=-interval))
     @example(state=_state(session="open", last_seen=-TICK, same_protocol=False, commands=(("pending", True, 0),)))
-    # The watcher: recorded anew by a heartbeat not due (written), the same (not written), on a first session.
+    # The watcher: recorded by a join, not by a heartbeat not due (nothing written), on a first session.
+    @example(state=_state(watched_by="b", watcher="a"))
     @example(state=_state(session="open", last_seen=-TICK, watched_by="b", watcher="a"))
-    @example(state=_state(session="open", last_seen=-TICK, watched_by="a", watcher="a"))
     @example(state=_state(session="none", watcher="a"))
     def same_state(state: JoinState) -> None:
         with transaction.atomic():

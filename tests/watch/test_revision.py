@@ -196,10 +196,11 @@ def test_a_change_a_heartbeat_would_read_is_notified_and_a_heartbeat_is_not(tena
 
 
 def test_a_session_s_changes_are_told_to_the_process_it_records_as_its_watcher_alone(tenant, notified):
-    """A web process's watching agents' sessions record it as their watcher (``watched_by``, its hub's ident), and
-    it remembers only reads that name it (fleet/watch/known.py): what would make them stale is told on its channel
-    alone (fleet/migrations/0011_session_watched_by.py); a new watcher is told nothing, the one before is. What
-    may concern a request held in any process stays on the shared channel: the spec, the token, the node."""
+    """A web process's watching agents' sessions record it as their watcher (``watched_by``, its hub's ident: its
+    agents' joins and its keeper's touches write it), and it remembers only reads that name it
+    (fleet/watch/known.py): what would make them stale is told on its channel alone
+    (fleet/migrations/0011_session_watched_by.py); a new watcher is told nothing, the one before is. What may
+    concern a request held in any process stays on the shared channel: the spec, the token, the node."""
     node, token = make_node(make_pool(tenant))
     hashed = token_hash(token)
     listeners = [listening(f"{NOTIFY_CHANNEL}_{ident}") for ident in ("a", "b")]
@@ -228,13 +229,20 @@ def told_alone(node: Node, hashed: str, told: dict) -> None:
     assert rejoined is not None
     assert rejoined.watched_by == "a"  # a call that names no watcher keeps the one recorded
     only("a")
-    # Another process's watching agent's heartbeat, nothing due but the watcher: the row is written, "a" told.
+    # Another process's watching agent's heartbeat, nothing due: nothing written, for the watcher alone neither
+    # (after a restart of the web tier, every agent's first arrival would be a write), and "a" stays recorded.
+    heartbeat = agent_heartbeat(token_hash=hashed, daemon_version="1.0.0", protocol_version=3, watcher="b")
+    assert heartbeat is not None
+    assert heartbeat.watched_by == "a"
+    only()
+    # That process's keeper, holding the node: it records "b", and "a" is told.
+    assert held_sessions_touch(node_ids=[node.id], watcher="b") == 1
+    only("a")
+    assert held_sessions_touch(node_ids=[node.id], watcher="b") == 0
+    only()  # the same watcher again, nothing due: nothing written, nobody told
     heartbeat = agent_heartbeat(token_hash=hashed, daemon_version="1.0.0", protocol_version=3, watcher="b")
     assert heartbeat is not None
     assert heartbeat.watched_by == "b"
-    only("a")
-    assert agent_heartbeat(token_hash=hashed, daemon_version="1.0.0", protocol_version=3, watcher="b") is not None
-    only()  # the same watcher again: nothing written, nobody told
     NodeSession.objects.filter(node=node).update(last_seen_at=timezone.now() - timedelta(hours=1))
     only("b")
     nodes_set_daemon(node_ids=[node.id], daemon=DAEMON)
