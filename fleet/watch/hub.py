@@ -168,7 +168,7 @@ class WatchHub:
                     conn.add_notify_handler(lambda notify: self._deliver(notify.payload))  # during a statement
                     await conn.execute(f'LISTEN "{self.channel}"; LISTEN "{self.own_channel}"')
                     self._set_listening(True)
-                    log.info("fleet.watch.listening", channel=self.channel)
+                    log.info("fleet.watch.listening", channel=self.channel, own_channel=self.own_channel)
                     await self._read_and_ping(conn)
             except Exception as exc:  # whatever broke it (a peer that stopped answering: TimeoutError): LISTEN again
                 log.warning("fleet.watch.subscription_lost", error=f"{type(exc).__name__}: {exc}"[:300])

@@ -3,6 +3,7 @@ exactly those nodes, after the commit, whoever writes (docs/fleet.md#watch)."""
 
 from __future__ import annotations
 
+import importlib
 import uuid
 from datetime import timedelta
 
@@ -251,3 +252,36 @@ def told_alone(node: Node, hashed: str, told: dict) -> None:
     only("b")
     Node.objects.filter(pk=node.pk).update(agent_token_hash="0" * 64)
     only("everyone")
+
+
+WATCHER_MIGRATION = importlib.import_module("fleet.migrations.0011_session_watched_by")
+
+
+def _session_triggers() -> dict[str, str]:
+    """The session table's watch triggers: name -> the function each runs."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT t.tgname, p.proname FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid"
+            " WHERE t.tgrelid = 'fleet_nodesession'::regclass AND NOT t.tgisinternal"
+        )
+        return dict(cursor.fetchall())
+
+
+def test_migration_0011_goes_back_to_every_process_being_told(tenant):
+    """Reversed, 0011's SQL leaves the triggers of 0007 (every change to a session on the shared channel) and 0010's
+    one-argument notify; forward again, the watcher's channel."""
+    forward = {"fleet_session_watch": "fleet_session_watch", "fleet_session_delete_watch": "fleet_session_watch"}
+    assert _session_triggers() == forward
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(WATCHER_MIGRATION.BACKWARD)
+        assert _session_triggers() == {
+            "fleet_session_watch": "fleet_row_watch",
+            "fleet_session_delete_watch": "fleet_row_watch",
+        }
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_proc WHERE proname = 'fleet_watch_notify'")
+            assert cursor.fetchone() == (1,)
+            cursor.execute(WATCHER_MIGRATION.FORWARD)
+        assert _session_triggers() == forward
+        transaction.set_rollback(True)
