@@ -4,7 +4,8 @@ The server comes from ``--server`` or ``ROLLOUT_SERVER``; the API key only from 
 on a command line ends up in shell histories and process lists: there is no option for it).
 
 Exit status: 0 done; 1 an error (the API's ``code`` and ``detail`` on stderr; usage errors too, so that
-1 is every error); for ``wait``: 2 the rollout paused, 3 it was aborted or denied, 4 ``--timeout`` passed.
+1 is every error); for ``wait`` and ``status --watch``: 2 the rollout paused, 3 it was aborted, denied or
+superseded, 4 ``--timeout`` passed; for ``labels``: 5 no node matched.
 """
 
 from __future__ import annotations
@@ -19,14 +20,16 @@ from typing import Any, NoReturn
 from rollout.ctl import commands
 from rollout.ctl.client import Api, ApiError
 from rollout.ctl.follow import EXIT_ERROR
+from rollout.ctl.gate_args import SYNTAX, gate, gates_file
 from rollout.ctl.show import Output
 
 PROG = "python -m rollout.ctl"
 DESCRIPTION = """Create, follow and steer rollouts (docs/ctl.md).
 
 The server comes from --server or ROLLOUT_SERVER; the API key only from ROLLOUT_API_KEY.
-Exit status: 0 done, 1 an error; wait: 2 paused, 3 aborted or denied, 4 --timeout passed."""
-ROLLOUT_STATES = ["scheduled", "awaiting_approval", "active", "paused", "completed", "aborted", "denied"]
+Exit status: 0 done, 1 an error; wait and status --watch: 2 paused, 3 aborted, denied or superseded,
+4 --timeout passed; labels: 5 no node matched."""
+ROLLOUT_STATES = ["scheduled", "awaiting_approval", "active", "paused", "completed", "aborted", "denied", "superseded"]
 NODE_STATES = ["pending", "in_flight", "succeeded", "failed", "skipped", "rolled_back", "cancelled"]
 ACTIONS = {
     "pause": "stop starting nodes (those in flight settle)",
@@ -35,7 +38,7 @@ ACTIONS = {
     "start": "start a scheduled rollout now",
     "approve": "approve a rollout that awaits approval",
     "deny": "deny a rollout that awaits approval (ends it)",
-    "abort": "end the rollout; --rollback sends the upgraded nodes back",
+    "abort": "end the rollout; --rollback sends the nodes in flight back (succeeded ones keep the release)",
 }
 
 
@@ -119,7 +122,16 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--max-failure-ratio", type=float, metavar="RATIO", help="a wave above it pauses")
     create.add_argument("--start-at", metavar="T", help="RFC 3339: created scheduled, starts then")
     create.add_argument("--end-by", metavar="T", help="RFC 3339: what is not done by then stops (--end-behavior)")
-    create.add_argument("--end-behavior", choices=["pause", "abort", "abort_rollback"])
+    create.add_argument("--end-behavior", choices=["pause", "abort", "abort_rollback"], help="at --end-by (pause)")
+    create.add_argument("--min-ready", type=int, metavar="SECONDS", help="a node succeeds after staying up so long")
+    create.add_argument(
+        "--failure-ratio-min-settled", type=int, metavar="N", help="judge a wave's failure ratio once N settled"
+    )
+    create.add_argument("--gate", action="append", type=gate, metavar="GATE", help=f"repeatable: {SYNTAX}")
+    create.add_argument("--gates", type=gates_file, metavar="FILE", help="a JSON list of gates as the API takes")
+    create.add_argument("--gate-interval", type=int, metavar="SECONDS", help="how often each gate is asked (30)")
+    create.add_argument("--gate-failure-limit", type=int, metavar="N", help="failures in a row that act (3)")
+    create.add_argument("--supersedes", metavar="ID", help="end that rollout superseded; take its nodes over")
     create.add_argument("--dry-run", action="store_true", help="show the plan; create nothing")
 
     listing = verb("list", commands.list_rollouts, "list the rollouts (every page)")
@@ -128,10 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = verb("status", commands.status, "show a rollout and its waves")
     status.add_argument("id")
-    status.add_argument("--watch", action="store_true", help="redraw until the rollout finishes")
+    status.add_argument("--watch", action="store_true", help="redraw until the rollout finishes; exit as wait does")
+    status.add_argument("--timeout", type=_timeout, metavar="SECONDS", help="--watch: give up then: exit 2 or 4")
     status.add_argument("--interval", type=_seconds, default=2.0, metavar="SECONDS", help="between reads (2)")
 
-    wait = verb("wait", commands.wait, "wait for a rollout's outcome: exit 0 completed, 2 paused, 3 aborted/denied")
+    wait = verb(
+        "wait", commands.wait, "wait for a rollout's outcome: exit 0 completed, 2 paused, 3 aborted/denied/superseded"
+    )
     wait.add_argument("id")
     wait.add_argument("--timeout", type=_timeout, metavar="SECONDS", help="give up then: exit 4")
     wait.add_argument("--interval", type=_seconds, default=2.0, metavar="SECONDS", help="between reads (2)")
@@ -145,15 +160,17 @@ def build_parser() -> argparse.ArgumentParser:
         if action == "resume":
             sub.add_argument("--end-by", metavar="T", help="RFC 3339: a new deadline")
         if action == "abort":
-            sub.add_argument("--rollback", action="store_true", help="send upgraded nodes back")
+            sub.add_argument("--rollback", action="store_true", help="send the nodes in flight back")
 
     nodes = verb("nodes", commands.nodes, "list a rollout's nodes and what each waits for")
     nodes.add_argument("id")
     nodes.add_argument("--state", choices=NODE_STATES)
-    nodes.add_argument("--wave", type=int, help="only this wave (0-based, as the API counts)")
+    nodes.add_argument("--wave", type=int, help="only this wave (counted from 1, as status shows it)")
     nodes.add_argument("--page-size", type=int, default=100, help=argparse.SUPPRESS)
 
-    labels = verb("labels", commands.labels, "set or remove labels on every node a selector matches")
+    labels = verb(
+        "labels", commands.labels, "set or remove labels on every node a selector matches (exit 5: none matched)"
+    )
     labels.add_argument("selector", help='e.g. "zone=eu-1,gpu" ("" matches every node)')
     labels.add_argument("--set", action="append", type=_listed(_label), metavar="K=V", help="repeatable")
     labels.add_argument("--remove", action="append", type=_listed(str), metavar="K", help="repeatable")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
@@ -26,6 +28,8 @@ class ApiError(Exception):
     detail: str
     status: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Seconds the answer's ``Retry-After`` asked to wait before asking again (None when it said nothing).
+    retry_after: float | None = None
 
     def __str__(self) -> str:
         return f"{self.code}: {self.detail}"
@@ -44,11 +48,28 @@ class ApiError(Exception):
             body = response.json()
         except ValueError:
             body = None
+        later = retry_after(response.headers.get("Retry-After"))
         if isinstance(body, dict) and isinstance(body.get("code"), str):
             extra = {k: v for k, v in body.items() if k not in ("code", "detail")}
-            return cls(body["code"], str(body.get("detail", "")), response.status_code, extra)
+            return cls(body["code"], str(body.get("detail", "")), response.status_code, extra, later)
         text = " ".join(response.text.split())[:200] or response.reason_phrase
-        return cls(f"http_{response.status_code}", text, response.status_code)
+        return cls(f"http_{response.status_code}", text, response.status_code, retry_after=later)
+
+
+def retry_after(header: str | None, *, now: datetime | None = None) -> float | None:
+    """``Retry-After`` in seconds (RFC 9110: a number of seconds or an HTTP date); None when absent or unreadable."""
+    if not header:
+        return None
+    header = header.strip()
+    if header.isdigit():
+        return float(header)
+    try:
+        when = parsedate_to_datetime(header)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
 def api_base(server: str) -> str:

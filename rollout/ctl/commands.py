@@ -12,6 +12,8 @@ from typing import Any
 
 from rollout.ctl import follow
 from rollout.ctl.client import Api, ApiError
+from rollout.ctl.nodes import node_names, wave_index
+from rollout.ctl.outcome import chain, ending, ending_events, gates_of, gates_table
 from rollout.ctl.show import Output, nodes_table, plan_view, progress_line, rollout_view, rollouts_table
 
 UUID_SHAPE = re.compile(r"^[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$")
@@ -63,8 +65,16 @@ def create(api: Api, out: Output, args: argparse.Namespace) -> int:
             "start_at": "startAt",
             "end_by": "endBy",
             "end_behavior": "endBehavior",
+            "min_ready": "minReadySeconds",
+            "failure_ratio_min_settled": "failureRatioMinSettled",
+            "gate_interval": "gateIntervalSeconds",
+            "gate_failure_limit": "gateFailureLimit",
+            "supersedes": "supersedes",
         },
     )
+    gates = [*(args.gates or []), *(args.gate or [])]
+    if gates:
+        body["gates"] = gates
     if args.dry_run:
         plan = api.post("rollouts/", body, params={"dryRun": "true"})
         out.result(plan, plan_view(plan, names))
@@ -86,10 +96,21 @@ def list_rollouts(api: Api, out: Output, args: argparse.Namespace) -> int:
 
 def status(api: Api, out: Output, args: argparse.Namespace) -> int:
     names = _names_for_text(api, out)
+
+    def draw(rollout: dict[str, Any]) -> Any:
+        """The rollout, how it ended, its supersede chain and its gates' latest results."""
+        gates = gates_of(api, rollout["id"])
+        return rollout_view(
+            rollout,
+            names,
+            more=[*ending(rollout, ending_events(api, rollout)), *chain(rollout)],
+            gates=gates_table(gates) if gates else None,
+        )
+
     if args.watch:
-        return follow.watch(api, out, args.id, interval=args.interval, names=names)
+        return follow.watch(api, out, args.id, interval=args.interval, timeout=args.timeout, draw=draw)
     rollout = api.get(f"rollouts/{args.id}/")
-    out.result(rollout, rollout_view(rollout, names))
+    out.result(rollout, rollout if out.as_json else draw(rollout))
     return follow.EXIT_OK
 
 
@@ -106,13 +127,15 @@ def act(api: Api, out: Output, args: argparse.Namespace) -> int:
 
 
 def nodes(api: Api, out: Output, args: argparse.Namespace) -> int:
+    """The rollout's node rows; ``--wave`` counts from 1 as ``status`` shows it (the API's ``wave`` from 0)."""
     params = {"limit": str(args.page_size)}
     if args.state:
         params["state"] = args.state
     if args.wave is not None:
-        params["wave"] = str(args.wave)
+        params["wave"] = str(wave_index(api.get(f"rollouts/{args.id}/"), args.wave))
     rows = list(api.pages(f"rollouts/{args.id}/nodes/", params))
-    out.result({"results": rows, "next": None}, nodes_table(rows))
+    names = {} if out.as_json else node_names(api, rows)
+    out.result({"results": rows, "next": None}, nodes_table(rows, names))
     return follow.EXIT_OK
 
 
@@ -127,4 +150,7 @@ def labels(api: Api, out: Output, args: argparse.Namespace) -> int:
     answer = api.post("nodes/labels/", body)
     matched = answer.get("matched")
     out.result(answer, f"{matched} node{'' if matched == 1 else 's'} matched")
+    if matched == 0:
+        out.errors.print(f"error: no node matched the selector {args.selector!r}: nothing was changed")
+        return follow.EXIT_NO_MATCH
     return follow.EXIT_OK

@@ -21,7 +21,19 @@ from rollout.ctl.client import ApiError
 EMPTY: Mapping[str, str] = {}
 PIPE_WIDTH = 120
 ID_WIDTH = 36  # a UUID, never cut: it is what the next command takes
-SETTLED = ("succeeded", "failed", "skipped", "rolledBack", "cancelled")
+#: A node that settled: its upgrade ended. Cancelled nodes never started (denied, aborted): not settled.
+SETTLED = ("succeeded", "failed", "skipped", "rolledBack")
+#: The columns of a wave, as the API counts its nodes: (field, heading).
+COUNTS = (
+    ("succeeded", "succeeded"),
+    ("failed", "failed"),
+    ("inFlight", "in flight"),
+    ("pending", "pending"),
+    ("skipped", "skipped"),
+    ("cancelled", "cancelled"),
+    ("rolledBack", "rolled back"),
+)
+FINISHED = ("completed", "aborted", "denied", "superseded")
 STATE_STYLES = {
     "completed": "green",
     "active": "cyan",
@@ -30,6 +42,7 @@ STATE_STYLES = {
     "awaiting_approval": "magenta",
     "aborted": "red",
     "denied": "red",
+    "superseded": "red",
 }
 
 
@@ -88,7 +101,7 @@ def progress_line(rollout: dict[str, Any]) -> str:
     if isinstance(current, int) and 0 <= current < len(waves):
         wave = waves[current]
         line += f"  wave {current + 1}/{len(waves)}: {settled(wave)}/{wave['total']} settled"
-        for key, words in (("inFlight", "in flight"), ("failed", "failed")):
+        for key, words in (("inFlight", "in flight"), ("failed", "failed"), ("cancelled", "cancelled")):
             if wave.get(key):
                 line += f", {wave[key]} {words}"
     if rollout.get("pausedReason"):
@@ -111,14 +124,23 @@ def _pool(pool_id: str, names: Mapping[str, str]) -> str:
     return names.get(pool_id, pool_id)
 
 
-def rollout_view(rollout: dict[str, Any], names: Mapping[str, str] = EMPTY) -> RenderableType:
-    """The rollout and its waves, each a progress bar of its settled nodes."""
+def rollout_view(
+    rollout: dict[str, Any],
+    names: Mapping[str, str] = EMPTY,
+    *,
+    more: Iterable[tuple[str, str]] = (),
+    gates: RenderableType | None = None,
+) -> RenderableType:
+    """The rollout and its waves, each a progress bar of its settled nodes and its nodes counted by state;
+    ``more``: rows after the state (how it ended, the supersede chain); ``gates``: drawn below the waves."""
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
     head.add_row("rollout", Text(rollout["id"]))
     head.add_row("version", Text(str(rollout.get("version"))))
     head.add_row("state", state_text(rollout["state"]))
+    for label, text in more:
+        head.add_row(label, Text(text))
     for label, key in (
         ("paused", "pausedReason"),
         ("selector", "selector"),
@@ -142,24 +164,30 @@ def rollout_view(rollout: dict[str, Any], names: Mapping[str, str] = EMPTY) -> R
     head.add_row("pools", Text(", ".join(_pool(p, names) for p in rollout.get("poolIds") or [])))
 
     waves = Table(box=None, pad_edge=False)
-    for name in ("wave", "%", "progress", "settled", "ok", "failed", "in flight", "pending", "skipped"):
+    for name in ("wave", "%", "progress", "settled", *(heading for _, heading in COUNTS)):
         waves.add_column(name, justify="left" if name == "progress" else "right", no_wrap=True)
     current = rollout.get("currentWave")
-    for wave in rollout.get("waves") or []:
+    every = rollout.get("waves") or []
+    for wave in every:
         total = int(wave["total"])
-        marker = "▸" if wave["index"] == current and rollout["state"] not in ("completed", "aborted", "denied") else " "
+        marker = "▸" if wave["index"] == current and rollout["state"] not in FINISHED else " "
         waves.add_row(
             f"{marker}{wave['index'] + 1}",
             str(wave["percent"]),
             ProgressBar(total=max(total, 1), completed=settled(wave), width=30),
             f"{settled(wave)}/{total}",
-            str(wave.get("succeeded", 0)),
-            str(wave.get("failed", 0)),
-            str(wave.get("inFlight", 0)),
-            str(wave.get("pending", 0)),
-            str(wave.get("skipped", 0)),
+            *(str(wave.get(key) or 0) for key, _ in COUNTS),
         )
-    return Group(head, Text(""), waves)
+    if len(every) > 1:
+        total = sum(int(w["total"]) for w in every)
+        done = sum(settled(w) for w in every)
+        waves.add_row(
+            " all", "", "", f"{done}/{total}", *(str(sum(int(w.get(key) or 0) for w in every)) for key, _ in COUNTS)
+        )
+    parts: list[RenderableType] = [head, Text(""), waves]
+    if gates is not None:
+        parts += [Text(""), gates]
+    return Group(*parts)
 
 
 def rollouts_table(rollouts: Iterable[dict[str, Any]]) -> Table:
@@ -182,15 +210,19 @@ def rollouts_table(rollouts: Iterable[dict[str, Any]]) -> Table:
     return table
 
 
-def nodes_table(rows: Iterable[dict[str, Any]]) -> Table:
+def nodes_table(rows: Iterable[dict[str, Any]], names: Mapping[str, str] = EMPTY) -> Table:
+    """A rollout's node rows: name and id, the wave counted from 1, state, and what each one waits for."""
     table = Table(box=None, pad_edge=False)
-    table.add_column("node", min_width=ID_WIDTH, no_wrap=True)
+    table.add_column("node", overflow="fold")
+    table.add_column("id", min_width=ID_WIDTH, no_wrap=True)
     for name in ("wave", "state", "previous", "reason", "waiting"):
         table.add_column(name, overflow="fold")
     for row in rows:
+        wave = row.get("wave")
         table.add_row(
+            names.get(row["nodeId"], ""),
             row["nodeId"],
-            str(row.get("wave")),
+            str(wave + 1) if isinstance(wave, int) else "",
             state_text(row["state"]),
             str(row.get("previousVersion") or ""),
             str(row.get("reason") or ""),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,12 +30,13 @@ class Seen:
     query: dict[str, str]
     headers: dict[str, str]
     body: Any
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
 class FakeApi:
-    """Routes ``(method, path)`` to answers ``(status, body)``; a list of answers is given in order, its last
-    one repeating. Every request is recorded."""
+    """Routes ``(method, path)`` to answers ``(status, body)`` or ``(status, body, headers)``; a list of answers
+    is given in order, its last one repeating. Every request is recorded (with its monotonic time)."""
 
     url: str = ""
     routes: dict[tuple[str, str], Any] = field(default_factory=dict)
@@ -43,11 +45,12 @@ class FakeApi:
     def on(self, method: str, path: str, *answers: tuple[int, Any]) -> None:
         self.routes[(method, "/api/compute/" + path)] = list(answers)
 
-    def answer(self, method: str, path: str) -> tuple[int, Any]:
+    def answer(self, method: str, path: str) -> tuple[int, Any, dict[str, str]]:
         answers = self.routes.get((method, path))
         if not answers:
-            return 404, {"code": "not_found", "detail": f"no route {method} {path} in the fake"}
-        return answers.pop(0) if len(answers) > 1 else answers[0]
+            return 404, {"code": "not_found", "detail": f"no route {method} {path} in the fake"}, {}
+        status, body, *headers = answers.pop(0) if len(answers) > 1 else answers[0]
+        return status, body, headers[0] if headers else {}
 
 
 @pytest.fixture
@@ -69,9 +72,11 @@ def api() -> Iterator[FakeApi]:
                     json.loads(raw) if raw else None,
                 )
             )
-            status, body = fake.answer(self.command, parts.path)
+            status, body, headers = fake.answer(self.command, parts.path)
             data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
             self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
             self.send_header("Content-Type", "text/html" if isinstance(body, str) else "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()

@@ -1,51 +1,93 @@
-"""``wait``'s exit codes and ``status --watch``, against a real local HTTP server whose answers change."""
+"""``wait`` and ``status --watch``: their exit codes, and how they ride out a server that says "later", against a
+real local HTTP server whose answers change. The same across a real PostgreSQL restart:
+tests/ctl/test_database_restart.py."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
-from rollout.ctl.follow import TRANSIENT_TRIES
 from tests.ctl.conftest import rollout
 
 RID = rollout()["id"]
+PATH = f"rollouts/{RID}/"
 FAST = ("--interval", "0.01")
+BUSY = (503, {"code": "database_unavailable", "detail": "The database is unavailable."})
 
 
-def test_wait_asks_again_after_a_transient_answer(api, ctl):
-    busy = (503, {"code": "database_unavailable", "detail": "The database is unavailable."})
-    api.on(
-        "GET",
-        f"rollouts/{RID}/",
-        busy,
-        (429, {"code": "throttled", "detail": "Slow down."}),
-        (200, rollout("completed")),
-    )
+def reads(api) -> list:
+    return [s for s in api.seen if s.path == f"/api/compute/{PATH}"]
+
+
+def test_wait_asks_again_after_transient_answers_warning_once_per_code(api, ctl):
+    api.on("GET", PATH, BUSY, BUSY, (429, {"code": "throttled", "detail": "Slow down."}), (200, rollout("completed")))
     code, _, err = ctl("wait", RID, *FAST)
     assert code == 0
-    assert "warning: database_unavailable" in err
-    assert "warning: throttled" in err
+    assert err.count("warning: database_unavailable") == 1
+    assert err.count("warning: throttled") == 1
+    assert "the server answers again" in err
 
 
-def test_wait_gives_up_after_transient_answers_in_a_row_with_exit_1(api, ctl):
-    api.on("GET", f"rollouts/{RID}/", (503, {"code": "database_unavailable", "detail": "The database is unavailable."}))
+def test_wait_has_no_fixed_retry_count(api, ctl):
+    """Twenty 503s in a row (the old limit was 5): still waiting, and the rollout's outcome decides."""
+    api.on("GET", PATH, *[BUSY] * 20, (200, rollout("completed")))
+    code, _, _ = ctl("wait", RID, *FAST, "--timeout", "600")
+    assert code == 0
+    assert len(reads(api)) == 21
+
+
+def test_wait_honours_retry_after(api, ctl):
+    api.on("GET", PATH, (*BUSY, {"Retry-After": "1"}), (200, rollout("completed")))
     code, _, err = ctl("wait", RID, *FAST)
+    assert code == 0
+    first, second = reads(api)
+    assert second.at - first.at >= 1.0  # not the 0.01 s interval
+    assert "(Retry-After: 1 s)" in err
+
+
+def test_retry_after_never_outlasts_the_timeout(api, ctl):
+    api.on("GET", PATH, (*BUSY, {"Retry-After": "3600"}))
+    started = time.monotonic()
+    code, _, err = ctl("wait", RID, "--timeout", "0.3", *FAST)
+    assert time.monotonic() - started < 5
     assert code == 1
-    assert len(api.seen) == TRANSIENT_TRIES
     assert err.splitlines()[-1] == "error: database_unavailable: The database is unavailable."
 
 
-def test_status_watch_redraws_until_the_rollout_finishes_and_a_pause_does_not_end_it(api, ctl):
-    api.on("GET", f"rollouts/{RID}/", *[(200, rollout(s)) for s in ("active", "paused", "active", "completed")])
-    api.on("GET", "pools/", (200, {"results": [{"id": "a1b2", "name": "gpu-a"}], "next": None}))
-    code, out, _ = ctl("status", RID, "--watch", *FAST)
+def test_a_server_that_does_not_answer_is_asked_again_until_the_timeout_then_it_is_the_error(ctl):
+    started = time.monotonic()
+    code, _, err = ctl("wait", RID, "--server", "http://127.0.0.1:9", "--timeout", "0.5", "--interval", "0.05")
+    assert time.monotonic() - started >= 0.5
+    assert code == 1
+    assert err.count("warning: unreachable") == 1
+    assert err.splitlines()[-1].startswith("error: unreachable: http://127.0.0.1:9/api/compute/")
+
+
+def test_a_refusal_that_is_not_transient_ends_wait_at_once(api, ctl):
+    api.on("GET", PATH, (404, {"code": "not_found", "detail": "No such rollout."}))
+    code, _, err = ctl("wait", RID, *FAST, "--timeout", "600")
+    assert code == 1
+    assert len(reads(api)) == 1
+    assert err.strip() == "error: not_found: No such rollout."
+
+
+@pytest.mark.parametrize(
+    ("state", "code"), [("completed", 0), ("paused", 2), ("aborted", 3), ("denied", 3), ("superseded", 3)]
+)
+def test_wait_exit_codes(api, ctl, state, code):
+    api.on("GET", PATH, (200, rollout("active")), (200, rollout(state)))
+    assert ctl("wait", RID, *FAST)[0] == code
+
+
+def test_wait_keeps_waiting_through_states_that_are_no_outcome(api, ctl):
+    states = ("scheduled", "awaiting_approval", "active", "completed")
+    api.on("GET", PATH, *[(200, rollout(s)) for s in states])
+    code, out, _ = ctl("wait", RID, *FAST)
     assert code == 0
-    assert [s.path for s in api.seen].count(f"/api/compute/rollouts/{RID}/") == 4
-    assert "completed" in out
-    assert "gpu-a" in out  # the pool's name, read once
-    code, out, _ = ctl("status", RID, "--watch", "--output", "json", *FAST)
-    assert json.loads(out)["state"] == "completed"
+    assert len(reads(api)) == 4
+    assert "wave 2/2" in out  # counted from 1 (currentWave 1)
 
 
 @pytest.mark.parametrize("bad", ["-1", "nan", "soon"])
@@ -58,16 +100,54 @@ def test_a_timeout_that_is_no_number_of_seconds_is_a_usage_error(api, ctl, bad):
 
 def test_a_timeout_while_the_server_does_not_answer_is_an_error_not_a_timeout(api, ctl):
     """``--timeout`` passes while the reads fail: the error is the outcome (1), not "still running" (4)."""
-    busy = (503, {"code": "database_unavailable", "detail": "The database is unavailable."})
-    api.on("GET", f"rollouts/{RID}/", busy)
+    api.on("GET", PATH, BUSY)
     code, _, err = ctl("wait", RID, "--timeout", "0.05", "--interval", "0.02")
     assert code == 1
-    assert len(api.seen) < TRANSIENT_TRIES  # the timeout came first
     assert err.splitlines()[-1] == "error: database_unavailable: The database is unavailable."
 
 
 def test_a_timeout_after_a_good_read_is_still_4(api, ctl):
-    api.on("GET", f"rollouts/{RID}/", (200, rollout("active")))
+    api.on("GET", PATH, (200, rollout("active")))
     code, _, err = ctl("wait", RID, "--timeout", "0.05", "--interval", "0.02")
     assert code == 4
     assert "timed out after 0.05 s: the rollout is still active" in err
+
+
+def test_status_watch_redraws_through_a_pause_and_exits_0_when_completed(api, ctl):
+    api.on("GET", PATH, *[(200, rollout(s)) for s in ("active", "paused", "active", "completed")])
+    api.on("GET", "pools/", (200, {"results": [{"id": "a1b2", "name": "gpu-a"}], "next": None}))
+    code, out, _ = ctl("status", RID, "--watch", *FAST)
+    assert code == 0
+    assert len(reads(api)) == 4
+    assert "completed" in out
+    assert "gpu-a" in out  # the pool's name, read once
+    code, out, _ = ctl("status", RID, "--watch", "--output", "json", *FAST)
+    assert json.loads(out)["state"] == "completed"
+
+
+@pytest.mark.parametrize(("state", "code"), [("aborted", 3), ("denied", 3), ("superseded", 3)])
+def test_status_watch_exits_with_waits_codes(api, ctl, state, code):
+    api.on("GET", PATH, (200, rollout("active")), (200, rollout(state)))
+    assert ctl("status", RID, "--watch", *FAST)[0] == code
+    assert ctl("status", RID, "--watch", "--output", "json", *FAST)[0] == code
+
+
+def test_status_watch_timeout_is_2_when_paused_then_4_otherwise(api, ctl):
+    api.on("GET", PATH, (200, rollout("paused")))
+    code, _, err = ctl("status", RID, "--watch", "--timeout", "0.05", *FAST)
+    assert (code, "timed out after 0.05 s: the rollout is paused" in err) == (2, True)
+    api.on("GET", PATH, (200, rollout("active")))
+    code, _, err = ctl("status", RID, "--watch", "--timeout", "0.05", *FAST)
+    assert (code, "timed out after 0.05 s: the rollout is still active" in err) == (4, True)
+
+
+def test_status_watch_rides_out_503s_and_honours_retry_after(api, ctl):
+    api.on(
+        "GET", PATH, (200, rollout("active")), *[BUSY] * 8, (*BUSY, {"Retry-After": "1"}), (200, rollout("completed"))
+    )
+    code, _, err = ctl("status", RID, "--watch", *FAST, "--timeout", "600")
+    assert code == 0
+    seen = reads(api)
+    assert len(seen) == 11
+    assert seen[-1].at - seen[-2].at >= 1.0
+    assert err.count("warning: database_unavailable") == 1
