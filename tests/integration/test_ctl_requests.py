@@ -86,13 +86,21 @@ def test_pause_resume_abort_list_and_nodes_and_an_api_error_with_its_fields(serv
     assert sorted(r["id"] for r in json.loads(every.stdout)["results"]) == sorted([first, second])
     assert json.loads(every.stdout)["next"] is None
 
-    pending = ctl(url, key, "--output", "json", "nodes", first, "--state", "pending", "--wave", "0", "--page-size", "1")
+    pending = ctl(url, key, "--output", "json", "nodes", first, "--state", "pending", "--wave", "1", "--page-size", "1")
     rows = json.loads(pending.stdout)["results"]
     assert [(r["state"], r["wave"]) for r in rows] == [("pending", 0)] * len(rows)
     assert rows
     table = ctl(url, key, "nodes", first)
-    assert table.stdout.split()[:6] == ["node", "wave", "state", "previous", "reason", "waiting"]
+    assert table.stdout.split()[:7] == ["node", "id", "wave", "state", "previous", "reason", "waiting"]
     assert table.stdout.count("pending") == 2
+    assert table.stdout.count("gpu-a-") == 2  # the nodes' names beside their ids
+    every_row = json.loads(ctl(url, key, "--output", "json", "nodes", first).stdout)["results"]
+    shown_waves = [line.split()[2] for line in table.stdout.splitlines()[1:]]
+    assert shown_waves == [str(r["wave"] + 1) for r in every_row]  # waves counted from 1
+    waves = len(json.loads(ctl(url, key, "--output", "json", "status", first).stdout)["waves"])
+    beyond = ctl(url, key, "nodes", first, "--wave", str(waves + 1))
+    assert (beyond.returncode, beyond.stdout) == (1, "")
+    assert beyond.stderr.startswith(f"error: invalid_wave: Wave {waves + 1} is out of range: the rollout has {waves}")
 
     # The same nodes again: 409 conflict, its fields printed under its code and detail.
     conflict = ctl(url, key, "create", "1.0.0", "--pools", "gpu-a")

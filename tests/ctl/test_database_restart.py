@@ -1,0 +1,93 @@
+"""``ctl wait`` across a real PostgreSQL restart (issue 51): it keeps waiting while the API answers 503 (and
+while nothing answers), and exits 0 when the rollout completes after the database is back.
+
+The system is tests/faults/'s private one (its own PostgreSQL cluster, broker, gunicorn, Celery worker and beat,
+simulated agents): the machine's shared PostgreSQL is never stopped. One broker (Redis) is enough here: the
+broker is not what this test breaks.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from demo.processes import wait_until
+from tests.brokers import PrivateRedis
+from tests.faults.conftest import fault_stack, private_postgres, shared_fault_stack
+from tests.faults.proof import agents_fleet, hold, pool_id
+
+pytestmark = pytest.mark.integration
+REPOSITORY = Path(__file__).resolve().parents[2]
+__all__ = ["fault_stack", "private_postgres", "shared_fault_stack"]  # the fixtures this module uses
+
+
+@pytest.fixture(scope="session")
+def fault_broker(tmp_path_factory) -> Iterator[PrivateRedis]:
+    """tests/faults' private system on a private Redis only (its own fixture runs every test on both brokers)."""
+    broker = PrivateRedis(tmp_path_factory.mktemp("ctl-redis"))
+    try:
+        broker.start()
+    except RuntimeError as exc:  # not installed: a failure, never a skip
+        pytest.fail(str(exc))
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def test_wait_rides_out_a_database_restart_and_exits_0_when_the_rollout_completes(fault_stack, tmp_path):
+    stack = fault_stack
+    pools = {"ctl-db": (4, 0.5)}
+    fleet = agents_fleet(stack, pools, seed=51)
+    with fleet.start_thread(timeout=240) as running:
+        assert running.wait_for(lambda f: f.online_count() == 4, timeout=30)
+        # Wave 1 soaks an hour: the rollout cannot complete before the test promotes it, after the restart.
+        rollout = stack.create(
+            version="1.0.0", poolIds=[pool_id(stack, "ctl-db")], waves=[50, 100], soakSeconds=3600,
+            upgradeTimeoutSeconds=60,
+        )  # fmt: skip
+        err_path, out_path = tmp_path / "wait.err", tmp_path / "wait.out"
+        env = {**os.environ, "ROLLOUT_SERVER": stack.url, "COLUMNS": "160"}
+        env["ROLLOUT_API_KEY"] = stack.client.headers["Authorization"].removeprefix("Bearer ")
+        with err_path.open("w") as err, out_path.open("w") as out:
+            waiting = subprocess.Popen(
+                [sys.executable, "-m", "rollout.ctl", "wait", rollout, "--timeout", "600", "--interval", "0.5"],
+                env=env, cwd=REPOSITORY, stdout=out, stderr=err,
+            )  # fmt: skip
+        try:
+            wait_until(lambda: "active" in out_path.read_text(), timeout=60, what="ctl wait's first line")
+            wait_until(
+                lambda: (
+                    stack.query("SELECT next_wave_at FROM rollout_rollout WHERE id = %s", (rollout,))[0][0] is not None
+                ),
+                timeout=90,
+                what="wave 1 to settle and soak",
+            )
+            stack.postgres.stop("fast")
+            try:
+                # Longer than the old give-up (4 retries at 2 s, ~8 s), and until ctl has met the 503.
+                hold(
+                    15,
+                    observed=lambda: "warning: database_unavailable" in err_path.read_text(),
+                    what="ctl wait to meet the outage",
+                )
+                assert waiting.poll() is None, err_path.read_text()
+            finally:
+                stack.postgres.start()
+            wait_until(stack.web_ready, timeout=90, what="the API to answer again")
+            promoted = stack.client.post(f"/api/compute/rollouts/{rollout}/promote/")
+            assert promoted.status_code == 200, promoted.text
+            assert waiting.wait(timeout=180) == 0, err_path.read_text()
+        finally:
+            if waiting.poll() is None:
+                waiting.kill()
+                waiting.wait()
+    err_text = err_path.read_text()
+    assert "warning: database_unavailable" in err_text
+    assert "the server answers again" in err_text
+    assert f"{rollout} completed" in out_path.read_text()
