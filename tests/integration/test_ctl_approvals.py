@@ -62,3 +62,21 @@ def test_a_rollout_waits_for_its_approval_then_completes_and_a_denied_one_makes_
     assert denied.returncode == 0, denied.stderr
     assert denied.stdout.startswith(f"{rid} denied")
     assert ctl(stack.url, creator, "wait", rid).returncode == 3
+    assert ctl(stack.url, creator, "status", rid, "--watch", "--interval", "0.2").returncode == 3
+    # Who denied it and why; its nodes were cancelled, never settled (not "2/2 settled").
+    shown = ctl(stack.url, creator, "status", rid)
+    assert re.search(r"^denied by +api:reviewer at \S+ *$", shown.stdout, re.MULTILINE), shown.stdout
+    assert re.search(r"^comment +not on a Friday *$", shown.stdout, re.MULTILINE), shown.stdout
+    cancelled = sum(
+        w["cancelled"] for w in json.loads(ctl(stack.url, creator, "--output", "json", "status", rid).stdout)["waves"]
+    )
+    assert cancelled == 2
+    assert " 0/2 " in shown.stdout, shown.stdout  # the whole rollout: none settled
+    assert "2/2" not in shown.stdout, shown.stdout
+
+    third = json.loads(ctl(stack.url, creator, "--output", "json", "create", "1.1.0").stdout)["id"]
+    assert ctl(stack.url, creator, "abort", third).returncode == 0
+    shown = ctl(stack.url, creator, "status", third)
+    assert re.search(r"^aborted by +api:e2e at \S+ *$", shown.stdout, re.MULTILINE), shown.stdout
+    assert re.search(r"^why +an operator's abort *$", shown.stdout, re.MULTILINE), shown.stdout
+    assert ctl(stack.url, creator, "wait", third).returncode == 3
