@@ -77,7 +77,8 @@ def create(api: Api, out: Output, args: argparse.Namespace) -> int:
         body["gates"] = gates
     if args.dry_run:
         plan = api.post("rollouts/", body, params={"dryRun": "true"})
-        out.result(plan, plan_view(plan, names))
+        planned = plan.get("gates") if isinstance(plan.get("gates"), list) else None
+        out.result(plan, plan_view(plan, names, gates=gates_table(planned) if planned else None))
         return follow.EXIT_OK
     rollout = api.post("rollouts/", body)
     out.result(rollout, rollout_view(rollout, names))

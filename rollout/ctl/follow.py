@@ -26,7 +26,7 @@ EXIT_TIMED_OUT = 4
 #: ``labels``: the selector matched no node (nothing was changed).
 EXIT_NO_MATCH = 5
 
-#: The terminal states (``superseded``: another rollout took its nodes over, CONTRACT 20.1).
+#: The terminal states (``superseded``: another rollout took its nodes over, docs/ctl.md#rolling-back-and-forward).
 FINISHED = frozenset({"completed", "aborted", "denied", "superseded"})
 #: What ``wait`` answers for each state that ends it; any other state keeps it waiting.
 VERDICTS = {

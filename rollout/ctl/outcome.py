@@ -113,14 +113,15 @@ def gates_table(gates: list[dict[str, Any]]) -> Table:
     table = Table(box=None, pad_edge=False, title="gates", title_justify="left")
     for name in ("gate", "state", "value", "at", "failures in a row", "detail"):
         table.add_column(name, overflow="fold", no_wrap=name in ("state", "at"))
-    for gate in gates:
+    for gate in gates:  # a dry run's gates may carry no result yet: blank cells
         value = gate.get("value")
+        state = str(gate.get("state") or "")
         table.add_row(
             str(gate.get("name")),
-            Text(str(gate.get("state")), style=GATE_STYLES.get(str(gate.get("state")), "")),
+            Text(state, style=GATE_STYLES.get(state, "")),
             "" if value is None else f"{value:g}" if isinstance(value, int | float) else str(value),
             str(gate.get("at") or ""),
-            str(gate.get("consecutiveFailures", 0)),
+            str(gate.get("consecutiveFailures", "")),
             str(gate.get("detail") or ""),
         )
     return table

@@ -231,8 +231,11 @@ def nodes_table(rows: Iterable[dict[str, Any]], names: Mapping[str, str] = EMPTY
     return table
 
 
-def plan_view(plan: dict[str, Any], names: Mapping[str, str] = EMPTY) -> RenderableType:
-    """A dry run's plan: waves with their nodes per pool, budgets, the estimated duration."""
+def plan_view(
+    plan: dict[str, Any], names: Mapping[str, str] = EMPTY, *, gates: RenderableType | None = None
+) -> RenderableType:
+    """A dry run's plan: waves with their nodes per pool, budgets, the estimated duration; its schedule, the
+    rollout it would supersede and its gates (``gates``, drawn last) when the server's plan carries them."""
     pools = list(plan.get("poolIds") or [])
     head = Text(
         f"dry run: {plan.get('nodes')} nodes to bcd {plan.get('version')}, "
@@ -240,6 +243,11 @@ def plan_view(plan: dict[str, Any], names: Mapping[str, str] = EMPTY) -> Rendera
     )
     if _newer(plan):
         head.append(f"\n{_newer(plan)} nodes already on a newer release are left out")
+    for label, key in (("starts at", "startAt"), ("ends by", "endBy"), ("at its end", "endBehavior")):
+        if plan.get(key):
+            head.append(f"\n{label}: {plan[key]}")
+    if plan.get("supersedes"):
+        head.append(f"\nsupersedes {plan['supersedes']}")
     waves = Table(box=None, pad_edge=False)
     waves.add_column("wave", justify="right")
     waves.add_column("%", justify="right")
@@ -257,4 +265,7 @@ def plan_view(plan: dict[str, Any], names: Mapping[str, str] = EMPTY) -> Rendera
     budgets.add_column("in use", justify="right")
     for pool, budget in (plan.get("budgets") or {}).items():
         budgets.add_row(_pool(pool, names), str(budget.get("allowed")), str(budget.get("inUse")))
-    return Group(head, Text(""), waves, Text(""), budgets)
+    parts: list[RenderableType] = [head, Text(""), waves, Text(""), budgets]
+    if gates is not None:
+        parts += [Text(""), gates]
+    return Group(*parts)

@@ -112,3 +112,25 @@ def test_the_apis_refusal_of_a_gate_is_printed_with_its_code(api, ctl):
     code, _, err = ctl("create", "1.4.0", "--gate", "errors:prometheus=sum(rate(foo[5m]<=1")
     assert code == 1
     assert err.splitlines() == ["error: invalid_gate: Prometheus refused the query: parse error", '  gate: "errors"']
+
+
+def test_a_dry_run_shows_the_schedule_and_the_gates_when_the_plan_carries_them(api, ctl):
+    plan = {
+        "version": "1.4.0", "nodes": 3, "waves": [{"index": 0, "percent": 100, "total": 3, "pools": {}}],
+        "poolIds": [], "budgets": {}, "startAt": "2026-12-09T08:00:00Z", "endBy": "2026-12-09T18:00:00Z",
+        "endBehavior": "abort", "supersedes": OTHER,
+        "gates": [{"name": "errors", "state": "pass", "value": 0, "detail": "1 sample(s), the largest 0 <= 0.01"}],
+    }  # fmt: skip
+    api.on("POST", "rollouts/", (200, plan))
+    code, out, _ = ctl("create", "1.4.0", "--dry-run")
+    assert code == 0
+    for line in ("starts at: 2026-12-09T08:00:00Z", "ends by: 2026-12-09T18:00:00Z", "at its end: abort"):
+        assert line in out
+    assert f"supersedes {OTHER}" in out
+    assert next(x.split() for x in out.splitlines() if x.startswith("errors"))[:5] == [
+        "errors",
+        "pass",
+        "0",
+        "1",
+        "sample(s),",
+    ]
