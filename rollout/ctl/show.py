@@ -174,7 +174,7 @@ def rollout_view(
         waves.add_row(
             f"{marker}{wave['index'] + 1}",
             str(wave["percent"]),
-            ProgressBar(total=max(total, 1), completed=settled(wave), width=30),
+            ProgressBar(total=max(total, 1), completed=settled(wave), width=20),
             f"{settled(wave)}/{total}",
             *(str(wave.get(key) or 0) for key, _ in COUNTS),
         )
