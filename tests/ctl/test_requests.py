@@ -3,8 +3,11 @@ against a real local HTTP server answering as the API does."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
+from rollout.ctl.client import retry_after
 from tests.ctl.conftest import KEY, rollout
 
 RID = rollout()["id"]
@@ -69,3 +72,11 @@ def test_every_action_but_abort_sends_a_comment(api, ctl, action):
     code, _, _ = ctl(action, RID, "--comment", "change 42")
     assert code == 0
     assert api.seen[-1].body == {"comment": "change 42"}
+
+
+def test_retry_after_is_read_as_seconds_or_an_http_date():
+    now = datetime(2026, 12, 8, 1, 0, 0, tzinfo=UTC)
+    assert retry_after("5") == 5.0
+    assert retry_after("Tue, 08 Dec 2026 01:00:30 GMT", now=now) == 30.0
+    assert retry_after("Tue, 08 Dec 2026 00:59:00 GMT", now=now) == 0.0  # already past: at once
+    assert [retry_after(x) for x in (None, "", "soon", "-3")] == [None] * 4
