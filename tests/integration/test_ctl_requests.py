@@ -114,3 +114,25 @@ def test_pause_resume_abort_list_and_nodes_and_an_api_error_with_its_fields(serv
     again = ctl(url, key, "abort", second, "--rollback")
     assert again.returncode == 1
     assert again.stderr.startswith("error: invalid_state: ")
+
+
+def test_create_with_gates_and_status_shows_them(served, settings):
+    url, key = served
+    settings.ROLLOUT_PROMETHEUS_URL = "http://127.0.0.1:9"  # never asked here: no worker runs
+    created = ctl(
+        url, key, "--output", "json", "create", "1.0.0", "--pools", "gpu-a",
+        "--gate", "errors:prometheus=sum(rate(http_5xx[5m]))<=0.01", "--gate-interval", "15",
+        "--gate-failure-limit", "4",
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    rollout = json.loads(created.stdout)
+    assert (rollout["gateIntervalSeconds"], rollout["gateFailureLimit"]) == (15, 4)
+    shown = ctl(url, key, "status", rollout["id"])
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"^gates *$", shown.stdout, re.MULTILINE), shown.stdout
+    assert re.search(r"^errors +\w+", shown.stdout, re.MULTILINE), shown.stdout
+
+    nine = [arg for i in range(9) for arg in ("--gate", f"g{i}:prometheus=up<=1")]
+    refused = ctl(url, key, "create", "1.0.0", "--pools", "gpu-b", *nine)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("error: invalid_gate: ")
