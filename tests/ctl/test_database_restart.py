@@ -8,6 +8,7 @@ broker is not what this test breaks.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -40,7 +41,7 @@ def fault_broker(tmp_path_factory) -> Iterator[PrivateRedis]:
         broker.stop()
 
 
-def test_wait_rides_out_a_database_restart_and_exits_0_when_the_rollout_completes(fault_stack, tmp_path):
+def test_wait_and_status_watch_ride_out_a_database_restart_and_exit_0_when_the_rollout_completes(fault_stack, tmp_path):
     stack = fault_stack
     pools = {"ctl-db": (4, 0.5)}
     fleet = agents_fleet(stack, pools, seed=51)
@@ -51,16 +52,24 @@ def test_wait_rides_out_a_database_restart_and_exits_0_when_the_rollout_complete
             version="1.0.0", poolIds=[pool_id(stack, "ctl-db")], waves=[50, 100], soakSeconds=3600,
             upgradeTimeoutSeconds=60,
         )  # fmt: skip
-        err_path, out_path = tmp_path / "wait.err", tmp_path / "wait.out"
         env = {**os.environ, "ROLLOUT_SERVER": stack.url, "COLUMNS": "160"}
         env["ROLLOUT_API_KEY"] = stack.client.headers["Authorization"].removeprefix("Bearer ")
-        with err_path.open("w") as err, out_path.open("w") as out:
-            waiting = subprocess.Popen(
-                [sys.executable, "-m", "rollout.ctl", "wait", rollout, "--timeout", "600", "--interval", "0.5"],
-                env=env, cwd=REPOSITORY, stdout=out, stderr=err,
-            )  # fmt: skip
+        commands = {
+            "wait": ["wait", rollout, "--timeout", "600", "--interval", "0.5"],
+            "watch": ["--output", "json", "status", rollout, "--watch", "--timeout", "600", "--interval", "0.5"],
+        }
+        running_ctl: dict[str, subprocess.Popen] = {}
+        for name, argv in commands.items():
+            with (tmp_path / f"{name}.err").open("w") as err, (tmp_path / f"{name}.out").open("w") as out:
+                running_ctl[name] = subprocess.Popen(
+                    [sys.executable, "-m", "rollout.ctl", *argv], env=env, cwd=REPOSITORY, stdout=out, stderr=err
+                )
+
+        def said(name: str, what: str = "err") -> str:
+            return (tmp_path / f"{name}.{what}").read_text()
+
         try:
-            wait_until(lambda: "active" in out_path.read_text(), timeout=60, what="ctl wait's first line")
+            wait_until(lambda: "active" in said("wait", "out"), timeout=60, what="ctl wait's first line")
             wait_until(
                 lambda: (
                     stack.query("SELECT next_wave_at FROM rollout_rollout WHERE id = %s", (rollout,))[0][0] is not None
@@ -70,24 +79,28 @@ def test_wait_rides_out_a_database_restart_and_exits_0_when_the_rollout_complete
             )
             stack.postgres.stop("fast")
             try:
-                # Longer than the old give-up (4 retries at 2 s, ~8 s), and until ctl has met the 503.
+                # Longer than the old give-up (4 retries at 2 s, ~8 s), and until both have met the 503.
                 hold(
                     15,
-                    observed=lambda: "warning: database_unavailable" in err_path.read_text(),
-                    what="ctl wait to meet the outage",
+                    observed=lambda: all("warning: database_unavailable" in said(name) for name in commands),
+                    what="ctl wait and status --watch to meet the outage",
                 )
-                assert waiting.poll() is None, err_path.read_text()
+                for name, process in running_ctl.items():
+                    assert process.poll() is None, said(name)
             finally:
                 stack.postgres.start()
             wait_until(stack.web_ready, timeout=90, what="the API to answer again")
             promoted = stack.client.post(f"/api/compute/rollouts/{rollout}/promote/")
             assert promoted.status_code == 200, promoted.text
-            assert waiting.wait(timeout=180) == 0, err_path.read_text()
+            for name, process in running_ctl.items():
+                assert process.wait(timeout=180) == 0, said(name)
         finally:
-            if waiting.poll() is None:
-                waiting.kill()
-                waiting.wait()
-    err_text = err_path.read_text()
-    assert "warning: database_unavailable" in err_text
-    assert "the server answers again" in err_text
-    assert f"{rollout} completed" in out_path.read_text()
+            for process in running_ctl.values():
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+    for name in commands:
+        assert "warning: database_unavailable" in said(name)
+        assert "the server answers again" in said(name)
+    assert f"{rollout} completed" in said("wait", "out")
+    assert json.loads(said("watch", "out"))["state"] == "completed"

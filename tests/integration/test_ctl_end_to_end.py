@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -107,6 +108,10 @@ def test_wait_exits_2_on_a_failing_canary_then_3_once_aborted_and_a_refused_acti
         paused = ctl(stack.url, key, "wait", rid, "--interval", "0.2", "--timeout", "90")
         assert paused.returncode == 2, (paused.stdout, paused.stderr)
         assert paused.stdout.splitlines()[-1] == f"{rid} paused  wave 1/2: 1/1 settled, 1 failed  (failure_ratio)"
+        # A pause is drawn, not an end: status --watch keeps watching; paused when its --timeout passes: 2.
+        watched = ctl(stack.url, key, "status", rid, "--watch", "--interval", "0.2", "--timeout", "1")
+        assert watched.returncode == 2, (watched.stdout, watched.stderr)
+        assert "timed out after 1 s: the rollout is paused" in watched.stderr
 
         aborted = ctl(stack.url, key, "abort", rid, "--rollback")
         assert aborted.returncode == 0, aborted.stderr
@@ -114,6 +119,10 @@ def test_wait_exits_2_on_a_failing_canary_then_3_once_aborted_and_a_refused_acti
         stopped = ctl(stack.url, key, "wait", rid, "--output", "json")
         assert stopped.returncode == 3
         assert json.loads(stopped.stdout)["state"] == "aborted"
+        assert ctl(stack.url, key, "status", rid, "--watch", "--interval", "0.2").returncode == 3
+        shown = ctl(stack.url, key, "status", rid).stdout
+        assert re.search(r"^aborted by +api:e2e at ", shown, re.MULTILINE), shown
+        assert re.search(r"^abort did +\d+ pending cancelled, \d+ in flight sent back", shown, re.MULTILINE), shown
 
         refused = ctl(stack.url, key, "resume", rid)
         assert refused.returncode == 1
