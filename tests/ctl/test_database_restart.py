@@ -19,24 +19,27 @@ import pytest
 
 from demo.processes import wait_until
 from tests.brokers import PrivateRedis
-from tests.faults.conftest import fault_stack, private_postgres, shared_fault_stack
+from tests.faults.conftest import fault_stack, fault_system, private_cluster
 from tests.faults.proof import agents_fleet, hold, pool_id
+from tests.faults.stack import FaultStack
 
 pytestmark = pytest.mark.integration
 REPOSITORY = Path(__file__).resolve().parents[2]
-__all__ = ["fault_stack", "private_postgres", "shared_fault_stack"]  # the fixtures this module uses
+__all__ = ["fault_stack"]  # tests/faults' fixture, on this module's shared_fault_stack
 
 
-@pytest.fixture(scope="session")
-def fault_broker(tmp_path_factory) -> Iterator[PrivateRedis]:
-    """tests/faults' private system on a private Redis only (its own fixture runs every test on both brokers)."""
+@pytest.fixture(scope="module")
+def shared_fault_stack(tmp_path_factory) -> Iterator[FaultStack]:
+    """tests/faults' private system, on a private PostgreSQL cluster and a private Redis of this module's own
+    (the broker is not what this test breaks): stopped when the module ends, not with the session."""
     broker = PrivateRedis(tmp_path_factory.mktemp("ctl-redis"))
     try:
         broker.start()
     except RuntimeError as exc:  # not installed: a failure, never a skip
         pytest.fail(str(exc))
     try:
-        yield broker
+        with private_cluster() as cluster, fault_system(cluster, broker, tmp_path_factory.mktemp("ctl-stack")) as stack:
+            yield stack
     finally:
         broker.stop()
 

@@ -46,6 +46,13 @@ from tests.faults.stack import (
 @pytest.fixture(scope="session")
 def private_postgres() -> Iterator[PrivatePostgres]:
     """One private cluster for the session (initdb, then pg_ctl start on a free port)."""
+    with private_cluster() as cluster:
+        yield cluster
+
+
+@contextlib.contextmanager
+def private_cluster() -> Iterator[PrivatePostgres]:
+    """A private PostgreSQL cluster, started, stopped and removed at the end (tests/ctl uses it too)."""
     if not (PG_BIN / "initdb").exists():
         pytest.fail(f"the fault tests need PostgreSQL's initdb/pg_ctl in {PG_BIN} (make test)")
     # A short path: the socket's path must stay under 107 bytes.
@@ -80,10 +87,18 @@ def fault_broker(request, tmp_path_factory) -> Iterator[PrivateRedis | PrivateRa
 @pytest.fixture(scope="session")
 def shared_fault_stack(private_postgres, fault_broker, tmp_path_factory) -> Iterator[FaultStack]:
     """One private system per broker for every fault test (starting it costs tens of seconds on a busy
-    machine): a database copied from the template, releases 0.9.0 and 1.0.0 with binaries, gunicorn, one
-    worker and one beat (every 1 s) on the private broker. Each test enrolls its own pools. Every process
-    is killed at the end, whatever happened."""
-    root = tmp_path_factory.mktemp("faults-stack")
+    machine)."""
+    with fault_system(private_postgres, fault_broker, tmp_path_factory.mktemp("faults-stack")) as stack:
+        yield stack
+
+
+@contextlib.contextmanager
+def fault_system(
+    private_postgres: PrivatePostgres, fault_broker: PrivateRedis | PrivateRabbitMQ, root: Path
+) -> Iterator[FaultStack]:
+    """A private system: a database copied from the template, releases 0.9.0 and 1.0.0 with binaries, gunicorn,
+    one worker and one beat (every 1 s) on the private broker. Each test enrolls its own pools. Every process
+    is killed at the end, whatever happened (tests/ctl uses it too)."""
     name = f"faults_{fault_broker.name}_{uuid.uuid4().hex[:8]}"
     private_postgres.create_database(name)
     port = free_port()
