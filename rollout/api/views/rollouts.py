@@ -182,6 +182,7 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
                     "sequence_rollback",
                     "invalid_selector",
                     "invalid_schedule",
+                    "invalid",
                 ],
                 conflict=["conflict"],
                 unavailable=["no_downloads_url"],
