@@ -23,6 +23,7 @@ from core.errors import Conflict, InvalidInput
 from fleet.interface import Node
 from rollout.models import Release, binary_storage_name
 from rollout.registry import storage
+from rollout.words import a_rollout, state_words
 
 SEQUENCE_ROLLBACK_DETAIL = (
     "Every chosen node runs a release with a higher sequence than {version} (#{sequence}), and nodes refuse "
@@ -33,13 +34,6 @@ SEQUENCE_ROLLBACK_DETAIL = (
 
 #: Rollout ids named in a conflict's detail (``rolloutIds`` lists them all).
 ECHOED_IDS = 10
-#: A holder's state in words: "held by an active rollout", "by a rollout awaiting approval".
-HOLDER_WORDS = {
-    "active": ("an active rollout", "active"),
-    "paused": ("a paused rollout", "paused"),
-    "scheduled": ("a scheduled rollout", "scheduled"),
-    "awaiting_approval": ("a rollout awaiting approval", "awaiting approval"),
-}
 
 
 @dataclass(frozen=True)
@@ -69,9 +63,9 @@ class Taken:
         if not self.states:
             return "another rollout"  # one created meanwhile: the unique index said so, not which
         if len(self.states) == 1:
-            return HOLDER_WORDS.get(self.states[0], (f"a rollout in state {self.states[0]}", ""))[0]
+            return a_rollout(self.states[0])
         counts = Counter(self.states)
-        parts = ", ".join(f"{n} {HOLDER_WORDS.get(state, ('', state))[1]}" for state, n in sorted(counts.items()))
+        parts = ", ".join(f"{n} {state_words(state)}" for state, n in sorted(counts.items()))
         return f"{len(self.states)} rollouts ({parts})"
 
 

@@ -18,7 +18,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from core.errors import InvalidInput, NotFound
+from core.errors import NotFound
 from core.pagination import PaginatedViewMixin
 from core.query import query_parameters, refuse_unknown_parameters
 from fleet.interface import FleetAdminOrApprover, RolloutApprover
@@ -40,7 +40,7 @@ from rollout.api.serializers import (
     RolloutPlanSerializer,
     RolloutSerializer,
 )
-from rollout.api.views.common import caller_actor, caller_principal, represent_upgrades
+from rollout.api.views.common import caller_actor, caller_principal, dry_run, represent_upgrades
 from rollout.gates.verdicts import gate_json, gates_of
 from rollout.models import NodeUpgrade, Rollout
 from rollout.rollouts.actions import (
@@ -54,19 +54,6 @@ from rollout.rollouts.actions import (
 from rollout.rollouts.approvals import rollout_approve, rollout_deny
 from rollout.rollouts.create import rollout_create, rollout_plan
 from rollout.rollouts.representation import rollouts_json
-
-
-def _dry_run(request: Request) -> bool:
-    """``?dryRun=``: true (also 1, yes) or false (also 0, no); anything else is a 400, never a real create."""
-    value = request.query_params.get("dryRun")
-    if value is None:
-        return False
-    if value.lower() in {"1", "true", "yes"}:
-        return True
-    if value.lower() in {"0", "false", "no"}:
-        return False
-    raise InvalidInput("dryRun must be true or false.", code="invalid_input", field="dryRun")
-
 
 ROLLOUT_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The rollout's id.")
 ROLLOUT_ACTION_RESPONSES = {
@@ -192,12 +179,12 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
     def create(self, request: Request) -> Response:
         # A create writes: a misspelt ``?dryrun=true`` must not create for real (docs/api.md#lists).
         refuse_unknown_parameters(request, self)
-        dry_run = _dry_run(request)
+        planning = dry_run(request)
         serializer = RolloutCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         tenant = caller_principal(request).tenant
         spec = serializer.spec()
-        if dry_run:
+        if planning:
             plan = rollout_plan(tenant=tenant, spec=spec)
             return Response(RolloutPlanSerializer(plan).data, status=status.HTTP_200_OK)
         rollout = rollout_create(
