@@ -49,7 +49,9 @@ _EXTRA_FIELDS: dict[str, dict[str, AnyField]] = {
             required=False, help_text="Per-field messages, as DRF's validation reports them."
         ),
     },
-    "unknown_parameter": {"field": serializers.CharField(help_text="The query parameter refused.")},
+    "unknown_parameter": {
+        "field": serializers.CharField(required=False, help_text="The query parameter refused (always given).")
+    },
     "invalid_state": {"state": serializers.CharField(required=False, help_text="The object's current state.")},
     "throttled": {"retryAfter": serializers.IntegerField(help_text="Seconds to wait, as in `Retry-After`.")},
 }
