@@ -22,6 +22,8 @@ from rest_framework import serializers
 CODES: dict[str, str] = {
     # generic (core/exceptions.py)
     "invalid_input": "The body or a query parameter failed validation (see `errors` or `field`).",
+    "unknown_parameter": "A query parameter this endpoint does not take (`field` names it; the endpoint's "
+    "parameters are listed in its description).",
     "invalid_json": "The body is not valid UTF-8 JSON, nests deeper than 64 levels, or holds a lone surrogate.",
     "not_authenticated": "No `Authorization: Bearer` header.",
     "authentication_failed": "The bearer token is malformed, unknown or revoked.",
@@ -46,6 +48,9 @@ _EXTRA_FIELDS: dict[str, dict[str, AnyField]] = {
         "errors": serializers.DictField(
             required=False, help_text="Per-field messages, as DRF's validation reports them."
         ),
+    },
+    "unknown_parameter": {
+        "field": serializers.CharField(required=False, help_text="The query parameter refused (always given).")
     },
     "invalid_state": {"state": serializers.CharField(required=False, help_text="The object's current state.")},
     "throttled": {"retryAfter": serializers.IntegerField(help_text="Seconds to wait, as in `Retry-After`.")},

@@ -22,6 +22,9 @@ plain base64 that a client can edit. Here:
 - one query per page (``LIMIT limit + 1`` tells whether there is a next page):
   no COUNT, no OFFSET.
 
+A query parameter the list does not declare (``core.query.query_parameters``), other than ``limit``
+and ``cursor``, is a 400 ``unknown_parameter`` before anything is read.
+
 Ordering fields must be concrete, non-null columns of the model itself.
 """
 
@@ -42,6 +45,7 @@ from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
 from core.errors import InvalidInput
+from core.query import refuse_unknown_parameters
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -166,6 +170,8 @@ class CursorPagination(BasePagination):
     # --- DRF's pagination interface --------------------------------------------------------
     # Only a queryset can be keyset-paginated (DRF's signature also allows a plain sequence).
     def paginate_queryset(self, queryset: QuerySet[Any], request: Request, view: Any = None) -> list[Any]:  # type: ignore[override]
+        # Every list refuses what it does not declare (core/query.py): a typo never lists the whole fleet.
+        refuse_unknown_parameters(request, view, also=(self.limit_query_param, self.cursor_query_param))
         limit = self.get_limit(request)
         fields = self.ordering(queryset)
         start = self.decode_cursor(request, fields)

@@ -13,6 +13,7 @@ from rest_framework.response import Response
 
 from core.errors import InvalidInput, NotFound
 from core.pagination import PaginatedViewMixin
+from core.query import query_parameters
 from fleet.api import serializers as s
 from fleet.api.params import path_id, query_bool, query_id, query_text, valid_body
 from fleet.api.schema import error_responses
@@ -45,7 +46,10 @@ class TenantViewSet(PaginatedViewMixin, viewsets.ViewSet):
 
 class PoolViewSet(TenantViewSet):
     @extend_schema(
-        responses={200: s.PoolSerializer(many=True), **error_responses("PoolList", bad_request=["invalid_input"])}
+        responses={
+            200: s.PoolSerializer(many=True),
+            **error_responses("PoolList", bad_request=["invalid_input", "unknown_parameter"]),
+        }
     )
     def list(self, request: Request) -> Response:
         pools = Pool.objects.filter(tenant=self.tenant)
@@ -107,16 +111,16 @@ class NodeViewSet(TenantViewSet):
             raise NotFound(f"No node {pk}.", code="not_found")
         return Response(s.NodeSerializer(node, context={"now": timezone.now()}).data)
 
+    @query_parameters(
+        OpenApiParameter("poolId", str, description="only the nodes of this pool"),
+        OpenApiParameter("selector", str, description="only the nodes whose labels match this selector"),
+        OpenApiParameter("daemonVersion", str, description="only the nodes whose agent last reported this version"),
+        OpenApiParameter("online", bool, description="`true`: only the online nodes; `false`: only the others"),
+    )
     @extend_schema(
-        parameters=[
-            OpenApiParameter("poolId", str, description="only the nodes of this pool"),
-            OpenApiParameter("selector", str, description="only the nodes whose labels match this selector"),
-            OpenApiParameter("daemonVersion", str, description="only the nodes whose agent last reported this version"),
-            OpenApiParameter("online", bool, description="`true`: only the online nodes; `false`: only the others"),
-        ],
         responses={
             200: s.NodeSerializer(many=True),
-            **error_responses("NodeList", bad_request=["invalid_input", "invalid_selector"]),
+            **error_responses("NodeList", bad_request=["invalid_input", "invalid_selector", "unknown_parameter"]),
         },
     )
     def list(self, request: Request) -> Response:
@@ -211,14 +215,14 @@ class WorkflowViewSet(TenantViewSet):
             raise NotFound(f"No workflow {pk}.", code="not_found")
         return workflow
 
+    @query_parameters(
+        OpenApiParameter("nodeId", str, description="only this node's workflows"),
+        OpenApiParameter("state", str, enum=Workflow.State.values),
+    )
     @extend_schema(
-        parameters=[
-            OpenApiParameter("nodeId", str, description="only this node's workflows"),
-            OpenApiParameter("state", str, enum=Workflow.State.values),
-        ],
         responses={
             200: s.WorkflowSerializer(many=True),
-            **error_responses("WorkflowList", bad_request=["invalid_input"]),
+            **error_responses("WorkflowList", bad_request=["invalid_input", "unknown_parameter"]),
         },
     )
     def list(self, request: Request) -> Response:
@@ -287,14 +291,14 @@ class AuditListView(generics.ListAPIView):
                 entries = entries.filter(**{column: value})
         return entries
 
+    @query_parameters(
+        OpenApiParameter("action", str, description="only entries of this action, e.g. rollout.pause"),
+        OpenApiParameter("objectId", str, description="only entries about this object"),
+    )
     @extend_schema(
-        parameters=[
-            OpenApiParameter("action", str, description="only entries of this action, e.g. rollout.pause"),
-            OpenApiParameter("objectId", str, description="only entries about this object"),
-        ],
         responses={
             200: s.AuditEntrySerializer(many=True),
-            **error_responses("AuditList", bad_request=["invalid_input"]),
+            **error_responses("AuditList", bad_request=["invalid_input", "unknown_parameter"]),
         },
     )
     def get(self, request: Request, *args, **kwargs) -> Response:

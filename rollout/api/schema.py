@@ -46,8 +46,9 @@ register_codes(
         "unknown_pool": "A pool id is not one of the tenant's pools (for a rollout, `poolIds` lists them).",
         "no_nodes": "The chosen pools have no nodes.",
         "invalid_waves": "`waves` are not 1 to 20 strictly increasing percentages in (0, 100] ending at 100.",
-        "conflict": "Some snapshotted nodes are already in an active rollout (`nodeIds` lists them, `rolloutIds` "
-        "the rollouts that hold them).",
+        "conflict": "Some snapshotted nodes are already held by another rollout, active, paused, scheduled or "
+        "awaiting approval (`nodeIds` lists them, `rolloutIds` the rollouts that hold them; `detail` names their "
+        "states).",
         "binary_missing": "The release has no stored binary for the platform of a snapshotted node (`platforms`): "
         "upload it first.",
         "sequence_rollback": "Every chosen node runs a release of a higher sequence, and nodes refuse older "
@@ -59,6 +60,8 @@ register_codes(
         "invalid_schedule": "`startAt` or `endBy` is not an RFC 3339 time with an offset, `startAt` is more than a "
         "minute past, `endBy` is not after now and after `startAt`, or `endBehavior` is not `pause`, `abort` or "
         "`abort_rollback` (`field` names it).",
+        "invalid": "Fields that are valid alone but not together (`field` names the one at fault): `endBehavior` "
+        "without `endBy`.",
         "deadline_passed": "The rollout's `endBy` has passed: resume with a later `endBy` in the body.",
         "self_approval": "The rollout's creator cannot approve it: another user with `compute:rollout:approve` must.",
         "already_approved": "This user already approved the rollout.",
@@ -73,7 +76,8 @@ register_codes(
         "conflict": {
             "nodeIds": serializers.ListField(child=serializers.CharField(), help_text="The nodes already taken."),
             "rolloutIds": serializers.ListField(
-                child=serializers.CharField(), help_text="The active rollouts that hold them."
+                child=serializers.CharField(),
+                help_text="The rollouts that hold them (active, paused, scheduled or awaiting approval).",
             ),
         },
         "binary_missing": {
@@ -84,6 +88,7 @@ register_codes(
             )
         },
         "invalid_schedule": {"field": serializers.CharField(required=False, help_text="The schedule field.")},
+        "invalid": {"field": serializers.CharField(required=False, help_text="The field at fault.")},
         "deadline_passed": {"endBy": serializers.DateTimeField(required=False, help_text="The deadline that passed.")},
         "sequence_not_increasing": {"highestSequence": serializers.IntegerField(required=False)},
         "root_version": {"currentVersion": serializers.IntegerField(required=False)},

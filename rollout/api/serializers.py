@@ -262,6 +262,18 @@ class RolloutSerializer(ResponseModelSerializer):
         return shown
 
 
+class PlannedGateSerializer(serializers.Serializer):
+    """A gate as the create would store it: its definition and its first result (Prometheus asked once)."""
+
+    name = serializers.CharField()
+    prometheus = serializers.DictField(required=False, help_text='`{"query", "max"}`: a Prometheus gate.')
+    http = serializers.DictField(required=False, help_text='`{"url"}`: an HTTP gate.')
+    # The gates' states (RolloutGateSerializer's enum): a second enum of the same name would collide in the schema.
+    state = serializers.CharField(help_text="`pass`, `fail`, `inconclusive` or `pending` (an HTTP gate).")
+    value = serializers.FloatField(allow_null=True)
+    detail = serializers.CharField(allow_null=True, help_text="Null for a pass; the provider's error if inconclusive.")
+
+
 class PlannedWaveSerializer(serializers.Serializer):
     index = serializers.IntegerField(min_value=0)
     percent = StrictNumberField()
@@ -295,10 +307,22 @@ class RolloutPlanSerializer(serializers.Serializer):
         "windows are open); null when a pool's budget allows no node.",
     )
     excluded = serializers.SerializerMethodField()
+    startAt = serializers.DateTimeField(source="schedule.start_at", allow_null=True)
+    endBy = serializers.DateTimeField(source="schedule.end_by", allow_null=True)
+    endBehavior = serializers.CharField(
+        source="schedule.end_behavior", allow_null=True, help_text="`pause` when only `endBy` is given."
+    )
+    gates = serializers.SerializerMethodField()
+    gateIntervalSeconds = serializers.IntegerField(source="gates.interval_seconds")
+    gateFailureLimit = serializers.IntegerField(source="gates.failure_limit")
 
     @extend_schema_field(ExcludedSerializer)
     def get_excluded(self, plan: RolloutPlan) -> dict[str, int]:
         return {"newer": plan.excluded_newer}
+
+    @extend_schema_field(PlannedGateSerializer(many=True))
+    def get_gates(self, plan: RolloutPlan) -> list[dict[str, object]]:
+        return plan.planned_gates()
 
 
 class NodeUpgradeSerializer(ResponseModelSerializer):
@@ -341,7 +365,11 @@ class RolloutGateSerializer(serializers.Serializer):
     value = serializers.FloatField(allow_null=True, help_text="Prometheus: the largest sample; HTTP: the status.")
     at = serializers.DateTimeField(allow_null=True, help_text="When it was taken; null while pending.")
     consecutiveFailures = serializers.IntegerField(min_value=0)
-    detail = serializers.CharField(allow_null=True, help_text="Why, in a few words (an inconclusive answer's cause).")
+    detail = serializers.CharField(
+        allow_null=True,
+        help_text="Null for a pass and while pending; the provider's error text when inconclusive; for a fail, "
+        "the value against the maximum (Prometheus) or the status (HTTP).",
+    )
 
 
 class RolloutEventSerializer(ResponseModelSerializer):

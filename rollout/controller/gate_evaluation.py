@@ -14,6 +14,11 @@ outside any tick and never holds a transaction across the network:
    stored results. One commit per round, not per gate: under load a commit waits for the disk.
 
 A claimed gate whose worker died is due again when its lease ends.
+
+At create (and in the dry run) each Prometheus gate is asked once, before any transaction:
+``gates_first_look``. A query Prometheus refuses (400 ``bad_data``) refuses the create (400
+``invalid_gate`` with Prometheus' own error); any other answer, an unreachable Prometheus included, is
+the gate's first result (``rollout/gates/verdicts.py`` ``gates_create``), counting no failure.
 """
 
 from __future__ import annotations
@@ -27,10 +32,19 @@ import structlog
 from django.db import transaction
 from django.utils import timezone
 
+from core.errors import InvalidInput
 from rollout.controller.events import GateFailed, event_record
 from rollout.controller.tick_requests import rollout_request_tick
-from rollout.gates.probe import INCONCLUSIVE, Outcome, http_probe, prometheus_probe
-from rollout.gates.spec import FRESH_INTERVALS, allow_private, prometheus_url, url_allow
+from rollout.gates.probe import INCONCLUSIVE, MAX_DETAIL, Outcome, http_probe, prometheus_probe
+from rollout.gates.spec import (
+    FRESH_INTERVALS,
+    PROMETHEUS,
+    GateOptions,
+    GateSpec,
+    allow_private,
+    prometheus_url,
+    url_allow,
+)
 from rollout.models import Rollout, RolloutGate
 
 log = structlog.get_logger("rollout")
@@ -57,6 +71,31 @@ class Claimed:
     query: str
     maximum: float | None
     url: str
+
+
+def _first_probe(spec: GateSpec) -> Outcome | None:
+    base = prometheus_url()
+    if spec.kind != PROMETHEUS or base is None:  # HTTP gates are first asked by the evaluation
+        return None
+    return prometheus_probe(base, spec.query, maximum=spec.maximum or 0.0)
+
+
+def gates_first_look(*, options: GateOptions) -> list[Outcome | None]:
+    """Ask each Prometheus gate once, at once (the network: call it outside any transaction); None for the
+    others. Raises InvalidInput ``invalid_gate`` naming the first gate whose query Prometheus refused."""
+    prometheus_gates = [spec for spec in options.gates if spec.kind == PROMETHEUS]
+    if not prometheus_gates:
+        return [None for _ in options.gates]
+    with ThreadPoolExecutor(max_workers=len(prometheus_gates), thread_name_prefix="gate") as threads:
+        outcomes = list(threads.map(_first_probe, options.gates))
+    for spec, outcome in zip(options.gates, outcomes, strict=True):
+        if outcome is not None and outcome.refused is not None:
+            raise InvalidInput(
+                f"Gate {spec.name}: Prometheus refused the query: {outcome.refused}",
+                code="invalid_gate",
+                gate=spec.name,
+            )
+    return outcomes
 
 
 def gates_claim(*, now: datetime, limit: int = CLAIM_BATCH) -> list[Claimed]:
@@ -128,7 +167,7 @@ def _apply(gate: RolloutGate, outcome: Outcome, *, now: datetime) -> None:
     interval = timedelta(seconds=gate.rollout.gate_interval_seconds)
     gate.state = outcome.state
     gate.value = outcome.value
-    gate.detail = outcome.detail[:200]
+    gate.detail = (outcome.detail or "")[:MAX_DETAIL]
     gate.at = now
     gate.fresh_until = now + FRESH_INTERVALS * interval if outcome.state == State.PASS else None
     if outcome.state == State.FAIL:

@@ -46,6 +46,7 @@ from rollout.controller.judge import failure_ratio_exceeded, wave_counts
 from rollout.controller.upgrade_transitions import cancel_pending_upgrades, release_settled_claims
 from rollout.dispatch import TICK_TASK, publish_on_commit
 from rollout.models import NodeUpgrade, Rollout, RolloutApproval, RolloutWave
+from rollout.words import cannot_be
 
 State = NodeUpgrade.State
 
@@ -56,7 +57,7 @@ State = NodeUpgrade.State
 def _move_rollout(rollout: Rollout, *, sources: Sequence[str], action: str, **changes: object) -> None:
     """One conditional UPDATE of the rollout's row, mirrored on the instance; InvalidState if not in ``sources``."""
     if rollout.state not in sources:
-        raise InvalidState(f"A {rollout.state} rollout cannot be {action}.", state=rollout.state)
+        raise InvalidState(cannot_be(rollout.state, action), state=rollout.state)
     moved = Rollout.objects.filter(pk=rollout.pk, state__in=sources).update(**changes)
     if not moved:  # only reachable without the row lock: the row moved under us
         raise InvalidState(f"The rollout cannot be {action} now.", state=rollout.state)
@@ -225,8 +226,11 @@ def promote_rollout(*, rollout: Rollout, at: datetime, actor: str) -> None:
         wave_settled_record(rollout=rollout, waves=unrecorded, at=at)
     if not rollout_soaking(rollout, at=at):
         if rollout.state != Rollout.State.ACTIVE:
-            raise InvalidState(f"A {rollout.state} rollout cannot be promoted.", state=rollout.state)
-        raise InvalidState("The current wave is not soaking: there is nothing to promote.", state=rollout.state)
+            raise InvalidState(cannot_be(rollout.state, "promoted"), state=rollout.state)
+        raise InvalidState(
+            f"Wave {rollout.current_wave + 1} of {len(rollout.waves)} is not soaking: there is nothing to promote.",
+            state=rollout.state,
+        )
     soak_ends_at = rollout.next_wave_at
     _move_rollout(rollout, sources=[Rollout.State.ACTIVE], action="promoted", next_wave_at=at)
     event_record(
@@ -266,7 +270,7 @@ def approve_rollout(*, rollout: Rollout, at: datetime, actor: str) -> None:
 def deny_rollout(*, rollout: Rollout, at: datetime, actor: str, comment: str) -> None:
     """awaiting_approval -> denied (``rollout.denied``): its pending rows are cancelled and free their nodes."""
     if rollout.state != Rollout.State.AWAITING_APPROVAL:
-        raise InvalidState(f"A {rollout.state} rollout cannot be denied.", state=rollout.state)
+        raise InvalidState(cannot_be(rollout.state, "denied"), state=rollout.state)
     cancelled = cancel_pending_upgrades(rollout=rollout, at=at, reason=NodeUpgrade.Reason.DENIED)
     _move_rollout(rollout, sources=[Rollout.State.AWAITING_APPROVAL], action="denied", state=Rollout.State.DENIED)
     event_record(rollout=rollout, payload=Denied(actor=actor, comment=comment, cancelled=cancelled), at=at)

@@ -8,9 +8,15 @@ exchange is bounded by ``TIMEOUT_SECONDS`` and at most ``MAX_ANSWER_BYTES`` of t
 - Prometheus: ``GET {url}/api/v1/query?query=…``. A pass when every sample of the instant vector is
   at most ``maximum`` (the value shown is the largest sample); an empty vector is a pass (no alert
   firing). Anything the API does not promise (not JSON, an error status, a matrix or a scalar, a
-  sample that is not a finite number, an answer over 1 MiB) is ``inconclusive``.
+  sample that is not a finite number, an answer over 1 MiB) is ``inconclusive``, its detail the reason in
+  Prometheus' own words where it gave some (its ``error``). A query Prometheus refuses (HTTP 400,
+  ``errorType: bad_data``: PromQL that does not parse) is also ``refused``: the create answers 400
+  ``invalid_gate`` with that text (docs/controller.md#gates).
 - HTTP: ``GET`` the gate's URL: a 2xx status is a pass, any other status a fail (the value is the
   status); no answer at all is ``inconclusive``.
+
+The detail is null for a pass (nothing to explain), the provider's error for ``inconclusive``, and for a
+fail a sentence with the value and the maximum (docs/api.md#rollouts).
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from rollout.webhooks.transport import Fetched, exchange_pinned
 
 TIMEOUT_SECONDS = 5.0
 MAX_ANSWER_BYTES = 1024 * 1024
+#: The longest detail kept (``RolloutGate.detail``): a provider's error text fits whole.
+MAX_DETAIL = 1000
 USER_AGENT = "rollout-gates/1"
 
 PASS = "pass"  # noqa: S105 - a gate state, not a password
@@ -36,15 +44,32 @@ INCONCLUSIVE = "inconclusive"
 
 @dataclass(frozen=True)
 class Outcome:
-    """A gate's verdict: ``state`` (pass, fail, inconclusive), the value judged, and why in a few words."""
+    """A gate's verdict: ``state`` (pass, fail, inconclusive), the value judged, and why in a few words (None for
+    a pass). ``refused``: Prometheus' own error when it refused the query itself (400 ``bad_data``)."""
 
     state: str
     value: float | None
-    detail: str
+    detail: str | None
+    refused: str | None = None
 
 
-def _inconclusive(detail: str) -> Outcome:
-    return Outcome(state=INCONCLUSIVE, value=None, detail=detail[:200])
+def _inconclusive(detail: str, *, refused: str | None = None) -> Outcome:
+    return Outcome(state=INCONCLUSIVE, value=None, detail=detail[:MAX_DETAIL], refused=refused)
+
+
+def _prometheus_error(fetched: Fetched) -> Outcome:
+    """An error status: Prometheus' ``{"status": "error", "errorType", "error"}`` in its words, when it sent it."""
+    try:
+        answer: Any = json.loads(fetched.body)
+    except (ValueError, UnicodeError):
+        answer = None
+    error = answer.get("error") if isinstance(answer, dict) else None
+    if not isinstance(error, str) or not error:
+        return _inconclusive(f"Prometheus answered HTTP {fetched.status_code}")
+    error_type = answer.get("errorType")
+    refused = error if fetched.status_code == 400 and error_type == "bad_data" else None
+    kind = f" ({error_type})" if isinstance(error_type, str) and error_type else ""
+    return _inconclusive(f"Prometheus answered HTTP {fetched.status_code}{kind}: {error}", refused=refused)
 
 
 def _get(url_text: str, *, allow_private: bool, target: str | None, timeout: float) -> Fetched | Outcome:
@@ -77,7 +102,7 @@ def prometheus_verdict(fetched: Fetched, *, maximum: float) -> Outcome:
     if fetched.error is not None:
         return _inconclusive(fetched.error)
     if not 200 <= fetched.status_code < 300:
-        return _inconclusive(f"Prometheus answered HTTP {fetched.status_code}")
+        return _prometheus_error(fetched)
     try:
         answer: Any = json.loads(fetched.body)
     except (ValueError, UnicodeError):
@@ -98,7 +123,7 @@ def prometheus_verdict(fetched: Fetched, *, maximum: float) -> Outcome:
             return _inconclusive("a sample's value is not a number")
         values.append(value)
     if not values:
-        return Outcome(state=PASS, value=None, detail="no sample (empty vector)")
+        return Outcome(state=PASS, value=None, detail=None)  # no sample: no alert firing
     # A pass is every value <= max: NaN is not (nor is +Inf); -Inf is. Neither infinity nor NaN is a JSON number:
     # such a value is reported as null, and said in the detail.
     if any(math.isnan(value) for value in values):
@@ -106,7 +131,7 @@ def prometheus_verdict(fetched: Fetched, *, maximum: float) -> Outcome:
     worst = max(values)
     shown = worst if math.isfinite(worst) else None
     if worst <= maximum:
-        return Outcome(state=PASS, value=shown, detail=f"{len(values)} sample(s), the largest {worst:g} <= {maximum:g}")
+        return Outcome(state=PASS, value=shown, detail=None)
     return Outcome(state=FAIL, value=shown, detail=f"{len(values)} sample(s), the largest {worst:g} > {maximum:g}")
 
 
@@ -131,5 +156,5 @@ def http_probe(url: str, *, allow_private: bool, timeout: float = TIMEOUT_SECOND
     if status is None:
         return _inconclusive(fetched.error or "no answer")
     if 200 <= status < 300:
-        return Outcome(state=PASS, value=float(status), detail=f"HTTP {status}")
-    return Outcome(state=FAIL, value=float(status), detail=f"HTTP {status}")
+        return Outcome(state=PASS, value=float(status), detail=None)
+    return Outcome(state=FAIL, value=float(status), detail=f"HTTP {status}: not a 2xx status")

@@ -24,12 +24,19 @@ from uuid import UUID
 
 from django.db.models import OuterRef, Q, QuerySet, Subquery
 
+from rollout.gates.probe import MAX_DETAIL, Outcome
 from rollout.gates.spec import GateOptions
 from rollout.models import Rollout, RolloutGate
 
 
-def gates_create(*, rollout: Rollout, options: GateOptions, now: datetime) -> None:
-    """The rollout's gate rows, in the create's transaction: pending, due at once."""
+def gates_create(
+    *, rollout: Rollout, options: GateOptions, now: datetime, first: Sequence[Outcome | None] = ()
+) -> None:
+    """The rollout's gate rows, in the create's transaction, due at once: pending, or with the result of its first
+    look (``first``, asked before the transaction) when that was not a pass, so that an unreachable Prometheus
+    shows its error at once (``inconclusive``). A first pass is not a verdict a node starts on: the evaluation
+    gives the first one (due at once); a first failure counts none."""
+    looks = list(first) or [None] * len(options.gates)
     RolloutGate.objects.bulk_create(
         RolloutGate(
             rollout=rollout,
@@ -40,9 +47,16 @@ def gates_create(*, rollout: Rollout, options: GateOptions, now: datetime) -> No
             maximum=spec.maximum,
             url=spec.url,
             due_at=now,
+            **_first_result(look, now=now),
         )
-        for position, spec in enumerate(options.gates)
+        for position, (spec, look) in enumerate(zip(options.gates, looks, strict=True))
     )
+
+
+def _first_result(look: Outcome | None, *, now: datetime) -> dict[str, Any]:
+    if look is None or look.state == RolloutGate.State.PASS:
+        return {}
+    return {"state": look.state, "value": look.value, "detail": (look.detail or "")[:MAX_DETAIL], "at": now}
 
 
 def gates_counts_clear(*, rollout: Rollout, now: datetime) -> None:

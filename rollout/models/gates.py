@@ -34,7 +34,8 @@ class RolloutGate(models.Model):
     url = models.CharField(max_length=2000, blank=True, help_text="An HTTP gate's URL.")
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
     value = models.FloatField(null=True, blank=True, help_text="The largest sample, or the HTTP status.")
-    detail = models.CharField(max_length=200, blank=True)
+    # Why (docs/api.md#rollouts): the provider's error text for inconclusive, a sentence for a fail, "" for a pass.
+    detail = models.CharField(max_length=1000, blank=True)
     at = models.DateTimeField(null=True, blank=True, help_text="When the latest result was taken.")
     # A pass counts until then (two intervals after it was taken); null for any other state.
     fresh_until = models.DateTimeField(null=True, blank=True)

@@ -36,6 +36,7 @@ from rollout.controller.upgrade_transitions import cancel_pending_upgrades
 from rollout.gates.verdicts import gates_counts_clear
 from rollout.models import Rollout
 from rollout.rollouts.spec import schedule_time
+from rollout.words import cannot_be
 
 log = structlog.get_logger("rollout")
 
@@ -221,7 +222,7 @@ def rollout_abort(
     with transaction.atomic():
         rollout = rollout_locked(tenant=tenant, rollout_id=rollout_id)
         if rollout.state in Rollout.TERMINAL_STATES:
-            raise InvalidState(f"A {rollout.state} rollout cannot be aborted.", state=rollout.state)
+            raise InvalidState(cannot_be(rollout.state, "aborted"), state=rollout.state)
         now = timezone.now()
         before = _state(rollout)
         cancelled = cancel_pending_upgrades(rollout=rollout, at=now)

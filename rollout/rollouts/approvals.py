@@ -33,6 +33,7 @@ from rollout.controller.tick_requests import rollout_request_tick
 from rollout.controller.transitions import approve_rollout, deny_rollout
 from rollout.models import Rollout, RolloutApproval
 from rollout.rollouts.actions import audit_rollout, comment_checked, event_actor, rollout_locked
+from rollout.words import cannot_be
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import _User
@@ -60,7 +61,9 @@ def rollout_approve(
         if RolloutApproval.objects.filter(rollout=rollout, user=user).exists():
             raise Conflict(f"{user.get_username()} already approved this rollout.", code="already_approved")
         if rollout.state != Rollout.State.AWAITING_APPROVAL:
-            raise InvalidState(f"A {rollout.state} rollout does not await approval.", state=rollout.state)
+            raise InvalidState(
+                f"{cannot_be(rollout.state, 'approved')[:-1]}: it does not await approval.", state=rollout.state
+            )
         if rollout.created_by_id is not None and rollout.created_by_id == user.pk:
             raise Forbidden("The creator of a rollout cannot approve it: another user must.", code="self_approval")
         now = timezone.now()

@@ -16,7 +16,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, QuerySet
 from django.utils import timezone
 
-from core.errors import Conflict, InvalidInput, Unavailable
+from core.errors import InvalidInput, Unavailable
 from fleet.interface import (
     Actor,
     Node,
@@ -30,13 +30,20 @@ from fleet.interface import (
 )
 from rollout import conf
 from rollout.controller.events import Created, event_record
+from rollout.controller.gate_evaluation import gates_first_look
 from rollout.controller.tick_requests import rollout_request_tick
 from rollout.controller.upgrade_transitions import (
     supersede_upgrades,
 )
 from rollout.gates.verdicts import gates_create
 from rollout.models import NodeUpgrade, Release, ReleaseBlock, Rollout, RolloutWave, TickRequest
-from rollout.rollouts.create_checks import binaries_require_stored, nodes_eligible, sequence_rollback
+from rollout.rollouts.create_checks import (
+    Taken,
+    binaries_require_stored,
+    conflict_raise,
+    nodes_eligible,
+    sequence_rollback,
+)
 from rollout.rollouts.spec import (
     PoolPlan,
     RolloutOptions,
@@ -133,7 +140,7 @@ def _snapshot(*, tenant: Tenant, spec: RolloutSpec) -> Snapshot:
     )
     conflicts = _conflicts(snapshot)
     if conflicts:
-        _raise_conflict(conflicts)
+        conflict_raise(conflicts)
     return snapshot
 
 
@@ -151,35 +158,7 @@ def _conflicts(snapshot: Snapshot) -> Taken | None:
     Holding: active, paused, scheduled or awaiting approval (``Rollout.HOLDING_STATES``)."""
     holding = NodeUpgrade.objects.filter(claims_node=True, rollout__state__in=Rollout.HOLDING_STATES)
     taken = holding.filter(node__in=snapshot.node_query.values("id"))
-    return Taken.of(taken.values_list("node_id", "rollout_id"))
-
-
-@dataclass(frozen=True)
-class Taken:
-    """Nodes already held, and the rollouts that hold them (``nodeIds``, ``rolloutIds`` of a 409 ``conflict``)."""
-
-    node_ids: list[str]
-    rollout_ids: list[str]
-
-    @classmethod
-    def of(cls, pairs: Iterable[tuple[UUID, UUID]]) -> Taken | None:
-        pairs = list(pairs)
-        if not pairs:
-            return None
-        return cls(
-            node_ids=sorted({str(node_id) for node_id, _ in pairs}),
-            rollout_ids=sorted({str(rollout_id) for _, rollout_id in pairs}),
-        )
-
-
-def _raise_conflict(taken: Taken) -> None:
-    raise Conflict(
-        f"{len(taken.node_ids)} node(s) are already in an active rollout. "
-        f"Held by {', '.join(taken.rollout_ids[:ECHOED_IDS]) or 'a rollout created meanwhile'}.",
-        code="conflict",
-        nodeIds=taken.node_ids,
-        rolloutIds=taken.rollout_ids,
-    )
+    return Taken.of(taken.values_list("node_id", "rollout_id", "rollout__state"))
 
 
 def rollout_plan(*, tenant: Tenant, spec: RolloutSpec) -> RolloutPlan:
@@ -189,6 +168,7 @@ def rollout_plan(*, tenant: Tenant, spec: RolloutSpec) -> RolloutPlan:
     id and so its own shuffle, so each wave's per-pool counts may differ by a
     node or two, while each wave's total is exact.
     """
+    looks = gates_first_look(options=spec.gates)  # the create's own checks of its gates, outside any transaction
     snapshot = _snapshot(tenant=tenant, spec=spec)
     options = snapshot.options
     pool_of = dict(snapshot.nodes)
@@ -224,6 +204,9 @@ def rollout_plan(*, tenant: Tenant, spec: RolloutSpec) -> RolloutPlan:
         options=options,
         estimated_seconds=estimate,
         excluded_newer=snapshot.excluded_newer,
+        schedule=spec.schedule,
+        gates=spec.gates,
+        gate_looks=tuple(looks),
     )
 
 
@@ -283,6 +266,8 @@ def rollout_create(
     In a tenant that requires approvals the rollout awaits them (docs/controller.md#approvals): its
     nodes are held, nothing starts, no wave has started.
     """
+    # Prometheus is asked before the transaction that takes the nodes (never the network under its locks).
+    first_looks = gates_first_look(options=spec.gates)
     now = timezone.now()
     with transaction.atomic():
         snapshot = _snapshot(tenant=tenant, spec=spec)
@@ -321,7 +306,7 @@ def rollout_create(
         )
         rollout.pools.set(snapshot.pools)
         TickRequest.objects.create(rollout=rollout)
-        gates_create(rollout=rollout, options=spec.gates, now=now)
+        gates_create(rollout=rollout, options=spec.gates, now=now, first=first_looks)
         pool_of = dict(snapshot.nodes)
         order = shuffle(list(pool_of), seed=rollout.id)
         waves_planned = planned_waves(options.waves, len(order))
@@ -350,7 +335,9 @@ def rollout_create(
         except IntegrityError:
             # Another rollout took a node between the check and the insert: the
             # partial unique index refused it. Report which, and write nothing.
-            _raise_conflict(_conflicts(snapshot) or Taken(node_ids=sorted(str(n) for n in pool_of), rollout_ids=[]))
+            conflict_raise(
+                _conflicts(snapshot) or Taken(node_ids=sorted(str(n) for n in pool_of), rollout_ids=[], states=[])
+            )
         created = Created(
             nodes=len(order),
             waves=[wave.total for wave in waves_planned],

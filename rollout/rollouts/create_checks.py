@@ -6,24 +6,80 @@
 - A platform of a snapshotted node that the manifest lists but whose bytes are not stored (never
   uploaded, or gone from the store): 400 ``binary_missing``, upload first. A platform the manifest does
   not list at all is not refused here: those nodes are skipped at their turn (``no_binary``).
+- Nodes another rollout holds (active, paused, scheduled or awaiting approval): 409 ``conflict`` naming
+  the nodes, the rollouts and, in words, the states they are in (``Taken``, ``conflict_raise``).
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
+from uuid import UUID
 
 from django.db.models import QuerySet
 
-from core.errors import InvalidInput
+from core.errors import Conflict, InvalidInput
 from fleet.interface import Node
 from rollout.models import Release, binary_storage_name
 from rollout.registry import storage
+from rollout.words import a_rollout, state_words
 
 SEQUENCE_ROLLBACK_DETAIL = (
     "Every chosen node runs a release with a higher sequence than {version} (#{sequence}), and nodes refuse "
     "older releases. To roll back, sign the old binary again as a new release with a higher sequence, "
     "register it and roll out that."
 )
+
+
+#: Rollout ids named in a conflict's detail (``rolloutIds`` lists them all).
+ECHOED_IDS = 10
+
+
+@dataclass(frozen=True)
+class Taken:
+    """Nodes already held, the rollouts that hold them (``nodeIds``, ``rolloutIds`` of a 409 ``conflict``) and
+    the state of each of those rollouts (for the detail)."""
+
+    node_ids: list[str]
+    rollout_ids: list[str]
+    states: list[str]  # one per rollout id
+
+    @classmethod
+    def of(cls, rows: Iterable[tuple[UUID, UUID, str]]) -> Taken | None:
+        rows = list(rows)
+        if not rows:
+            return None
+        state_of = {str(rollout_id): state for _, rollout_id, state in rows}
+        rollout_ids = sorted(state_of)
+        return cls(
+            node_ids=sorted({str(node_id) for node_id, _, _ in rows}),
+            rollout_ids=rollout_ids,
+            states=[state_of[rollout_id] for rollout_id in rollout_ids],
+        )
+
+    def holders(self) -> str:
+        """ "an active rollout", "a rollout awaiting approval", "2 rollouts (1 active, 1 paused)"."""
+        if not self.states:
+            return "another rollout"  # one created meanwhile: the unique index said so, not which
+        if len(self.states) == 1:
+            return a_rollout(self.states[0])
+        counts = Counter(self.states)
+        parts = ", ".join(f"{n} {state_words(state)}" for state, n in sorted(counts.items()))
+        return f"{len(self.states)} rollouts ({parts})"
+
+
+def conflict_raise(taken: Taken) -> None:
+    nodes = len(taken.node_ids)
+    shown = ", ".join(taken.rollout_ids[:ECHOED_IDS])
+    more = f" and {len(taken.rollout_ids) - ECHOED_IDS} more" if len(taken.rollout_ids) > ECHOED_IDS else ""
+    held = f": {shown}{more}" if shown else ""
+    raise Conflict(
+        f"{nodes} {'node is' if nodes == 1 else 'nodes are'} already held by {taken.holders()}{held}.",
+        code="conflict",
+        nodeIds=taken.node_ids,
+        rolloutIds=taken.rollout_ids,
+    )
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from uuid import UUID
 from django.utils import timezone
 
 from core.errors import InvalidInput
+from rollout.gates.probe import Outcome
 from rollout.gates.spec import GateOptions, gates_validate
 
 if TYPE_CHECKING:
@@ -190,7 +191,8 @@ def schedule_time(value: object, name: str) -> datetime | None:
 
 
 def schedule_validate(*, start_at: object, end_by: object, end_behavior: object, now: datetime) -> Schedule:
-    """``startAt`` not more than a minute past, ``endBy`` after it and after now; 400 ``invalid_schedule``."""
+    """``startAt`` not more than a minute past, ``endBy`` after it and after now; 400 ``invalid_schedule``.
+    ``endBehavior`` without ``endBy`` is 400 ``invalid``."""
     start = schedule_time(start_at, "startAt")
     end = schedule_time(end_by, "endBy")
     if start is not None and start < now - START_AT_SLACK:
@@ -201,6 +203,11 @@ def schedule_validate(*, start_at: object, end_by: object, end_behavior: object,
     if end_behavior is not None and end_behavior not in behaviors:
         raise InvalidInput(
             f"endBehavior is one of {', '.join(behaviors)}.", code="invalid_schedule", field="endBehavior"
+        )
+    if end is None and end_behavior is not None:
+        # Nothing would ever apply it: refused rather than stored (docs/controller.md#schedules).
+        raise InvalidInput(
+            "endBehavior needs endBy: without a deadline there is nothing to end.", code="invalid", field="endBehavior"
         )
     if end is not None and end_behavior is None:
         end_behavior = "pause"
@@ -306,6 +313,24 @@ class RolloutPlan:
     estimated_seconds: int | None
     #: Nodes left out because they run a release of a higher sequence (docs/controller.md#create).
     excluded_newer: int = 0
+    #: startAt, endBy and endBehavior as the create would store them (endBehavior "pause" when only endBy is given).
+    schedule: Schedule = field(default_factory=Schedule)
+    gates: GateOptions = field(default_factory=GateOptions)
+    #: Each gate's first result as the create would store it (None: pending, an HTTP gate).
+    gate_looks: tuple[Outcome | None, ...] = ()
+
+    def planned_gates(self) -> list[dict[str, object]]:
+        """The gates in the create's shape, each with the first result the create would store."""
+        looks = self.gate_looks or (None,) * len(self.gates.gates)
+        return [
+            {
+                **spec.definition(),
+                "state": look.state if look is not None else "pending",
+                "value": look.value if look is not None else None,
+                "detail": look.detail if look is not None else None,
+            }
+            for spec, look in zip(self.gates.gates, looks, strict=True)
+        ]
 
 
 def shuffle(items: Sequence[UUID], *, seed: UUID) -> list[UUID]:

@@ -142,7 +142,7 @@ def test_conflict_and_no_nodes_are_reported(root, tenant, pools):
     make_rollout(tenant, {"busy": (2, "1")})
     busy = Pool.objects.get(name="busy")
     response = root.post(ADD, {**form_data(tenant, [busy]), "_preview": "1"})
-    assert "<code>conflict</code>: 2 node(s) are already in an active rollout." in response.content.decode()
+    assert "<code>conflict</code>: 2 nodes are already held by an active rollout" in response.content.decode()
     empty = Pool.objects.create(tenant=tenant, name="empty")
     response = root.post(ADD, {**form_data(tenant, [empty]), "_confirm": "1"})
     assert "<code>no_nodes</code>" in response.content.decode()

@@ -27,7 +27,9 @@ def nothing_written() -> bool:
     )
 
 
-def test_gates_are_stored_pending_with_their_options(api, tenant, releases, prometheus):
+def test_gates_are_stored_with_their_options_an_unreachable_prometheus_inconclusive(api, tenant, releases, prometheus):
+    """The create asks each Prometheus gate once: Prometheus (here nothing listens) unreachable does not block it,
+    the gate is inconclusive with the error at once; an HTTP gate is pending until the evaluation asks it."""
     fleet(tenant, {"a": (4, "0.5")})
     gates = [PROM, {"name": "health.api-1", "http": {"url": "http://127.0.0.1:8080/health"}}]
     body = {"version": "1.0.0", "gates": gates, "gateIntervalSeconds": 5, "gateFailureLimit": 100}
@@ -37,23 +39,29 @@ def test_gates_are_stored_pending_with_their_options(api, tenant, releases, prom
     assert (shown["gateIntervalSeconds"], shown["gateFailureLimit"]) == (5, 100)
     rollout = Rollout.objects.get()
     stored = list(RolloutGate.objects.filter(rollout=rollout).order_by("position"))
-    assert [(g.name, g.kind, g.query, g.maximum, g.url, g.state) for g in stored] == [
-        ("errors", "prometheus", "sum(rate(errors_total[5m]))", 0.5, "", "pending"),
-        ("health.api-1", "http", "", None, "http://127.0.0.1:8080/health", "pending"),
+    assert [(g.name, g.kind, g.query, g.maximum, g.url, g.state, g.consecutive_failures) for g in stored] == [
+        ("errors", "prometheus", "sum(rate(errors_total[5m]))", 0.5, "", "inconclusive", 0),
+        ("health.api-1", "http", "", None, "http://127.0.0.1:8080/health", "pending", 0),
     ]
     listed = api.get(f"{URL}{rollout.id}/gates/")
     assert listed.status_code == 200
-    assert listed.json() == [
-        {"name": "errors", "state": "pending", "value": None, "at": None, "consecutiveFailures": 0, "detail": None},
-        {
-            "name": "health.api-1",
-            "state": "pending",
-            "value": None,
-            "at": None,
-            "consecutiveFailures": 0,
-            "detail": None,
-        },
-    ]
+    first, second = listed.json()
+    assert (first["name"], first["state"], first["value"], first["consecutiveFailures"]) == (
+        "errors",
+        "inconclusive",
+        None,
+        0,
+    )
+    assert first["detail"]  # the provider's error, e.g. "connection refused"
+    assert first["at"]
+    assert second == {
+        "name": "health.api-1",
+        "state": "pending",
+        "value": None,
+        "at": None,
+        "consecutiveFailures": 0,
+        "detail": None,
+    }
 
 
 def test_defaults_without_gates(api, tenant, releases):

@@ -47,3 +47,15 @@ def represent_upgrades(page: list[NodeUpgrade]) -> list[dict[str, Any]]:
 
 def caller_actor(request: Request) -> Actor:
     return Actor.api(request.user)
+
+
+def dry_run(request: Request) -> bool:
+    """``?dryRun=``: true (also 1, yes) or false (also 0, no); anything else is a 400, never a real create."""
+    value = request.query_params.get("dryRun")
+    if value is None:
+        return False
+    if value.lower() in {"1", "true", "yes"}:
+        return True
+    if value.lower() in {"0", "false", "no"}:
+        return False
+    raise InvalidInput("dryRun must be true or false.", code="invalid_input", field="dryRun")

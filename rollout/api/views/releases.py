@@ -43,7 +43,10 @@ class ReleaseViewSet(PaginatedViewMixin, viewsets.ViewSet):
         return {"tenant": caller_principal(request).tenant}
 
     @extend_schema(
-        responses={200: ReleaseSerializer(many=True), **error_responses("ReleaseList", bad_request=["invalid_input"])}
+        responses={
+            200: ReleaseSerializer(many=True),
+            **error_responses("ReleaseList", bad_request=["invalid_input", "unknown_parameter"]),
+        }
     )
     def list(self, request: Request) -> Response:
         tenant = caller_principal(request).tenant

@@ -20,6 +20,7 @@ from rest_framework.response import Response
 
 from core.errors import NotFound
 from core.pagination import PaginatedViewMixin
+from core.query import query_parameters, refuse_unknown_parameters
 from fleet.interface import FleetAdminOrApprover, RolloutApprover
 from rollout.api.filters import NodeUpgradeFilter, RolloutFilter
 from rollout.api.schema import (
@@ -39,7 +40,7 @@ from rollout.api.serializers import (
     RolloutPlanSerializer,
     RolloutSerializer,
 )
-from rollout.api.views.common import caller_actor, caller_principal, represent_upgrades
+from rollout.api.views.common import caller_actor, caller_principal, dry_run, represent_upgrades
 from rollout.gates.verdicts import gate_json, gates_of
 from rollout.models import NodeUpgrade, Rollout
 from rollout.rollouts.actions import (
@@ -53,11 +54,6 @@ from rollout.rollouts.actions import (
 from rollout.rollouts.approvals import rollout_approve, rollout_deny
 from rollout.rollouts.create import rollout_create, rollout_plan
 from rollout.rollouts.representation import rollouts_json
-
-
-def _is_true(value: str | None) -> bool:
-    return (value or "").lower() in {"1", "true", "yes"}
-
 
 ROLLOUT_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The rollout's id.")
 ROLLOUT_ACTION_RESPONSES = {
@@ -117,8 +113,14 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
     def _represent(self, rollouts: list[Rollout]) -> list[dict[str, Any]]:
         return rollouts_json(rollouts, now=timezone.now())
 
+    @query_parameters(
+        OpenApiParameter("state", str, enum=Rollout.State.values, description="only rollouts in this state")
+    )
     @extend_schema(
-        responses={200: RolloutSerializer(many=True), **error_responses("RolloutList", bad_request=["invalid_input"])}
+        responses={
+            200: RolloutSerializer(many=True),
+            **error_responses("RolloutList", bad_request=["invalid_input", "unknown_parameter"]),
+        }
     )
     def list(self, request: Request) -> Response:
         # Waves are built for the page's rollouts only: a constant number of queries per page.
@@ -145,9 +147,9 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
             "comment": serializer.validated_data.get("comment"),
         }
 
+    @query_parameters(DRY_RUN)
     @extend_schema(
         request=RolloutCreateSerializer,
-        parameters=[DRY_RUN],
         responses={
             201: OpenApiResponse(RolloutSerializer, description="Created: the rollout."),
             200: OpenApiResponse(RolloutPlanSerializer, description="`?dryRun=true`: the plan; nothing written."),
@@ -156,6 +158,7 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
                 json_body=True,
                 bad_request=[
                     "invalid_input",
+                    "unknown_parameter",
                     "invalid_waves",
                     "unknown_version",
                     "unknown_pool",
@@ -166,6 +169,7 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
                     "sequence_rollback",
                     "invalid_selector",
                     "invalid_schedule",
+                    "invalid",
                 ],
                 conflict=["conflict"],
                 unavailable=["no_downloads_url"],
@@ -173,11 +177,14 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
         },
     )
     def create(self, request: Request) -> Response:
+        # A create writes: a misspelt ``?dryrun=true`` must not create for real (docs/api.md#lists).
+        refuse_unknown_parameters(request, self)
+        planning = dry_run(request)
         serializer = RolloutCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         tenant = caller_principal(request).tenant
         spec = serializer.spec()
-        if _is_true(request.query_params.get("dryRun")):
+        if planning:
             plan = rollout_plan(tenant=tenant, spec=spec)
             return Response(RolloutPlanSerializer(plan).data, status=status.HTTP_200_OK)
         rollout = rollout_create(
@@ -185,16 +192,18 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
         )
         return Response(self._fresh(rollout.id), status=status.HTTP_201_CREATED)
 
+    @query_parameters(
+        OpenApiParameter("state", str, enum=NodeUpgrade.State.values, description="only nodes in this state"),
+        OpenApiParameter("wave", int, description="only nodes of this wave (0-based)"),
+    )
     @extend_schema(
         filters=False,
-        parameters=[
-            ROLLOUT_ID,
-            OpenApiParameter("state", str, enum=NodeUpgrade.State.values, description="only nodes in this state"),
-            OpenApiParameter("wave", int, description="only nodes of this wave (0-based)"),
-        ],
+        parameters=[ROLLOUT_ID],
         responses={
             200: NodeUpgradeSerializer(many=True),
-            **error_responses("RolloutNodes", bad_request=["invalid_input"], not_found=["not_found"]),
+            **error_responses(
+                "RolloutNodes", bad_request=["invalid_input", "unknown_parameter"], not_found=["not_found"]
+            ),
         },
     )
     @action(detail=True, methods=["get"])
@@ -234,7 +243,9 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
         parameters=[ROLLOUT_ID],
         responses={
             200: RolloutEventSerializer(many=True),
-            **error_responses("RolloutEvents", bad_request=["invalid_input"], not_found=["not_found"]),
+            **error_responses(
+                "RolloutEvents", bad_request=["invalid_input", "unknown_parameter"], not_found=["not_found"]
+            ),
         },
     )
     @action(detail=True, methods=["get"])
@@ -246,11 +257,15 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
     @extend_schema(
         filters=False,
         parameters=[ROLLOUT_ID],
-        responses={200: RolloutGateSerializer(many=True), **error_responses("RolloutGates", not_found=["not_found"])},
+        responses={
+            200: RolloutGateSerializer(many=True),
+            **error_responses("RolloutGates", bad_request=["unknown_parameter"], not_found=["not_found"]),
+        },
         description="Each gate's latest result, in the order given at create (at most 8: not paged).",
     )
     @action(detail=True, methods=["get"], pagination_class=None)  # a plain list: at most 8 gates
     def gates(self, request: Request, pk: str | None = None) -> Response:
+        refuse_unknown_parameters(request, self)  # a list, though not paged: the lists' rule (core/query.py)
         return Response([gate_json(gate) for gate in gates_of(self.get_object())])
 
     @extend_schema(request=ActionSerializer, parameters=[ROLLOUT_ID], responses=ROLLOUT_ACTION_RESPONSES)

@@ -13,6 +13,7 @@ from rest_framework.response import Response
 
 from core.errors import InvalidInput
 from core.pagination import PaginatedViewMixin
+from core.query import query_parameters
 from fleet.interface import AgentTokenAuthentication, IsAgent
 from rollout.api.release_serializers import ReleaseRootSerializer
 from rollout.api.schema import DsseEnvelopeSerializer, error_responses
@@ -33,7 +34,7 @@ class ReleaseRootViewSet(PaginatedViewMixin, viewsets.ViewSet):
     @extend_schema(
         responses={
             200: ReleaseRootSerializer(many=True),
-            **error_responses("ReleaseRootList", bad_request=["invalid_input"]),
+            **error_responses("ReleaseRootList", bad_request=["invalid_input", "unknown_parameter"]),
         }
     )
     def list(self, request: Request) -> Response:
@@ -79,13 +80,13 @@ class AgentReleaseRootsViewSet(PaginatedViewMixin, viewsets.ViewSet):
     authentication_classes = [AgentTokenAuthentication]
     permission_classes = [IsAgent]
 
+    @query_parameters(AFTER)
     @extend_schema(
-        parameters=[AFTER],
         responses={
             200: OpenApiResponse(
                 DsseEnvelopeSerializer(many=True), description="The envelopes exactly as registered, oldest first."
             ),
-            **error_responses("AgentReleaseRoots", auth="agent", bad_request=["invalid_input"]),
+            **error_responses("AgentReleaseRoots", auth="agent", bad_request=["invalid_input", "unknown_parameter"]),
         },
     )
     def list(self, request: Request) -> Response:

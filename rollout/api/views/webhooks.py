@@ -42,7 +42,10 @@ class WebhookViewSet(PaginatedViewMixin, viewsets.ViewSet):
     lookup_value_regex = "[^/]+"
 
     @extend_schema(
-        responses={200: WebhookSerializer(many=True), **error_responses("WebhookList", bad_request=["invalid_input"])}
+        responses={
+            200: WebhookSerializer(many=True),
+            **error_responses("WebhookList", bad_request=["invalid_input", "unknown_parameter"]),
+        }
     )
     def list(self, request: Request) -> Response:
         webhooks = Webhook.objects.filter(tenant=caller_principal(request).tenant).order_by("created_at")
@@ -83,7 +86,9 @@ class WebhookViewSet(PaginatedViewMixin, viewsets.ViewSet):
         parameters=[WEBHOOK_ID],
         responses={
             200: WebhookDeliverySerializer(many=True),
-            **error_responses("WebhookDeliveries", bad_request=["invalid_input"], not_found=["not_found"]),
+            **error_responses(
+                "WebhookDeliveries", bad_request=["invalid_input", "unknown_parameter"], not_found=["not_found"]
+            ),
         },
     )
     @action(detail=True, methods=["get"])
