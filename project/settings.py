@@ -303,6 +303,9 @@ OIDC_ROLE_MAP = env_str("OIDC_ROLE_MAP", "")
 # A console session signed in through the provider ends this many seconds after the sign-in, at the latest.
 OIDC_SESSION_MAX_AGE = env_int_or_raw("OIDC_SESSION_MAX_AGE", 8 * 3600)
 OIDC_RP_SCOPES = env_str("OIDC_SCOPES", "openid email profile groups")
+# The redirect URI registered at the provider, e.g. https://rollout.example.com/admin/sso/callback/; unset: built
+# from the request (set it behind a proxy that terminates TLS: Django sees http there).
+OIDC_REDIRECT_URI = env_str("OIDC_REDIRECT_URI", "")
 # 0: the admin's password form is gone and a posted password refused (only SSO signs in).
 ADMIN_PASSWORD_LOGIN = env_bool("ADMIN_PASSWORD_LOGIN", True)
 # mozilla-django-oidc's own names (fleet/sso/backend.py, views.py).

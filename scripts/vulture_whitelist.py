@@ -19,7 +19,7 @@ _.STATIC_URL, _.WHITENOISE_USE_FINDERS, _.REST_FRAMEWORK, _.SPECTACULAR_SETTINGS
 _.OIDC_RP_SCOPES, _.OIDC_USE_PKCE, _.OIDC_TIMEOUT, _.OIDC_AUTHENTICATION_CALLBACK_URL, _.LOGIN_REDIRECT_URL
 _.AUTHENTICATION_BACKENDS, _.ConsoleOIDCBackend, _.UserModel, _.OIDC_RP_CLIENT_SECRET, _.OIDC_RP_IDP_SIGN_KEY
 _.OIDC_OP_TOKEN_ENDPOINT, _.OIDC_OP_JWKS_ENDPOINT, _.OIDC_OP_AUTH_ENDPOINT, _._verify_jws, _.verify_token
-_.get_or_create_user, _.login_failure
+_.get_or_create_user, _.login_failure, _.get_extra_params
 _.LOGIN_URL, _.SESSION_COOKIE_NAME, _.CSRF_COOKIE_NAME, _.PASSWORD_HASHERS, _.OAUTH2_PROVIDER, _.GroupsValidator
 _.get_additional_claims
 # Celery's settings (namespace CELERY, project/celery.py).

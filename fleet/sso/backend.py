@@ -82,6 +82,12 @@ class ConsoleOIDCBackend(OIDCAuthenticationBackend):
     def OIDC_OP_JWKS_ENDPOINT(self) -> str:
         return self._endpoint("jwks_uri")
 
+    def get_token(self, payload: dict[str, Any]) -> dict[str, Any]:
+        # The redirect URI the authorization request named (OIDC_REDIRECT_URI when set; views.py).
+        if settings.OIDC_REDIRECT_URI:
+            payload = {**payload, "redirect_uri": settings.OIDC_REDIRECT_URI}
+        return super().get_token(payload)
+
     def authenticate(self, request: Any, **kwargs: Any) -> Any:
         # Only the callback view passes a nonce: a password form posted with ?code=&state= is not a sign-in.
         if not sso_enabled() or kwargs.get("nonce") is None:

@@ -92,10 +92,12 @@ def check_role_map_tenants(app_configs: Any = None, databases: Any = None, **kwa
         rules = parse_role_map(str(getattr(settings, "OIDC_ROLE_MAP", "") or ""))
     except ValueError:
         return []  # sso.E002
+    if not rules:
+        return []
     try:
         known = set(Tenant.objects.filter(slug__in={rule.tenant for rule in rules}).values_list("slug", flat=True))
     except DatabaseError:
-        return []  # not migrated yet
+        return []  # no database yet, or not migrated
     return [
         Warning(
             f"OIDC_ROLE_MAP: the tenant {slug!r} does not exist; the groups mapped to it give no access.",

@@ -47,6 +47,10 @@ class SsoStartView(OIDCAuthenticationRequestView):
             return refused(request, SignInRefused("provider_unreachable", str(exc)), status=502)
         return super().get(request)
 
+    def get_extra_params(self, request: HttpRequest) -> dict[str, str]:
+        # Applied after the parent's own parameters: OIDC_REDIRECT_URI, when set, is the redirect URI.
+        return {"redirect_uri": settings.OIDC_REDIRECT_URI} if settings.OIDC_REDIRECT_URI else {}
+
 
 class SsoCallbackView(OIDCAuthenticationCallbackView):
     def get(self, request: HttpRequest) -> HttpResponse:

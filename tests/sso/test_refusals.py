@@ -1,4 +1,4 @@
-"""Sign-ins refused (CONTRACT 19.2, issue 53's bad input): no session, a page saying why, an audit entry.
+"""Sign-ins refused (docs/operations.md#single-sign-on): no session, a page saying why, an audit entry.
 
 The provider is the real one; for the token checks its ID token is re-signed on its way back to the
 console (the provider's own key, its kid kept) with one claim changed, so that only that check can fail.

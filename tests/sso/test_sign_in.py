@@ -1,4 +1,4 @@
-"""Single sign-on end to end (CONTRACT 19.2) against django-oauth-toolkit's provider in a second process."""
+"""Single sign-on end to end (docs/operations.md#single-sign-on), against a real provider in a second process."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from django.contrib.sessions.models import Session
 from django.utils import timezone
 
 from fleet.models import AuditEntry, Grant, Membership, Permission
-from tests.sso.conftest import sign_in, signed_in_to_console
+from tests.sso.conftest import CLIENT_ID, CLIENT_SECRET, sign_in, signed_in_to_console
 
 
 def grants_of(username: str) -> set[tuple[str, str]]:
@@ -77,3 +77,14 @@ def test_a_user_whose_groups_give_nothing_is_refused_and_not_created(console, pr
     assert "marketing" in page.text
     assert not get_user_model().objects.filter(username="carol").exists()
     assert not signed_in_to_console(http, console)
+
+
+def test_oidc_redirect_uri_is_the_redirect_uri_both_legs_name(console, provider, settings):
+    """Behind a proxy that terminates TLS the request's own URL is wrong: OIDC_REDIRECT_URI is what counts.
+    (The provider compares redirect URIs exactly: one with a query the request could not have built.)"""
+    settings.OIDC_REDIRECT_URI = f"{console}/admin/sso/callback/?via=setting"
+    provider.tool("client", CLIENT_ID, CLIENT_SECRET, settings.OIDC_REDIRECT_URI)
+    provider.user("heidi", "sre")
+    http, page = sign_in(console, "heidi")
+    assert str(page.url) == f"{console}/admin/"
+    assert signed_in_to_console(http, console)
