@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import time_machine
 from django.contrib.auth import get_user_model
 from django.contrib.sessions.models import Session
 from django.utils import timezone
@@ -41,6 +42,11 @@ def test_first_sign_in_creates_the_user_with_the_grants_of_their_groups(console,
     assert session.expire_date <= timezone.now() + timedelta(seconds=600)
     assert session.expire_date > timezone.now() + timedelta(seconds=500)
     assert signed_in_to_console(http, console)
+    # Active or not, the session is over once OIDC_SESSION_MAX_AGE has passed (the clock moved on).
+    with time_machine.travel(timezone.now() + timedelta(seconds=540), tick=False):
+        assert signed_in_to_console(http, console)
+    with time_machine.travel(timezone.now() + timedelta(seconds=601), tick=False):
+        assert not signed_in_to_console(http, console)
 
 
 def test_a_group_removed_at_the_provider_removes_the_access_at_the_next_sign_in(console, provider):
