@@ -110,3 +110,12 @@ def test_a_replayed_callback_is_refused(console, provider):
     stranger = httpx.Client(follow_redirects=False, timeout=30)
     assert_refused(stranger.get(callback), stranger, console, "state_mismatch", status=400)
     assert http.get(callback, follow_redirects=False).status_code == 400
+
+
+def test_a_discovery_document_naming_another_issuer_is_refused(console, provider, settings):
+    """The same provider asked under another name: its document names ``localhost``, not ``127.0.0.1``."""
+    settings.OIDC_ISSUER_URL = provider.issuer.replace("localhost", "127.0.0.1")
+    http = httpx.Client(follow_redirects=True, timeout=30)
+    page = http.get(f"{console}/admin/sso/start/")
+    assert_refused(page, http, console, "provider_unreachable", status=502)
+    assert "names the issuer" in page.text
