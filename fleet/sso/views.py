@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import structlog
 from django.conf import settings
 from django.contrib import auth
 from django.core.exceptions import SuspiciousOperation
@@ -22,12 +23,21 @@ from fleet.services.sso import SignInRefused, sso_refusal_record
 from fleet.sso.config import session_max_age, sso_enabled
 from fleet.sso.discovery import DiscoveryError, provider_metadata
 
+logger = structlog.get_logger(__name__)
 
-def refused(request: HttpRequest, refusal: SignInRefused, *, status: int = 403) -> HttpResponse:
-    """No session, a page saying why, and the audit entry ``user.sso_refused``."""
+
+def refused(request: HttpRequest, refusal: SignInRefused, *, status: int = 403, audit: bool = True) -> HttpResponse:
+    """No session, a page saying why, and the audit entry ``user.sso_refused``.
+
+    ``audit=False`` for a callback that no sign-in of this browser asked for (a forged or replayed state):
+    anyone can send those, and they would fill the audit trail; they are logged instead.
+    """
     if request.user.is_authenticated:
         auth.logout(request)
-    sso_refusal_record(refusal=refusal)
+    if audit:
+        sso_refusal_record(refusal=refusal)
+    else:
+        logger.warning("sso.refused", reason=refusal.reason, detail=refusal.detail)
     context = {"title": "Sign-in refused", "refusal": refusal, "sso_name": settings.OIDC_NAME}
     return TemplateResponse(request, "fleet/sso_refused.html", context, status=status)
 
@@ -59,11 +69,14 @@ class SsoCallbackView(OIDCAuthenticationCallbackView):
         if request.GET.get("error"):
             detail = request.GET.get("error_description") or request.GET["error"]
             states = request.session.get("oidc_states", {})
-            if states.pop(request.GET.get("state", ""), None) is not None:  # never usable again
+            ours = states.pop(request.GET.get("state", ""), None) is not None
+            if ours:  # never usable again
                 request.session["oidc_states"] = states
-            return refused(request, SignInRefused("provider_refused", f"The identity provider said: {detail}"))
+            refusal = SignInRefused("provider_refused", f"The identity provider said: {detail}")
+            return refused(request, refusal, audit=ours)
         if not (request.GET.get("code") and request.GET.get("state")):
-            return refused(request, SignInRefused("bad_callback", "The callback lacks its code or state."), status=400)
+            refusal = SignInRefused("bad_callback", "The callback lacks its code or state.")
+            return refused(request, refusal, status=400, audit=False)
         if request.GET["state"] not in request.session.get("oidc_states", {}):
             return refused(
                 request,
@@ -73,6 +86,7 @@ class SsoCallbackView(OIDCAuthenticationCallbackView):
                     "callback). Start again from the sign-in page.",
                 ),
                 status=400,
+                audit=False,
             )
         try:
             return super().get(request)
