@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import Permission as ModelPermission
 from django.db import transaction
 from django.db.models import Q
@@ -90,18 +91,21 @@ def sso_user_sync(*, username: str, email: str, groups: Iterable[str], rules: It
     """
     groups = sorted(set(groups))
     access = sso_access_for_groups(groups=groups, rules=rules, username=username)
-    user = get_user_model().objects.select_for_update().filter(username=username).first()
-    if user is not None and (user.has_usable_password() or user.is_superuser):
+    users = get_user_model().objects.select_for_update()
+    user = users.filter(username=username).first()
+    if user is None and access.tenant is None:
+        return None
+    if user is None:
+        # Two first sign-ins at once: one inserts, the other waits on the unique name and then reads it.
+        get_user_model().objects.get_or_create(username=username, defaults={"password": make_password(None)})
+        user = users.get(username=username)
+    if user.has_usable_password() or user.is_superuser:
         raise SignInRefused(
             "local_account",
             f"A local account named {username!r} exists; single sign-on does not take it over. "
             "An administrator removes its password (or renames it) first.",
             username,
         )
-    if user is None and access.tenant is None:
-        return None
-    if user is None:
-        user = get_user_model().objects.create_user(username, email=email, password=None)
     before = sorted(
         f"{slug}:{permission}"
         for slug, permission in Grant.objects.filter(user=user).values_list("tenant__slug", "permission")

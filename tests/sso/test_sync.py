@@ -53,3 +53,15 @@ def test_a_grant_added_by_hand_is_taken_away_at_the_next_sign_in(tenant):
     entry = AuditEntry.objects.filter(action="user.sso_sign_in").order_by("-at").first()
     assert entry.before == {"grants": ["acme:compute:fleet:admin", "acme:compute:rollout:approve"]}
     assert entry.after["grants"] == ["acme:compute:fleet:admin"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_first_sign_ins_at_once_make_one_user():
+    from fleet.services.iam import tenant_create
+    from tests.concurrency import run_together
+
+    tenant_create(slug="acme")
+    assert run_together(*[lambda: sync("noor", "sre")] * 4, rounds=3) == []
+    user = get_user_model().objects.get(username="noor")
+    assert not user.has_usable_password()
+    assert list(Grant.objects.filter(user=user).values_list("permission", flat=True)) == [Permission.FLEET_ADMIN]
