@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.admin.apps import AdminConfig
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
 from fleet.plugins import admin_notices
@@ -14,6 +15,25 @@ from fleet.plugins import admin_notices
 
 class FleetAdminSite(admin.AdminSite):
     """``django.contrib.admin.site`` (``FleetAdminConfig``): the plug-ins' notices above the index."""
+
+    login_template = "fleet/sso_login.html"
+
+    def login(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        """Django's login page, with "Sign in with <OIDC_NAME>" when SSO is configured (fleet/sso/); with
+        ``ADMIN_PASSWORD_LOGIN=0`` no password form, and a posted password refused (403)."""
+        from fleet.sso.config import sso_enabled
+
+        context = {
+            "sso_name": settings.OIDC_NAME if sso_enabled() else "",
+            "password_login": settings.ADMIN_PASSWORD_LOGIN,
+            **(extra_context or {}),
+        }
+        if request.method == "POST" and not settings.ADMIN_PASSWORD_LOGIN:
+            context["password_refused"] = True
+            return TemplateResponse(
+                request, self.login_template, {**self.each_context(request), **context, "next": ""}, status=403
+            )
+        return super().login(request, context)
 
     def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
         if request.method == "GET":

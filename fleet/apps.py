@@ -10,6 +10,7 @@ class FleetConfig(AppConfig):
         from core.metrics import register_collector
         from fleet import checks  # noqa: F401  (checks register themselves)
         from fleet.metrics import PoolCollector, PulseCollector
+        from fleet.sso import checks as sso_checks  # noqa: F401
 
         register_collector(PoolCollector())
         register_collector(PulseCollector())

@@ -290,6 +290,35 @@ WEB_THREADS = env_int_or_raw("WEB_THREADS", 4)
 # 503 overloaded and a Retry-After (docs/operations.md#admission-control). 0: no bound.
 WEB_SESSIONS_IN_PROGRESS = env_int_or_raw("WEB_SESSIONS_IN_PROGRESS", 256)
 
+# --- Single sign-on for the console (docs/operations.md#single-sign-on; sso.E001-E005, sso.W001) ------------
+# OpenID Connect: all three set turns it on; the provider's endpoints come from its discovery document.
+OIDC_ISSUER_URL = env_str("OIDC_ISSUER_URL", "")
+OIDC_CLIENT_ID = env_str("OIDC_CLIENT_ID", "")
+OIDC_CLIENT_SECRET = env_str("OIDC_CLIENT_SECRET", "")
+# The button's text: "Sign in with <OIDC_NAME>".
+OIDC_NAME = env_str("OIDC_NAME", "single sign-on")
+OIDC_GROUPS_CLAIM = env_str("OIDC_GROUPS_CLAIM", "groups")
+# group=tenant:permission,... e.g. sre=acme:compute:fleet:admin,sre-leads=acme:compute:rollout:approve
+OIDC_ROLE_MAP = env_str("OIDC_ROLE_MAP", "")
+# A console session signed in through the provider ends this many seconds after the sign-in, at the latest.
+OIDC_SESSION_MAX_AGE = env_int_or_raw("OIDC_SESSION_MAX_AGE", 8 * 3600)
+OIDC_RP_SCOPES = env_str("OIDC_SCOPES", "openid email profile groups")
+# The redirect URI registered at the provider, e.g. https://rollout.example.com/admin/sso/callback/; unset: built
+# from the request (set it behind a proxy that terminates TLS: Django sees http there).
+OIDC_REDIRECT_URI = env_str("OIDC_REDIRECT_URI", "")
+# 0: the admin's password form is gone and a posted password refused (only SSO signs in).
+ADMIN_PASSWORD_LOGIN = env_bool("ADMIN_PASSWORD_LOGIN", True)
+# mozilla-django-oidc's own names (fleet/sso/backend.py, views.py).
+OIDC_RP_SIGN_ALGO = env_str("OIDC_SIGN_ALGO", "RS256")
+OIDC_USE_PKCE = True
+OIDC_TIMEOUT = 10
+OIDC_AUTHENTICATION_CALLBACK_URL = "sso-callback"
+LOGIN_REDIRECT_URL = "/admin/"
+AUTHENTICATION_BACKENDS = [
+    *(["fleet.sso.backend.ConsoleOIDCBackend"] if OIDC_ISSUER_URL and OIDC_CLIENT_ID and OIDC_CLIENT_SECRET else []),
+    *(["django.contrib.auth.backends.ModelBackend"] if ADMIN_PASSWORD_LOGIN else []),
+]
+
 # --- Request limits per credential (docs/operations.md#request-limits; fleet.E001-E003) -----------
 API_KEY_RATE = env_str("API_KEY_RATE", "1200/min")
 # 5 requests per FLEET_HEARTBEAT_SECONDS, averaged over a minute (30/min at 10 s).

@@ -10,6 +10,8 @@ from core.database import DATABASE_ERRORS, database_unavailable
 from core.metrics import metrics_view
 
 urlpatterns = [
+    # Before the admin's own (which answers every path under /admin/): single sign-on (fleet/sso/).
+    path("admin/sso/", include("fleet.sso.urls")),
     path("admin/", admin.site.urls),
     path("api/compute/", include("fleet.api.urls")),
     path("api/compute/", include("rollout.api.urls")),

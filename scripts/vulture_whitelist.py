@@ -14,6 +14,14 @@ _: Any = None
 _.DEBUG, _.ALLOWED_HOSTS, _.INSTALLED_APPS, _.MIDDLEWARE, _.ROOT_URLCONF, _.WSGI_APPLICATION, _.TEMPLATES
 _.DEFAULT_AUTO_FIELD, _.AUTH_PASSWORD_VALIDATORS, _.LANGUAGE_CODE, _.TIME_ZONE, _.USE_I18N, _.USE_TZ
 _.STATIC_URL, _.WHITENOISE_USE_FINDERS, _.REST_FRAMEWORK, _.SPECTACULAR_SETTINGS, _.CACHES
+# Single sign-on (fleet/sso/): mozilla-django-oidc's settings and the hooks and attributes its backend and views
+# read by name; the test provider's settings and claims hook (tests/sso/provider/, another Django project).
+_.OIDC_RP_SCOPES, _.OIDC_USE_PKCE, _.OIDC_TIMEOUT, _.OIDC_AUTHENTICATION_CALLBACK_URL, _.LOGIN_REDIRECT_URL
+_.AUTHENTICATION_BACKENDS, _.ConsoleOIDCBackend, _.UserModel, _.OIDC_RP_CLIENT_SECRET, _.OIDC_RP_IDP_SIGN_KEY
+_.OIDC_OP_TOKEN_ENDPOINT, _.OIDC_OP_JWKS_ENDPOINT, _.OIDC_OP_AUTH_ENDPOINT, _._verify_jws, _.verify_token
+_.get_or_create_user, _.login_failure, _.get_extra_params
+_.LOGIN_URL, _.SESSION_COOKIE_NAME, _.CSRF_COOKIE_NAME, _.PASSWORD_HASHERS, _.OAUTH2_PROVIDER, _.GroupsValidator
+_.get_additional_claims
 # Celery's settings (namespace CELERY, project/celery.py).
 _.CELERY_BROKER_HEARTBEAT, _.CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP, _.CELERY_BROKER_CONNECTION_RETRY
 _.CELERY_BROKER_CONNECTION_MAX_RETRIES, _.CELERY_BROKER_CONNECTION_TIMEOUT, _.CELERY_TASK_PUBLISH_RETRY
