@@ -228,7 +228,8 @@ def promote_rollout(*, rollout: Rollout, at: datetime, actor: str) -> None:
         if rollout.state != Rollout.State.ACTIVE:
             raise InvalidState(cannot_be(rollout.state, "promoted"), state=rollout.state)
         raise InvalidState(
-            f"Wave {rollout.current_wave + 1} of {len(rollout.waves)} is not soaking: there is nothing to promote.",
+            f"Wave {rollout.current_wave + 1} of {RolloutWave.objects.filter(rollout=rollout).count()} is not soaking:"
+            " there is nothing to promote.",
             state=rollout.state,
         )
     soak_ends_at = rollout.next_wave_at

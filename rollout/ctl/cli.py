@@ -156,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(action=action)
         sub.add_argument("id")
         if action != "abort":
-            sub.add_argument("--comment", metavar="C", required=action == "deny", help="recorded with it")
+            sub.add_argument("--comment", metavar="C", help="recorded with it (deny: the server requires one)")
         if action == "resume":
             sub.add_argument("--end-by", metavar="T", help="RFC 3339: a new deadline")
         if action == "abort":

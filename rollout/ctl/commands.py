@@ -96,10 +96,17 @@ def list_rollouts(api: Api, out: Output, args: argparse.Namespace) -> int:
 
 
 def status(api: Api, out: Output, args: argparse.Namespace) -> int:
-    names = _names_for_text(api, out)
+    names: dict[str, str] = {}
 
     def draw(rollout: dict[str, Any]) -> Any:
-        """The rollout, how it ended, its supersede chain and its gates' latest results."""
+        """The rollout, how it ended, its supersede chain and its gates' latest results. The pools' names are
+        read at the first drawing the server answers (a watch that starts in an outage rides it out with ids)."""
+        if not names and not out.as_json:
+            try:
+                names.update(pool_names(api))
+            except ApiError as exc:
+                if not exc.transient:
+                    raise
         gates = gates_of(api, rollout["id"])
         return rollout_view(
             rollout,

@@ -26,9 +26,8 @@ EXIT_TIMED_OUT = 4
 #: ``labels``: the selector matched no node (nothing was changed).
 EXIT_NO_MATCH = 5
 
-#: The terminal states (``superseded``: another rollout took its nodes over, docs/ctl.md#rolling-back-and-forward).
-FINISHED = frozenset({"completed", "aborted", "denied", "superseded"})
-#: What ``wait`` answers for each state that ends it; any other state keeps it waiting.
+#: What ``wait`` and ``status --watch`` answer for each state that ends them (``superseded``: another rollout
+#: took its nodes over, docs/ctl.md#rolling-back-and-forward); any other state keeps them going.
 VERDICTS = {
     "completed": EXIT_OK,
     "paused": EXIT_PAUSED,
@@ -42,12 +41,10 @@ def readings(
     api: Api, rollout_id: str, *, interval: float, timeout: float | None, warn: Callable[[ApiError], None]
 ) -> Iterator[dict[str, Any]]:
     """The rollout, read again every ``interval`` seconds (or after a transient answer's ``Retry-After``, when
-    longer); the iteration ends when ``timeout`` has passed, or raises the last read's error when that read
-    failed (a server that stopped answering is an error, not a rollout still running). ``warn`` hears each
-    transient refusal."""
+    longer); the iteration ends when ``timeout`` has passed, an outage included (the caller exits 4: the
+    rollout was not seen to finish in time). ``warn`` hears each transient refusal."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        failed: ApiError | None = None
         pause = interval
         try:
             rollout = api.get(f"rollouts/{rollout_id}/")
@@ -55,15 +52,12 @@ def readings(
             if not exc.transient:
                 raise
             warn(exc)
-            failed = exc
             pause = max(interval, exc.retry_after or 0.0)
         else:
             yield rollout
         if deadline is not None:
             left = deadline - time.monotonic()
             if left <= 0:
-                if failed is not None:
-                    raise failed
                 return
             pause = min(pause, left)
         time.sleep(pause)
@@ -125,9 +119,9 @@ def watch(
     draw: Callable[[dict[str, Any]], Any] | None = None,
     names: Mapping[str, str] | None = None,
 ) -> int:
-    """Redraw the rollout until it finishes, then exit as ``wait`` does: 0 completed, 3 aborted, denied or
-    superseded. A pause is drawn, not an end: when ``timeout`` passes, 2 if the rollout is paused then, else 4.
-    ``draw`` renders a reading (default: the rollout and its waves)."""
+    """Redraw the rollout until it finishes or pauses, then exit as ``wait`` does: 0 completed, 2 paused,
+    3 aborted, denied or superseded, 4 when ``timeout`` passes first. ``draw`` renders a reading (default: the
+    rollout and its waves)."""
     render = draw or (lambda rollout: rollout_view(rollout, names or {}))
     rollout: dict[str, Any] | None = None
     warnings = Warnings(out)
@@ -136,14 +130,9 @@ def watch(
             warnings.answered()
             if live is not None:
                 live.update(render(rollout))
-            if rollout["state"] in FINISHED:
+            if rollout["state"] in VERDICTS:
                 break
         else:
-            if rollout is not None and rollout["state"] == "paused":
-                if out.as_json:
-                    out.json(rollout)
-                out.errors.print(f"timed out after {timeout:g} s: the rollout is paused")
-                return EXIT_PAUSED
             return _timed_out(out, rollout, timeout)
     assert rollout is not None  # the loop ended on a finished rollout
     if out.as_json:

@@ -199,15 +199,15 @@ def schedule_validate(*, start_at: object, end_by: object, end_behavior: object,
         raise InvalidInput("startAt is in the past.", code="invalid_schedule", field="startAt")
     if end is not None and (end <= now or (start is not None and end <= start)):
         raise InvalidInput("endBy must be after now and after startAt.", code="invalid_schedule", field="endBy")
-    behaviors = ("pause", "abort", "abort_rollback")
-    if end_behavior is not None and end_behavior not in behaviors:
-        raise InvalidInput(
-            f"endBehavior is one of {', '.join(behaviors)}.", code="invalid_schedule", field="endBehavior"
-        )
     if end is None and end_behavior is not None:
         # Nothing would ever apply it: refused rather than stored (docs/controller.md#schedules).
         raise InvalidInput(
             "endBehavior needs endBy: without a deadline there is nothing to end.", code="invalid", field="endBehavior"
+        )
+    behaviors = ("pause", "abort", "abort_rollback")
+    if end_behavior is not None and end_behavior not in behaviors:
+        raise InvalidInput(
+            f"endBehavior is one of {', '.join(behaviors)}.", code="invalid_schedule", field="endBehavior"
         )
     if end is not None and end_behavior is None:
         end_behavior = "pause"

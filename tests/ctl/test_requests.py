@@ -13,11 +13,20 @@ from tests.ctl.conftest import KEY, rollout
 RID = rollout()["id"]
 
 
-def test_deny_needs_a_comment_and_a_usage_error_exits_1_not_2(api, ctl):
+def test_a_usage_error_exits_1_not_2(api, ctl):
+    status, _, err = ctl("wait")
+    assert status == 1
+    assert "id" in err
+    assert api.seen == []
+
+
+def test_deny_without_a_comment_is_the_servers_to_refuse_and_its_code_is_printed(api, ctl):
+    """16.3 lists ``deny ID [--comment C]``: the API decides (400 invalid_input), the command prints its code."""
+    path = f"rollouts/{RID}/deny/"
+    api.on("POST", path, (400, {"code": "invalid_input", "detail": "comment: This field is required."}))
     status, _, err = ctl("deny", RID)
     assert status == 1
-    assert "--comment" in err
-    assert api.seen == []
+    assert "invalid_input" in err
 
 
 def test_a_label_without_a_value_is_a_usage_error(api, ctl):
