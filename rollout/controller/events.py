@@ -49,7 +49,8 @@ class EventPayload:
 
 
 def wave_words(index: int, *, waves: int) -> str:
-    """``wave 2 of 3``: a wave's index (from 0, as the API counts) as a person reads it (CONTRACT 18.3)."""
+    """``wave 2 of 3``: a wave's index (from 0, as the API counts) as a person reads it
+    (docs/controller.md#events-and-logs)."""
     return f"wave {index + 1} of {waves}"
 
 

@@ -1,4 +1,4 @@
-"""The blockers' order (CONTRACT 10.1, 16.2; docs/controller.md#why-not-yet): a rollout and its rows say the same
+"""The blockers' order (docs/controller.md#why-not-yet): a rollout and its rows say the same
 thing, ``gate`` right after ``rollout_paused``, even during a soak."""
 
 from __future__ import annotations

@@ -307,7 +307,7 @@ def check(scenario: Scenario, tenant, release: Release) -> None:
     plan = result.plan
     decided = plan.decided() if plan is not None else {}
     # A gate holds the current wave's rows and those of the wave that starts next: the plan's, or during a soak
-    # the one that starts when it ends (CONTRACT 16.2: right after rollout_paused).
+    # the one that starts when it ends (docs/controller.md#why-not-yet: right after rollout_paused).
     gated = {rollout.current_wave, plan.wave if plan is not None else -1, rollout.current_wave + 1 if soaking else -1}
     for row in pending:
         if after[row.id] != S.PENDING:

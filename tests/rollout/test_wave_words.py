@@ -1,4 +1,5 @@
-"""Texts a person reads count waves from 1; the API's indexes stay 0-based (CONTRACT 18.3)."""
+"""Texts a person reads count waves from 1; the API's indexes stay 0-based (docs/controller.md#why-not-yet,
+docs/controller.md#events-and-logs)."""
 
 from __future__ import annotations
 
