@@ -6,12 +6,10 @@ from __future__ import annotations
 import re
 import weakref
 from collections.abc import Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
 from django.db import connection
-
-R = TypeVar("R")
 
 #: Connections told not to wait for each commit's WAL flush (``commit_without_flush_wait``).
 _NOT_WAITING: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -95,25 +93,27 @@ class NamedRows:
     """
 
     def __init__(self) -> None:
-        self._positions: dict[tuple[str, tuple[type, ...]], tuple[tuple[int, ...], ...]] = {}
+        self._positions: dict[tuple[str, tuple[type[Any], ...]], tuple[tuple[int, ...], ...]] = {}
 
-    def read(self, sql: str, description: Sequence[Any], row: Sequence[Any], records: tuple[type[R], ...]) -> list[R]:
+    def read(
+        self, sql: str, description: Sequence[Any], row: Sequence[Any], records: tuple[type[Any], ...]
+    ) -> list[Any]:
         """``row`` of the statement ``sql`` (whose cursor's ``description`` is given) as one record per class."""
         key = (sql, records)
         positions = self._positions.get(key)
         if positions is None:
             positions = self._positions[key] = column_positions(description, records)
-        return [record._make(map(row.__getitem__, at)) for record, at in zip(records, positions, strict=True)]  # type: ignore[attr-defined]
+        return [record._make(map(row.__getitem__, at)) for record, at in zip(records, positions, strict=True)]
 
 
-def column_positions(description: Sequence[Any], records: tuple[type, ...]) -> tuple[tuple[int, ...], ...]:
+def column_positions(description: Sequence[Any], records: tuple[type[Any], ...]) -> tuple[tuple[int, ...], ...]:
     """For each record class, the positions of its fields among the columns ``description`` names; every column
     must be one record's field and every field one column (else ``ColumnsMismatch``, naming the difference)."""
     names = [column.name for column in description]
-    fields = [name for record in records for name in record._fields]  # type: ignore[attr-defined]
+    fields = [name for record in records for name in record._fields]
     if len(set(names)) != len(names) or sorted(names) != sorted(fields):
         unread = sorted(set(names) - set(fields))
         missing = sorted(set(fields) - set(names))
         raise ColumnsMismatch(f"columns {names}: not read {unread}, not selected {missing}, or a name twice")
     at = {name: index for index, name in enumerate(names)}
-    return tuple(tuple(at[name] for name in record._fields) for record in records)  # type: ignore[attr-defined]
+    return tuple(tuple(at[name] for name in record._fields) for record in records)
