@@ -45,8 +45,8 @@ def constant_array(values: Iterable[str]) -> str:
 def prepared_cursor() -> Any:
     """A Django cursor (its execute wrappers and query log apply) whose statements are prepared.
 
-    Planning the heartbeat statement costs PostgreSQL more than running it (about 0.5 ms against
-    0.3 ms); prepared once per persistent connection, it is planned once. Django leaves prepared
+    Planning the heartbeat statement costs PostgreSQL more than running it; prepared once per
+    persistent connection, it is planned once. Django leaves prepared
     statements off (``prepare_threshold=None``) for transaction-mode poolers; this statement needs a
     direct connection or a pooler that supports them (PgBouncer 1.21+ with psycopg 3.2+).
     """
