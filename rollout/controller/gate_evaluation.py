@@ -200,7 +200,7 @@ def gates_evaluate_due(*, run_seconds: float = RUN_SECONDS) -> int:
     """``rollout/gates-due``: evaluate due gates, round after round, for at most ``run_seconds``; how many."""
     started = time.monotonic()
     evaluated = 0
-    with ThreadPoolExecutor(max_workers=PROBE_THREADS, thread_name_prefix="gate") as threads:
+    with ThreadPoolExecutor(max_workers=PROBE_THREADS, thread_name_prefix="gate-probe") as threads:
         while time.monotonic() - started < run_seconds:
             claimed = gates_claim(now=timezone.now())
             if not claimed:

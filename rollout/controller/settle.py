@@ -5,9 +5,8 @@ Which rows move is decided here; each move is a function of rollout/controller/u
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any
 from uuid import UUID
 
 import structlog
@@ -22,6 +21,7 @@ from fleet.interface import (
 )
 from rollout import conf
 from rollout.controller.daemons import send_back_rows
+from rollout.controller.statements import SettleOnJoin
 from rollout.controller.tick_requests import rollout_request_tick
 from rollout.controller.upgrade_transitions import (
     HeldByTick,
@@ -60,7 +60,7 @@ def node_upgrades_settle_succeeded(*, rollout: Rollout, now: datetime) -> int:
     )
 
 
-def node_upgrade_settle_reported(*, node_id: UUID, daemon_version: str, row: Sequence[Any] | None = None) -> bool:
+def node_upgrade_settle_reported(*, node_id: UUID, daemon_version: str, row: SettleOnJoin | None = None) -> bool:
     """The agent's join path: a node that rejoins on its target version succeeds at once.
 
     ``row``: the common case's statement ran inside the join's own (rollout/hooks.py's join step), which has

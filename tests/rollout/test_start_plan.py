@@ -306,6 +306,9 @@ def check(scenario: Scenario, tenant, release: Release) -> None:
     # 3: what the tick left pending says why, as its plan says.
     plan = result.plan
     decided = plan.decided() if plan is not None else {}
+    # A gate holds the current wave's rows and those of the wave that starts next: the plan's, or during a soak
+    # the one that starts when it ends (docs/controller.md#why-not-yet: right after rollout_paused).
+    gated = {rollout.current_wave, plan.wave if plan is not None else -1, rollout.current_wave + 1 if soaking else -1}
     for row in pending:
         if after[row.id] != S.PENDING:
             continue
@@ -316,7 +319,7 @@ def check(scenario: Scenario, tenant, release: Release) -> None:
             expected = {"rollout_paused"}
         elif hold == "scheduled":
             expected = {"scheduled"}
-        elif hold == "gate" and plan is not None and row.wave in (rollout.current_wave, plan.wave):
+        elif hold == "gate" and plan is not None and row.wave in gated:
             expected = {"gate"}
         elif plan is None or row.wave != plan.wave:
             expected = {"soaking"} if soaking else {"wave_not_started"}
