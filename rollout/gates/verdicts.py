@@ -39,6 +39,7 @@ def gates_create(*, rollout: Rollout, options: GateOptions, now: datetime) -> No
             query=spec.query,
             maximum=spec.maximum,
             url=spec.url,
+            on_failure=spec.on_failure,
             due_at=now,
         )
         for position, spec in enumerate(options.gates)
@@ -89,4 +90,5 @@ def gate_json(gate: RolloutGate) -> dict[str, Any]:
         "at": at,
         "consecutiveFailures": gate.consecutive_failures,
         "detail": gate.detail or None,
+        "onFailure": gate.on_failure,
     }

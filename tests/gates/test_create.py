@@ -44,7 +44,15 @@ def test_gates_are_stored_pending_with_their_options(api, tenant, releases, prom
     listed = api.get(f"{URL}{rollout.id}/gates/")
     assert listed.status_code == 200
     assert listed.json() == [
-        {"name": "errors", "state": "pending", "value": None, "at": None, "consecutiveFailures": 0, "detail": None},
+        {
+            "name": "errors",
+            "state": "pending",
+            "value": None,
+            "at": None,
+            "consecutiveFailures": 0,
+            "detail": None,
+            "onFailure": "pause",
+        },
         {
             "name": "health.api-1",
             "state": "pending",
@@ -52,6 +60,7 @@ def test_gates_are_stored_pending_with_their_options(api, tenant, releases, prom
             "at": None,
             "consecutiveFailures": 0,
             "detail": None,
+            "onFailure": "pause",
         },
     ]
 
