@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.contrib import messages
+from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, re_path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 
 from core.errors import DomainError
 from fleet.interface import Actor, NodeSession, staff_user
@@ -68,6 +69,22 @@ def roll_forward(rollout: Rollout, *, version: str, request: HttpRequest) -> Rol
 
 class RollForwardAdminMixin:
     """The rollout admin's "Roll forward to…" page (mixed into ``RolloutAdmin``)."""
+
+    @admin.display(description="supersede chain")
+    def supersede_chain(self, rollout: Rollout) -> SafeString | str:
+        """The rollout it superseded and the one that superseded it, linked (one query)."""
+        successor = Rollout.objects.filter(supersedes=rollout).select_related("release").first()
+        links = [
+            format_html(
+                '<div>{} <a href="{}">{}</a></div>',
+                words,
+                reverse("admin:rollout_rollout_change", args=[other.pk]),
+                rollout_label(other),
+            )
+            for words, other in (("supersedes", rollout.supersedes), ("superseded by", successor))
+            if other is not None
+        ]
+        return format_html_join("", "{}", ((link,) for link in links)) if links else "-"
 
     def roll_forward_urls(self) -> list[URLPattern]:
         return [

@@ -97,7 +97,20 @@ class RolloutAdmin(RolloutPlanAdminMixin, ApprovalAdminMixin, RollForwardAdminMi
             },
         ),
         ("Approvals", {"fields": ["approvals_required", "approval_list"]}),
-        ("History", {"fields": ["created_by", "created_at", "next_wave", "completed_at", "aborted_at"]}),
+        (
+            "History",
+            {
+                "fields": [
+                    "created_by",
+                    "created_at",
+                    "next_wave",
+                    "completed_at",
+                    "aborted_at",
+                    "aborted_reason",
+                    "supersede_chain",
+                ]
+            },
+        ),
     ]
     readonly_fields = [str(field) for _, options in fieldsets for field in options["fields"]]
     change_list_template = "admin/rollout/rollout/change_list.html"

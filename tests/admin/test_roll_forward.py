@@ -48,6 +48,10 @@ def test_rolling_forward_supersedes_and_goes_to_the_new_rollout(staff, bad):
     assert NodeUpgrade.objects.filter(rollout=new, state="in_flight").count() == 1
     entry = AuditEntry.objects.get(action="rollout.supersede")
     assert entry.actor_via == "admin"
+    old_page = staff.get(f"{LIST}{bad.pk}/change/").content.decode()
+    assert "superseded by" in old_page
+    assert f"{LIST}{new.pk}/change/" in old_page
+    assert f"{LIST}{bad.pk}/roll-forward/" not in old_page  # finished: nothing more to roll forward
 
 
 def test_a_finished_rollout_offers_no_roll_forward_and_the_page_refuses(staff, bad):
