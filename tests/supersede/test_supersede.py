@@ -201,3 +201,26 @@ def test_a_new_rollout_awaiting_approval_supersedes_at_create_and_starts_nothing
     for node in Node.objects.filter(pk__in=in_flight):
         assert node.spec["daemon"]["version"] == "1.0.0"
     assert one_writer_per_node()
+
+
+@pytest.mark.parametrize("state", ["paused", "scheduled"])
+def test_a_paused_or_scheduled_rollout_is_superseded(api, tenant, releases, state):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from rollout.rollouts.actions import rollout_pause
+
+    fleet(tenant, {"a": (4, "0.5")})
+    if state == "scheduled":
+        old = create(tenant, start_at=(timezone.now() + timedelta(hours=1)).isoformat())
+    else:
+        old = create(tenant)
+        rollout_pause(rollout_id=old.id)
+    assert Rollout.objects.get(pk=old.pk).state == state
+    response = api.post(URL, {"version": "1.0.1", "supersedes": str(old.id)}, format="json")
+    assert response.status_code == 201, response.content
+    assert Rollout.objects.get(pk=old.pk).state == "superseded"
+    assert not NodeUpgrade.objects.filter(rollout=old, claims_node=True).exists()
+    assert NodeUpgrade.objects.filter(rollout_id=response.json()["id"]).count() == 4
+    assert one_writer_per_node()
