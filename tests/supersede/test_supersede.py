@@ -224,3 +224,24 @@ def test_a_paused_or_scheduled_rollout_is_superseded(api, tenant, releases, stat
     assert not NodeUpgrade.objects.filter(rollout=old, claims_node=True).exists()
     assert NodeUpgrade.objects.filter(rollout_id=response.json()["id"]).count() == 4
     assert one_writer_per_node()
+
+
+def test_nodes_outside_the_new_selection_settle_in_the_superseded_rollout(api, tenant, releases):
+    made = fleet(tenant, {"a": (2, "1"), "b": (2, "1")})
+    old = create(tenant)
+    heartbeat_all()
+    tick(old)
+    assert NodeUpgrade.objects.filter(rollout=old, state="in_flight").count() == 4
+    pool_a = str(made["a"][0].pool_id)
+    response = api.post(URL, {"version": "1.0.1", "supersedes": str(old.id), "poolIds": [pool_a]}, format="json")
+    assert response.status_code == 201, response.content
+    new_id = response.json()["id"]
+    # Pool a's nodes are taken over; pool b's stay in flight in the old rollout, holding their nodes.
+    assert set(NodeUpgrade.objects.filter(rollout_id=new_id).values_list("state", flat=True)) == {"in_flight"}
+    kept = NodeUpgrade.objects.filter(rollout=old, state="in_flight")
+    assert {row.node_id for row in kept} == {node.id for node in made["b"]}
+    assert all(row.claims_node for row in kept)
+    assert RolloutEvent.objects.get(rollout=old, kind="rollout.superseded").data["stillInFlight"] == 2
+    rejoin(made["b"][0].id, "1.0.0")  # and they settle there as usual
+    assert NodeUpgrade.objects.get(rollout=old, node=made["b"][0]).state == "succeeded"
+    assert one_writer_per_node()
