@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from rollout.controller.aborts import rollout_abort_now
 from rollout.controller.events import DeadlinePassed, Paused, event_record
-from rollout.controller.settle import node_upgrades_roll_back
-from rollout.controller.transitions import abort_rollout, hold_at_deadline, pause_rollout, start_scheduled_rollout
-from rollout.controller.upgrade_transitions import cancel_pending_upgrades
+from rollout.controller.transitions import hold_at_deadline, pause_rollout, start_scheduled_rollout
 from rollout.models import Rollout
 
 State = Rollout.State
@@ -66,16 +65,11 @@ def rollout_deadline(*, rollout: Rollout, now: datetime) -> bool:
     if behavior == EndBehavior.PAUSE:
         pause_rollout(rollout=rollout, at=now, paused=Paused(paused_reason=Rollout.PausedReason.DEADLINE))
         return True
-    rollback = behavior == EndBehavior.ABORT_ROLLBACK
-    cancelled = cancel_pending_upgrades(rollout=rollout, at=now)
-    rolled_back, kept = node_upgrades_roll_back(rollout=rollout, now=now) if rollback else (0, 0)
-    abort_rollout(
+    rollout_abort_now(
         rollout=rollout,
-        at=now,
+        now=now,
         actor="deadline",
-        rollback=rollback,
-        cancelled=cancelled,
-        rolled_back=rolled_back,
-        not_rolled_back=kept,
+        rollback=behavior == EndBehavior.ABORT_ROLLBACK,
+        reason=Rollout.AbortedReason.DEADLINE,
     )
     return True

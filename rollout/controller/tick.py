@@ -33,6 +33,7 @@ from django.utils import timezone
 from core.maintenance import tables_vacuum
 from fleet.interface import node_tables_vacuum
 from rollout import conf
+from rollout.controller.aborts import rollout_abort_now
 from rollout.controller.events import Paused
 from rollout.controller.health import controller_beat_record, rollout_ticked
 from rollout.controller.judge import failure_ratio_exceeded, wave_counts
@@ -125,14 +126,22 @@ def rollout_advance(*, rollout: Rollout, now: datetime, counts: dict[str, int] |
 
 
 def rollout_stop(*, rollout: Rollout, reason: str, now: datetime) -> None:
-    """active -> paused for a stop other than the deadline (rollout/controller/stops.py); a gate's pause
-    (``gate_failed:<name>``, docs/controller.md#gates) carries the gate and its latest value in the event."""
+    """active -> paused for a stop other than the deadline (rollout/controller/stops.py). A gate's stop
+    (``gate_failed:<name>``, docs/controller.md#gates) does what the gate's ``onFailure`` says: a pause carrying
+    the gate and its latest value in the event, or an abort (``abortedReason`` the same words), with rollback
+    for ``abort_rollback``."""
     if not reason.startswith(Rollout.GATE_FAILED_PREFIX):
         pause_rollout(rollout=rollout, at=now, paused=Paused(paused_reason=reason))
         return
     name = reason.removeprefix(Rollout.GATE_FAILED_PREFIX)
-    value = RolloutGate.objects.filter(rollout=rollout, name=name).values_list("value", flat=True).first()
-    pause_rollout(rollout=rollout, at=now, paused=Paused(paused_reason=reason, gate=name, value=value))
+    value, on_failure = RolloutGate.objects.filter(rollout=rollout, name=name).values_list(
+        "value", "on_failure"
+    ).first() or (None, RolloutGate.OnFailure.PAUSE)
+    if on_failure == RolloutGate.OnFailure.PAUSE:
+        pause_rollout(rollout=rollout, at=now, paused=Paused(paused_reason=reason, gate=name, value=value))
+        return
+    rollback = on_failure == RolloutGate.OnFailure.ABORT_ROLLBACK
+    rollout_abort_now(rollout=rollout, now=now, actor=f"gate:{name}", rollback=rollback, reason=reason)
 
 
 #: Ticks one asked tick tries at most, each but the first after waiting for another worker's (``rollout_tick``).

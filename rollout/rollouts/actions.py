@@ -21,18 +21,16 @@ from fleet.interface import (
     Tenant,
     audit_record,
 )
+from rollout.controller.aborts import rollout_abort_now
 from rollout.controller.events import Paused
 from rollout.controller.judge import wave_failures
-from rollout.controller.settle import node_upgrades_roll_back
 from rollout.controller.tick_requests import rollout_request_tick
 from rollout.controller.transitions import (
-    abort_rollout,
     pause_rollout,
     promote_rollout,
     resume_rollout,
     start_scheduled_rollout,
 )
-from rollout.controller.upgrade_transitions import cancel_pending_upgrades
 from rollout.gates.verdicts import gates_counts_clear
 from rollout.models import Rollout
 from rollout.rollouts.spec import schedule_time
@@ -225,16 +223,8 @@ def rollout_abort(
             raise InvalidState(cannot_be(rollout.state, "aborted"), state=rollout.state)
         now = timezone.now()
         before = _state(rollout)
-        cancelled = cancel_pending_upgrades(rollout=rollout, at=now)
-        rolled_back, kept = node_upgrades_roll_back(rollout=rollout, now=now) if rollback else (0, 0)
-        abort_rollout(
-            rollout=rollout,
-            at=now,
-            actor=event_actor(actor),
-            rollback=rollback,
-            cancelled=cancelled,
-            rolled_back=rolled_back,
-            not_rolled_back=kept,
+        rollout_abort_now(
+            rollout=rollout, now=now, actor=event_actor(actor), rollback=rollback, reason=Rollout.AbortedReason.MANUAL
         )
         audit_rollout(rollout, actor, "rollout.abort", before=before, after={**_state(rollout), "rollback": rollback})
     return rollout

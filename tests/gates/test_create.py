@@ -61,7 +61,9 @@ def test_gates_are_stored_with_their_options_an_unreachable_prometheus_inconclus
         "at": None,
         "consecutiveFailures": 0,
         "detail": None,
+        "onFailure": "pause",
     }
+    assert first["onFailure"] == "pause"
 
 
 def test_defaults_without_gates(api, tenant, releases):
