@@ -92,7 +92,7 @@ class ApiKeyAdmin(ReadOnlyMixin, TenantScopedAdmin):
     """Keys are created with ``manage.py createapikey`` or by their owner through the API (the plain key is shown
     once there); here they are listed and revoked. The hash is never shown."""
 
-    list_display = ["prefix", "name", "user", "tenant", "scopes", "expires_at", "last_used_at", "revoked_at"]
+    list_display = ["prefix", "name", "user", "tenant", "scope_list", "expires_at", "last_used_at", "revoked_at"]
     list_filter = [("revoked_at", admin.EmptyFieldListFilter), ("expires_at", admin.EmptyFieldListFilter), "tenant"]
     list_select_related = ["user", "tenant"]
     search_fields = ["prefix", "name", "user__username", "tenant__slug"]
@@ -108,6 +108,10 @@ class ApiKeyAdmin(ReadOnlyMixin, TenantScopedAdmin):
         "revoked_at",
     )
     actions = ["revoke"]
+
+    @admin.display(description="scopes")
+    def scope_list(self, api_key: ApiKey) -> str:
+        return ", ".join(api_key.scopes)
 
     @admin.action(description="Revoke the selected API keys", permissions=["delete"])
     def revoke(self, request: HttpRequest, queryset: QuerySet) -> None:

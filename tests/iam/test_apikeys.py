@@ -313,7 +313,7 @@ def test_the_admin_lists_keys_with_scopes_expiry_and_last_use_and_revokes(tenant
     page = client.get("/admin/fleet/apikey/")
     assert page.status_code == 200
     text = page.content.decode()
-    for column in ("ci-deploy", "Scopes", "Expires at", "Last used at"):
+    for column in ("ci-deploy", "Scopes", "read, rollouts", "Expires at", "Last used at"):
         assert column in text
     answer = client.post("/admin/fleet/apikey/", {"action": "revoke", "_selected_action": [api_key.pk]})
     assert answer.status_code == 302
