@@ -322,3 +322,34 @@ def test_the_admin_lists_keys_with_scopes_expiry_and_last_use_and_revokes(tenant
     entry = AuditEntry.objects.get(action="apikey.revoke")
     assert (entry.actor_via, entry.actor_user, entry.actor_api_key_id) == ("admin", "root", None)
     assert keyed(plain).get("/api/compute/tenant/").status_code == 401
+
+
+# --- migration 0012 --------------------------------------------------------------------------------------------
+
+
+def test_migration_0012_gives_the_keys_made_before_every_scope_and_no_expiry(tenant):
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    before, after = [("fleet", "0011_session_watched_by")], [("fleet", "0012_api_key_scopes_expiry")]
+    api_key, _ = make_key(tenant)
+
+    def settled() -> None:  # the deferred foreign-key checks of the rows written so far: ALTER TABLE needs none pending
+        with connection.cursor() as cursor:
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+
+    settled()
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO fleet_apikey (tenant_id, user_id, prefix, key_hash, created_at)"
+            " VALUES (%s, %s, 'rk_old', %s, now())",
+            [tenant.pk, api_key.user_id, "f" * 64],
+        )
+    settled()
+    executor = MigrationExecutor(connection)
+    executor.migrate(after)
+    old = ApiKey.objects.get(prefix="rk_old")
+    assert old.scopes == list(Scope.values)
+    assert (old.expires_at, old.last_used_at, old.name) == (None, None, "")
