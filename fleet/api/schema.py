@@ -50,7 +50,7 @@ register_codes(
         "workflow_active": "The node already has an active workflow of this kind.",
         "refusal_not_recorded": "The agent's `refused` report could not be recorded (503; nothing was written): "
         "send it again with the next session call.",
-        "unknown_scope": "`scopes` names a scope that does not exist, or none at all (`field`: `scopes`).",
+        "unknown_scope": "`scopes` names a scope that does not exist (`field`: `scopes`).",
         "scope_too_wide": "`scopes` holds a scope the calling key does not have (`field`: `scopes`).",
         "expiry_in_past": "`expiresAt` is not in the future (`field`: `expiresAt`).",
         "expiry_too_late": "`expiresAt` is later than the calling key's, or past API_KEY_MAX_LIFETIME from now, or "
