@@ -283,6 +283,17 @@ def test_a_read_only_key_lists_but_neither_makes_nor_revokes_keys(tenant):
     assert caller.revoked_at is None
 
 
+def test_request_limits_stay_per_key_a_key_made_by_another_has_its_own(tenant, settings):
+    settings.API_KEY_RATE = "3/min"
+    _, plain = make_key(tenant)
+    parent = keyed(plain)
+    made = parent.post(KEYS, {"name": "child", "scopes": ["read"], "expiresAt": later(days=1)}, format="json")
+    assert made.status_code == 201
+    assert [parent.get("/api/compute/tenant/").status_code for _ in range(3)] == [200, 200, 429]
+    child = keyed(made.json()["key"])
+    assert [child.get("/api/compute/tenant/").status_code for _ in range(4)] == [200, 200, 200, 429]
+
+
 # --- the audit trail -------------------------------------------------------------------------------------------
 
 
