@@ -112,6 +112,7 @@ def test_revoked_and_unknown_keys_are_refused_as_before(tenant):
         assert response.json()["code"] == "authentication_failed"
 
 
+@override_settings(API_KEY_LAST_USED=True)
 def test_last_used_at_is_written_at_most_once_a_minute(tenant):
     api_key, plain = make_key(tenant)
     start = timezone.now()
@@ -233,6 +234,7 @@ def test_a_bad_api_key_max_lifetime_is_a_system_check_error(value):
 # --- GET and DELETE /apikeys/ ----------------------------------------------------------------------------------
 
 
+@override_settings(API_KEY_LAST_USED=True)
 def test_the_list_holds_the_callers_keys_only_without_secrets(tenant, other_tenant):
     mine, plain = make_key(tenant, name="mine")
     second, _ = make_key(tenant, scopes=[Scope.READ], name="second")

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.urls import URLPattern, URLResolver, get_resolver, resolve
 from rest_framework.test import APIClient
@@ -154,6 +155,7 @@ def test_every_scope_against_every_api_method(tenant, scope):
     assert wrong == []
 
 
+@override_settings(API_KEY_LAST_USED=True)
 def test_a_scope_check_adds_no_query(tenant):
     """The key's scopes and expiry ride on the key lookup: a request refused for its scope makes that one query."""
     client = _client(tenant, Scope.READ)
