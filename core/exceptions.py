@@ -56,7 +56,9 @@ def _error_response(exc: Exception, context: dict[str, Any]) -> Response | None:
         return response
     if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
         response.status_code = status.HTTP_401_UNAUTHORIZED
-        code = "not_authenticated" if isinstance(exc, exceptions.NotAuthenticated) else "authentication_failed"
+        # An authentication class may name its own code (an expired API key: key_expired).
+        codes = exc.get_codes()
+        code = codes if isinstance(codes, str) else exc.default_code
         response.data = {"code": code, "detail": str(exc.detail)}
         return response
     if isinstance(exc, exceptions.APIException):

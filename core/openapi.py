@@ -27,6 +27,8 @@ CODES: dict[str, str] = {
     "invalid_json": "The body is not valid UTF-8 JSON, nests deeper than 64 levels, or holds a lone surrogate.",
     "not_authenticated": "No `Authorization: Bearer` header.",
     "authentication_failed": "The bearer token is malformed, unknown or revoked.",
+    "key_expired": "The API key's `expiresAt` has passed: make a new key.",
+    "insufficient_scope": "The API key's `scopes` do not include the one this method requires (`required`).",
     "permission_denied": "The API key has no `compute:fleet:admin` grant on its tenant's fleet scope (approving "
     "and denying a rollout: no `compute:rollout:approve`).",
     "not_found": "No such object in the caller's tenant (another tenant's objects are not found either).",
@@ -54,6 +56,9 @@ _EXTRA_FIELDS: dict[str, dict[str, AnyField]] = {
     },
     "invalid_state": {"state": serializers.CharField(required=False, help_text="The object's current state.")},
     "throttled": {"retryAfter": serializers.IntegerField(help_text="Seconds to wait, as in `Retry-After`.")},
+    "insufficient_scope": {
+        "required": serializers.CharField(required=False, help_text="The scope this method requires.")
+    },
 }
 
 
@@ -69,6 +74,9 @@ def register_codes(codes: Mapping[str, str], extra_fields: Mapping[str, dict[str
 
 
 AUTH_CODES = ("not_authenticated", "authentication_failed")
+#: An API key may also have expired; outside its scopes it is refused 403 insufficient_scope.
+KEY_AUTH_CODES = (*AUTH_CODES, "key_expired")
+KEY_FORBIDDEN_CODES = ("permission_denied", "insufficient_scope")
 
 
 def _extra_fields(code: str) -> dict[str, AnyField]:
@@ -158,12 +166,14 @@ def error_responses(
     bad = list(bad_request) + (["invalid_json"] if json_body else [])
     if bad:
         responses[400] = _response(400, f"{name}BadRequest", bad)
-    if auth is not None:
+    if auth == "key":
+        responses[401] = _response(401, "KeyUnauthenticated", KEY_AUTH_CODES)
+    elif auth is not None:
         responses[401] = _response(401, "UnauthenticatedError", AUTH_CODES)
     if auth == "key" and forbidden:
-        responses[403] = _response(403, f"{name}Forbidden", ("permission_denied", *forbidden))
+        responses[403] = _response(403, f"{name}Forbidden", (*KEY_FORBIDDEN_CODES, *forbidden))
     elif auth == "key":
-        responses[403] = _response(403, "PermissionDenied", ("permission_denied",))
+        responses[403] = _response(403, "PermissionDenied", KEY_FORBIDDEN_CODES)
     if not_found:
         responses[404] = _response(404, f"{name}NotFound", not_found)
     if conflict:

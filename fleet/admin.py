@@ -21,6 +21,7 @@ import fleet.admin_nodes  # noqa: F401  (registers the node pages)
 from core.errors import DomainError
 from fleet.admin_base import ReadOnlyMixin, TenantScopedAdmin, budget_percent
 from fleet.models import ApiKey, AuditEntry, Command, Grant, Membership, NodeSession, Pool, Tenant, Workflow
+from fleet.services.apikeys import api_keys_revoke
 from fleet.services.audit import Actor, audit_record
 from fleet.services.budget import pool_budgets
 from fleet.services.iam import tenant_set_rollout_approvals
@@ -88,32 +89,33 @@ class GrantAdmin(TenantScopedAdmin):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(ReadOnlyMixin, TenantScopedAdmin):
-    """Keys are created with ``manage.py createapikey`` (the plain key is shown once there); here they are
-    listed and revoked. The hash is never shown."""
+    """Keys are created with ``manage.py createapikey`` or by their owner through the API (the plain key is shown
+    once there); here they are listed and revoked. The hash is never shown."""
 
-    list_display = ["prefix", "user", "tenant", "created_at", "revoked_at"]
-    list_filter = [("revoked_at", admin.EmptyFieldListFilter), "tenant"]
+    list_display = ["prefix", "name", "user", "tenant", "scope_list", "expires_at", "last_used_at", "revoked_at"]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter), ("expires_at", admin.EmptyFieldListFilter), "tenant"]
     list_select_related = ["user", "tenant"]
-    search_fields = ["prefix", "user__username", "tenant__slug"]
-    fields = readonly_fields = ("prefix", "user", "tenant", "created_at", "revoked_at")
+    search_fields = ["prefix", "name", "user__username", "tenant__slug"]
+    fields = readonly_fields = (
+        "prefix",
+        "name",
+        "user",
+        "tenant",
+        "scopes",
+        "created_at",
+        "expires_at",
+        "last_used_at",
+        "revoked_at",
+    )
     actions = ["revoke"]
+
+    @admin.display(description="scopes")
+    def scope_list(self, api_key: ApiKey) -> str:
+        return ", ".join(api_key.scopes)
 
     @admin.action(description="Revoke the selected API keys", permissions=["delete"])
     def revoke(self, request: HttpRequest, queryset: QuerySet) -> None:
-        now = timezone.now()
-        with transaction.atomic():
-            keys = list(queryset.filter(revoked_at__isnull=True).select_for_update().select_related("tenant"))
-            revoked = ApiKey.objects.filter(pk__in=[key.pk for key in keys]).update(revoked_at=now)
-            for key in keys:
-                audit_record(
-                    tenant=key.tenant,
-                    actor=Actor.admin(request.user),
-                    action="apikey.revoke",
-                    object_type="apikey",
-                    object_id=key.pk,
-                    before={"revokedAt": None},
-                    after={"revokedAt": now},
-                )
+        revoked = api_keys_revoke(keys=queryset, actor=Actor.admin(request.user), now=timezone.now())
         self.message_user(request, f"Revoked {revoked} key(s).", messages.SUCCESS)
 
 

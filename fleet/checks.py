@@ -11,6 +11,7 @@
 | fleet.E007 | DATABASE_URL is not PostgreSQL (SQLite, another engine, a scheme naming none): PostgreSQL alone |
 | fleet.E008 | WEB_SESSIONS_IN_PROGRESS is not an integer >= 0 (docs/operations.md#admission-control) |
 | fleet.E009 | ROLLOUT_APPROVALS is not an integer from 0 to 5 (docs/controller.md#approvals) |
+| fleet.E010 | API_KEY_MAX_LIFETIME is not a lifetime such as ``90d``, ``12h`` or ``none`` (docs/api.md#api-keys) |
 | fleet.W001 | no CACHE_URL: each web process counts requests alone (``check --deploy`` only) |
 """
 
@@ -23,6 +24,7 @@ from django.core.checks import CheckMessage, Error, Warning, register
 
 from core.ratelimit import parse_rate
 from fleet.models.iam import MAX_ROLLOUT_APPROVALS
+from fleet.services.apikeys import max_lifetime
 from fleet.services.nodes import heartbeat_seconds
 
 TAG = "fleet"
@@ -133,3 +135,19 @@ def check_rollout_approvals(app_configs: Any = None, **kwargs: Any) -> list[Chec
             id="fleet.E009",
         )
     ]
+
+
+@register(TAG)
+def check_api_key_max_lifetime(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    try:
+        max_lifetime()
+    except ValueError as exc:
+        return [
+            Error(
+                f"API_KEY_MAX_LIFETIME: {exc}.",
+                hint="Set API_KEY_MAX_LIFETIME to the longest a key made through the API may live (default 90d; "
+                "none: no cap).",
+                id="fleet.E010",
+            )
+        ]
+    return []

@@ -19,7 +19,7 @@ from fleet.admin_base import (
 )
 from fleet.api.agent_auth import AgentTokenAuthentication, IsAgent
 from fleet.api.permissions import FleetAdminOrApprover, RolloutApprover
-from fleet.models import Command, Node, NodeSession, Pool, Tenant
+from fleet.models import Command, Node, NodeSession, Pool, Scope, Tenant
 from fleet.plugins import (
     JoinStep,
     QuickAnswer,
@@ -69,6 +69,7 @@ __all__ = [
     "QuickAnswer",
     "ReadOnlyMixin",
     "RolloutApprover",
+    "Scope",
     "Selector",
     "Tenant",
     "TenantScopedAdmin",

@@ -321,6 +321,12 @@ AUTHENTICATION_BACKENDS = [
 
 # --- Request limits per credential (docs/operations.md#request-limits; fleet.E001-E003) -----------
 API_KEY_RATE = env_str("API_KEY_RATE", "1200/min")
+# The longest a key made through the API may live: 30d, 12h, 90m; "none" lifts the cap (docs/api.md#api-keys;
+# fleet.E010). manage.py createapikey is not bounded by it.
+API_KEY_MAX_LIFETIME = env_str("API_KEY_MAX_LIFETIME", "90d")
+# Each key's lastUsedAt, written at most once a minute per key (fleet/services/apikeys.py api_key_touch). The test
+# suite turns it off, so that a request's statements are counted alike whenever it comes.
+API_KEY_LAST_USED = env_bool("API_KEY_LAST_USED", True)
 # 5 requests per FLEET_HEARTBEAT_SECONDS, averaged over a minute (30/min at 10 s).
 AGENT_TOKEN_RATE = env_str("AGENT_TOKEN_RATE", "5/heartbeat")
 # The shared cache, a Redis apart from the broker (which may be RabbitMQ): where every web process's

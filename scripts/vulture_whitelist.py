@@ -86,6 +86,7 @@ _.createdAt, _.completedAt, _.inUse, _.estimatedSeconds, _.previousVersion, _.la
 _.excluded, _.lastTickAt
 _.deliveredAt, _.createdBy, _.approvalsRequired, _.rolloutApprovals
 _.gateIntervalSeconds, _.gateFailureLimit, _.consecutiveFailures
+_.apiKeyId, _.apiKeyName, _.lastUsedAt, _.revokedAt  # the audit actor's and an API key's fields
 _.startAt, _.endBy, _.endBehavior  # RolloutSerializer and ResumeSerializer fields (the schema reads them)
 
 # Celery: a task class's options; a bootstep's (rollout/tasks.py TickOnConnect).

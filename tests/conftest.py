@@ -28,6 +28,14 @@ def _api_requests_not_heard():
 
 
 @pytest.fixture(autouse=True)
+def _key_use_not_recorded():
+    """An API request does not write its key's ``lastUsedAt`` here (at most once a minute: fleet/services/apikeys.py),
+    so that a request's statements are counted alike whenever it comes; tests/iam/test_apikeys.py turns it on."""
+    with override_settings(API_KEY_LAST_USED=False):
+        yield
+
+
+@pytest.fixture(autouse=True)
 def _fresh_root_version(monkeypatch):
     """Each test starts with this process's cached root version unset (it is per process, not per test)."""
     from rollout.registry import roots

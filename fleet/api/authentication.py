@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from django.utils import timezone
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
-from fleet.services.iam import Principal, principal_for_key
+from fleet.services.apikeys import KeyExpired, api_key_authenticate
+from fleet.services.iam import Principal
 from fleet.tokens import bearer_token
 
 
@@ -37,11 +39,14 @@ class BearerAuthentication(authentication.BaseAuthentication):
 
 
 class ApiKeyAuthentication(BearerAuthentication):
-    """``request.auth`` is the key's Principal."""
+    """``request.auth`` is the key's Principal; an expired key: 401 ``key_expired``."""
 
     credential = "key"
     unknown_message = "Unknown or revoked API key."
 
     def lookup(self, token: str) -> tuple[object, Principal] | None:
-        principal = principal_for_key(token)
+        try:
+            principal = api_key_authenticate(plain_key=token, now=timezone.now())
+        except KeyExpired as exc:
+            raise exceptions.AuthenticationFailed(exc.detail, code=exc.code) from exc
         return None if principal is None else (principal.user, principal)

@@ -50,6 +50,11 @@ register_codes(
         "workflow_active": "The node already has an active workflow of this kind.",
         "refusal_not_recorded": "The agent's `refused` report could not be recorded (503; nothing was written): "
         "send it again with the next session call.",
+        "unknown_scope": "`scopes` names a scope that does not exist (`field`: `scopes`).",
+        "scope_too_wide": "`scopes` holds a scope the calling key does not have (`field`: `scopes`).",
+        "expiry_in_past": "`expiresAt` is not in the future (`field`: `expiresAt`).",
+        "expiry_too_late": "`expiresAt` is later than the calling key's, or past API_KEY_MAX_LIFETIME from now, or "
+        "missing where one of them bounds it (`field`: `expiresAt`).",
         "overloaded": "The web process has as many agent-session requests under way as it takes (503, nothing "
         "read or written): retry after `retryAfter` seconds (also the `Retry-After` header), plus a random "
         "fraction of a second.",
@@ -58,6 +63,10 @@ register_codes(
         "unknown_pool": {"poolIds": serializers.ListField(child=serializers.CharField(), required=False)},
         "budget_exhausted": {"disrupted": serializers.IntegerField(), "allowed": serializers.IntegerField()},
         "invalid_window": {"field": serializers.CharField(required=False, help_text="The window field at fault.")},
+        **{
+            code: {"field": serializers.CharField(required=False, help_text="The request field at fault.")}
+            for code in ("unknown_scope", "scope_too_wide", "expiry_in_past", "expiry_too_late")
+        },
         "overloaded": {"retryAfter": serializers.IntegerField(help_text="Seconds to wait, as in `Retry-After`.")},
         "invalid_labels": {"key": serializers.CharField(required=False, help_text="The label key at fault.")},
         "invalid_selector": {

@@ -261,6 +261,8 @@ class CommandSerializer(serializers.Serializer):
 class AuditActorSerializer(serializers.Serializer):
     user = serializers.CharField()
     via = serializers.ChoiceField(choices=["api", "admin", "command"])
+    apiKeyId = serializers.IntegerField(required=False, help_text="The key a change was made through (only then).")
+    apiKeyName = serializers.CharField(required=False, help_text="That key's name (only with apiKeyId).")
 
 
 class AuditEntrySerializer(serializers.Serializer):

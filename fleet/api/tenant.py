@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 from fleet.api.permissions import FleetAdminOrApprover
 from fleet.api.schema import error_responses
 from fleet.api.serializers import TenantSerializer
+from fleet.models import Scope
 from fleet.services.iam import Principal
 
 
@@ -20,6 +21,7 @@ class TenantView(APIView):
     a superuser (the admin) or ``manage.py settenant`` changes them."""
 
     permission_classes = [FleetAdminOrApprover]
+    key_scopes = {"get": Scope.READ}
 
     @extend_schema(responses={200: TenantSerializer, **error_responses("Tenant")})
     def get(self, request: Request) -> Response:

@@ -17,7 +17,7 @@ from core.query import query_parameters
 from fleet.api import serializers as s
 from fleet.api.params import path_id, query_bool, query_id, query_text, valid_body
 from fleet.api.schema import error_responses
-from fleet.models import AuditEntry, Node, Pool, Tenant, Workflow
+from fleet.models import AuditEntry, Node, Pool, Scope, Tenant, Workflow
 from fleet.services.audit import Actor
 from fleet.services.iam import Principal
 from fleet.services.labels import node_labels_set, node_selector_q, nodes_label
@@ -27,6 +27,13 @@ from fleet.services.workflows import workflow_finish, workflow_start
 
 # Any path segment reaches the view, so a malformed id is a JSON 404 rather than an unmatched URL.
 ANY_SEGMENT = r"[^/]+"
+
+
+#: Pools, nodes and workflows: read with ``read``, changed with ``nodes`` (docs/api.md#scopes).
+FLEET_SCOPES = {
+    **dict.fromkeys(["list", "retrieve"], Scope.READ),
+    **dict.fromkeys(["create", "partial_update", "labels", "finish"], Scope.NODES),
+}
 
 
 class TenantViewSet(PaginatedViewMixin, viewsets.ViewSet):
@@ -39,9 +46,11 @@ class TenantViewSet(PaginatedViewMixin, viewsets.ViewSet):
         # The default ApiKeyAuthentication sets ``request.auth`` to the caller's Principal.
         return cast(Principal, self.request.auth).tenant
 
+    key_scopes = FLEET_SCOPES
+
     @property
     def actor(self) -> Actor:
-        return Actor.api(self.request.user)
+        return Actor.api(self.request.user, cast(Principal, self.request.auth).api_key)
 
 
 class PoolViewSet(TenantViewSet):
@@ -280,6 +289,7 @@ class AuditListView(generics.ListAPIView):
     """
 
     serializer_class = s.AuditEntrySerializer
+    key_scopes = {"get": Scope.READ}
     filter_backends: list = []
     ordering = ["-seq"]
 

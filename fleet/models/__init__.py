@@ -1,6 +1,6 @@
 from fleet.models.audit import AuditEntry
 from fleet.models.fleet import Command, FleetPulse, Node, NodeSession, Pool, Workflow
-from fleet.models.iam import ApiKey, Grant, Membership, Permission, Tenant
+from fleet.models.iam import ApiKey, Grant, Membership, Permission, Scope, Tenant
 
 __all__ = [
     "ApiKey",
@@ -13,6 +13,7 @@ __all__ = [
     "NodeSession",
     "Permission",
     "Pool",
+    "Scope",
     "Tenant",
     "Workflow",
 ]

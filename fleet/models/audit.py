@@ -35,6 +35,10 @@ class AuditEntry(models.Model):
     at = models.DateTimeField()
     actor_user = models.CharField(max_length=150, blank=True)
     actor_via = models.CharField(max_length=8, choices=Via.choices)
+    # The API key a change was made through (null: not through a key; entries before migration 0012).
+    # Not a foreign key: the trail outlives the key. Shown as actor.apiKeyId/apiKeyName only when set.
+    actor_api_key_id = models.BigIntegerField(null=True, blank=True)
+    actor_api_key_name = models.CharField(max_length=100, blank=True)
     action = models.CharField(max_length=64)
     object_type = models.CharField(max_length=32)
     object_id = models.CharField(max_length=64)

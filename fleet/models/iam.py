@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
@@ -77,18 +78,45 @@ class Grant(models.Model):
         return f"{self.permission} on {self.tenant}/{self.scope} for {self.user}"
 
 
+class Scope(models.TextChoices):
+    """What a key may call (docs/api.md#scopes); each API method requires exactly one."""
+
+    READ = "read", "read"  # every GET
+    ROLLOUTS = "rollouts", "rollouts"  # create, dry run, pause, resume, abort, promote, start; webhooks
+    APPROVE = "approve", "approve"  # approve, deny (the compute:rollout:approve grant is needed too)
+    NODES = "nodes", "nodes"  # nodes, pools, labels, workflows; the caller's own keys
+    RELEASES = "releases", "releases"  # register, block, unblock, release roots
+
+
+def every_scope() -> list[str]:
+    """A key's default scopes: all of them (``createapikey`` without ``--scope``, keys made before 0012)."""
+    return list(Scope.values)
+
+
 class ApiKey(models.Model):
-    """A bearer key. Only its SHA-256 is stored; the plain key is shown once."""
+    """A bearer key. Only its SHA-256 is stored; the plain key is shown once.
+
+    ``scopes`` bound what it may call, ``expires_at`` (null: never) when it stops working;
+    ``last_used_at`` is written at most once a minute (fleet.services.iam.api_key_touch).
+    """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=100, blank=True, help_text="What the key is for (a pipeline, a person).")
     prefix = models.CharField(max_length=16, help_text="The first characters of the key, to recognise it.")
     key_hash = models.CharField(max_length=64, unique=True)
+    scopes = ArrayField(models.CharField(max_length=16, choices=Scope.choices), default=every_scope)
     created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: the key never expires.")
+    last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name = "API key"
+        constraints = [
+            models.CheckConstraint(condition=Q(scopes__contained_by=Scope.values), name="apikey_scopes_known"),
+            models.CheckConstraint(condition=Q(scopes__len__gte=1), name="apikey_scopes_not_empty"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"

@@ -37,10 +37,15 @@ AUDIT_LOCK_CLASS = 0x61756474  # "audt"; the two-int form cannot meet rollout's 
 
 @dataclass(frozen=True)
 class Actor:
-    """Who makes a change and through what: ``via`` is "api", "admin" or "command"."""
+    """Who makes a change and through what: ``via`` is "api", "admin" or "command".
+
+    A change made through an API key names the key too (``api_key_id``, ``api_key_name``).
+    """
 
     user: str
     via: str
+    api_key_id: int | None = None
+    api_key_name: str = ""
 
     def __post_init__(self) -> None:
         if self.via not in AuditEntry.Via.values:
@@ -50,8 +55,15 @@ class Actor:
         return f"{self.via}:{self.user}"
 
     @classmethod
-    def api(cls, user: object) -> Actor:
-        return cls(user=_username(user), via=AuditEntry.Via.API)
+    def api(cls, user: object, api_key: object = None) -> Actor:
+        """A call through ``api_key`` (an ApiKey row; None: no key to name) by its ``user``."""
+        key_id = getattr(api_key, "pk", None)
+        return cls(
+            user=_username(user),
+            via=AuditEntry.Via.API,
+            api_key_id=key_id,
+            api_key_name=str(getattr(api_key, "name", "")) if key_id is not None else "",
+        )
 
     @classmethod
     def admin(cls, user: object) -> Actor:
@@ -83,12 +95,25 @@ def _username(user: object) -> str:
 # --- the entry as the API shows it --------------------------------------------------------------
 
 
+def entry_actor(entry: AuditEntry) -> dict[str, Any]:
+    """``{"user", "via"}``, with ``apiKeyId`` and ``apiKeyName`` only for a change made through a key.
+
+    Entries made before keys were named (migration 0012) have none: their body, hence their hash, is
+    what it was when they were written.
+    """
+    actor: dict[str, Any] = {"user": entry.actor_user, "via": entry.actor_via}
+    if entry.actor_api_key_id is not None:
+        actor["apiKeyId"] = entry.actor_api_key_id
+        actor["apiKeyName"] = entry.actor_api_key_name
+    return actor
+
+
 def entry_body(entry: AuditEntry) -> dict[str, Any]:
     """The API representation of ``entry`` without ``hash`` (what the hash covers)."""
     return {
         "id": str(entry.id),
         "at": api_datetime(entry.at),
-        "actor": {"user": entry.actor_user, "via": entry.actor_via},
+        "actor": entry_actor(entry),
         "action": entry.action,
         "objectType": entry.object_type,
         "objectId": entry.object_id,
@@ -188,6 +213,8 @@ def audit_record(
             at=timezone.now(),
             actor_user=actor.user,
             actor_via=actor.via,
+            actor_api_key_id=actor.api_key_id,
+            actor_api_key_name=actor.api_key_name,
             action=action,
             object_type=object_type,
             object_id=str(object_id),

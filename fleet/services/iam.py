@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from django.contrib.auth import get_user_model
@@ -10,8 +12,8 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 
 from core.errors import Conflict, InvalidInput
-from fleet.models import ApiKey, Grant, Membership, Permission, Tenant
-from fleet.models.iam import MAX_ROLLOUT_APPROVALS
+from fleet.models import ApiKey, Grant, Membership, Permission, Scope, Tenant
+from fleet.models.iam import MAX_ROLLOUT_APPROVALS, every_scope
 from fleet.services.audit import Actor, audit_record
 from fleet.tokens import new_token, token_hash
 
@@ -32,6 +34,14 @@ class Principal:
     is_fleet_admin: bool
     # compute:rollout:approve on the tenant's fleet scope: approving and denying rollouts.
     can_approve: bool = False
+
+    @property
+    def scopes(self) -> frozenset[str]:
+        """What the key may call (docs/api.md#scopes): read with the key, no query of its own."""
+        return frozenset(self.api_key.scopes)
+
+    def expired(self, *, now: datetime) -> bool:
+        return self.api_key.expires_at is not None and self.api_key.expires_at <= now
 
 
 def tenant_create(*, slug: str, name: str = "") -> Tenant:
@@ -89,29 +99,75 @@ def grant_add(*, tenant: Tenant, user: _User, permission: str, scope: str = FLEE
     return grant
 
 
+def scopes_checked(scopes: Iterable[object]) -> list[str]:
+    """``scopes`` in their canonical order, each once; an unknown one or none at all: 400 naming ``scopes``."""
+    given = list(scopes)
+    unknown = [scope for scope in given if scope not in Scope.values]
+    if unknown:
+        raise InvalidInput(
+            f"scopes: unknown scope {unknown[0]!r}; the scopes are {', '.join(Scope.values)}.",
+            code="unknown_scope",
+            field="scopes",
+        )
+    if not given:
+        raise InvalidInput("scopes: give at least one scope.", code="invalid_input", field="scopes")
+    return [scope for scope in Scope.values if scope in given]
+
+
 @transaction.atomic
 def api_key_create(
-    *, tenant: Tenant, username: str, grants: list[str] | tuple[str, ...] = (), actor: Actor | None = None
+    *,
+    tenant: Tenant,
+    username: str,
+    grants: list[str] | tuple[str, ...] = (),
+    scopes: Iterable[str] | None = None,
+    expires_at: datetime | None = None,
+    name: str = "",
+    actor: Actor | None = None,
 ) -> tuple[ApiKey, str]:
-    """Create a key for ``username`` in ``tenant``; returns the row and the plain key (shown once)."""
+    """Create a key for ``username`` in ``tenant``; returns the row and the plain key (shown once).
+
+    ``scopes`` None: every scope; ``expires_at`` None: the key never expires. The limits on keys made
+    through the API (no wider than the caller's key, API_KEY_MAX_LIFETIME) are ``api_key_issue``'s.
+    """
+    checked = every_scope() if scopes is None else scopes_checked(scopes)
     user = user_in_tenant(tenant=tenant, username=username)
     for permission in grants:
         grant_add(tenant=tenant, user=user, permission=permission)
     plain = new_token("rk")
-    api_key = ApiKey.objects.create(tenant=tenant, user=user, prefix=plain[:10], key_hash=token_hash(plain))
+    api_key = ApiKey.objects.create(
+        tenant=tenant,
+        user=user,
+        name=name,
+        prefix=plain[:10],
+        key_hash=token_hash(plain),
+        scopes=checked,
+        expires_at=expires_at,
+    )
     audit_record(
         tenant=tenant,
         actor=actor,
         action="apikey.create",
         object_type="apikey",
         object_id=api_key.pk,
-        after={"user": username, "prefix": api_key.prefix, "grants": sorted(set(grants))},
+        after={
+            "user": username,
+            "name": name,
+            "prefix": api_key.prefix,
+            "grants": sorted(set(grants)),
+            "scopes": checked,
+            "expiresAt": expires_at,
+        },
     )
     return api_key, plain
 
 
 def principal_for_key(plain_key: str) -> Principal | None:
-    """The principal behind a plain key, in one query; None when unknown or revoked."""
+    """The principal behind a plain key, in one query; None when unknown or revoked.
+
+    An expired key still has its principal (``Principal.expired``): the caller answers ``key_expired``.
+    Its scopes and expiry ride on this query: checking them costs none.
+    """
 
     def granted(permission: str) -> Exists:
         return Exists(

@@ -28,6 +28,23 @@ def _camel(name: str) -> str:
     return head + "".join(word.title() for word in rest)
 
 
+class KeyedActor(str):
+    """An event's ``actor`` ("api:alice") that acted through an API key: ``data()`` names the key beside it
+    (``apiKeyId``, ``apiKeyName``), as the audit trail does.
+
+    A ``str`` so that it passes through the transitions' ``actor: str`` unchanged (rollout/controller/
+    transitions.py builds the payloads); only ``data()`` reads the key.
+    """
+
+    api_key_id: int
+    api_key_name: str
+
+    def __new__(cls, text: str, *, api_key_id: int, api_key_name: str) -> KeyedActor:
+        actor = super().__new__(cls, text)
+        actor.api_key_id, actor.api_key_name = api_key_id, api_key_name
+        return actor
+
+
 @dataclass(frozen=True)
 class EventPayload:
     kind: ClassVar[str]
@@ -40,6 +57,9 @@ class EventPayload:
             if value is None and field.default is None:
                 continue
             shown[_camel(field.name)] = value.isoformat() if isinstance(value, datetime) else value
+            if isinstance(value, KeyedActor):
+                shown[_camel(field.name)] = str(value)
+                shown["apiKeyId"], shown["apiKeyName"] = value.api_key_id, value.api_key_name
         return shown
 
     def message(self, *, waves: int) -> str | None:

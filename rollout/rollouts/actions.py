@@ -22,7 +22,7 @@ from fleet.interface import (
     audit_record,
 )
 from rollout.controller.aborts import rollout_abort_now
-from rollout.controller.events import Paused
+from rollout.controller.events import KeyedActor, Paused
 from rollout.controller.judge import wave_failures
 from rollout.controller.tick_requests import rollout_request_tick
 from rollout.controller.transitions import (
@@ -47,8 +47,13 @@ def audit_rollout(rollout: Rollout, actor: Actor | None, action: str, **changes:
 
 
 def event_actor(actor: Actor | None) -> str:
-    """Who the rollout event names: "api:alice", "admin:root", or "operator" for direct calls."""
-    return str(actor) if actor is not None else "operator"
+    """Who the rollout event names: "api:alice" (with the key it acted through), "admin:root", or "operator"
+    for direct calls."""
+    if actor is None:
+        return "operator"
+    if actor.api_key_id is not None:
+        return KeyedActor(str(actor), api_key_id=actor.api_key_id, api_key_name=actor.api_key_name)
+    return str(actor)
 
 
 def _state(rollout: Rollout) -> dict[str, str | None]:

@@ -245,6 +245,7 @@ LISTS = [
     "/api/compute/audit/",
     "/api/compute/webhooks/",
     "/api/compute/webhooks/{id}/deliveries/",
+    "/api/compute/apikeys/",
 ]
 
 

@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from fleet.models import AuditEntry, Permission, Tenant
+from fleet.models import ApiKey, AuditEntry, Permission, Tenant
 from fleet.services.iam import api_key_create, tenant_set_rollout_approvals
 from rollout.controller.health import rollouts_without_controller
 from rollout.models import NodeUpgrade, Rollout, RolloutApproval, RolloutEvent, RolloutWave, Webhook, WebhookDelivery
@@ -129,7 +129,8 @@ def test_two_approvals_of_users_other_than_the_creator_start_it(awaiting, alice,
     assert [(a["user"], a["comment"]) for a in body["approvals"]] == [("alice", "looks good"), ("bob", "")]
     assert body["waves"][0]["startedAt"] is not None
     approved = RolloutEvent.objects.get(rollout_id=awaiting["id"], kind="rollout.approved")
-    assert approved.data == {"actor": "api:bob", "approvals": ["alice", "bob"]}
+    bob_key = {"apiKeyId": ApiKey.objects.get(user__username="bob").pk, "apiKeyName": ""}  # the key that acted
+    assert approved.data == {"actor": "api:bob", **bob_key, "approvals": ["alice", "bob"]}
     rollout = Rollout.objects.get(pk=awaiting["id"])
     tick(rollout)
     assert states(rollout)["in_flight"] == 1  # wave 0: 1% of 10 nodes
@@ -214,7 +215,8 @@ def test_deny_ends_it_and_frees_its_nodes(awaiting, alice, bob, creator):
     assert states(rollout) == {"cancelled": 10}
     assert set(NodeUpgrade.objects.values_list("reason", "claims_node")) == {("denied", False)}
     denied = RolloutEvent.objects.get(rollout=rollout, kind="rollout.denied")
-    assert denied.data == {"actor": "api:bob", "comment": "not during the freeze", "cancelled": 10}
+    bob_key = {"apiKeyId": ApiKey.objects.get(user__username="bob").pk, "apiKeyName": ""}
+    assert denied.data == {"actor": "api:bob", **bob_key, "comment": "not during the freeze", "cancelled": 10}
     entry = AuditEntry.objects.get(action="rollout.deny")
     assert (entry.actor_user, entry.before, entry.after) == (
         "bob",

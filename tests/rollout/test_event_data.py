@@ -8,6 +8,7 @@ import importlib
 import pytest
 from django.db import connection
 
+from fleet.models import ApiKey
 from rollout.models import RolloutEvent
 from tests.factories import fleet
 from tests.rollout.helpers import create, tick
@@ -24,7 +25,9 @@ def test_an_operator_s_pause_names_its_reason_paused_reason_in_the_event(api, te
     assert api.post(f"/api/compute/rollouts/{rollout.pk}/pause/").status_code == 200
     events = api.get(f"/api/compute/rollouts/{rollout.pk}/events/").json()["results"]
     (paused,) = [event for event in events if event["kind"] == "rollout.paused"]
-    assert paused["data"] == {"pausedReason": "operator", "actor": "api:ops"}
+    # The key the operator acted through is named beside them (as in the audit trail and the webhooks' body).
+    key = ApiKey.objects.get(user__username="ops")
+    assert paused["data"] == {"pausedReason": "operator", "actor": "api:ops", "apiKeyId": key.pk, "apiKeyName": ""}
     assert api.get(f"/api/compute/rollouts/{rollout.pk}/").json()["pausedReason"] == "operator"
 
 

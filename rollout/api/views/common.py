@@ -46,7 +46,7 @@ def represent_upgrades(page: list[NodeUpgrade]) -> list[dict[str, Any]]:
 
 
 def caller_actor(request: Request) -> Actor:
-    return Actor.api(request.user)
+    return Actor.api(request.user, caller_principal(request).api_key)
 
 
 def dry_run(request: Request) -> bool:

@@ -12,6 +12,7 @@ from rest_framework.response import Response
 
 from core.pagination import PaginatedViewMixin
 from core.parsers import StrictJSONParser
+from fleet.interface import Scope
 from rollout.api.release_serializers import (
     ReleaseBlockSerializer,
     ReleaseSerializer,
@@ -31,6 +32,8 @@ RELEASE_VERSION = OpenApiParameter("version", str, OpenApiParameter.PATH, descri
 
 class ReleaseViewSet(PaginatedViewMixin, viewsets.ViewSet):
     """Signed bcd releases. Installation-wide: the signatures are their authority."""
+
+    key_scopes = {"list": Scope.READ, "create": Scope.RELEASES, "block": Scope.RELEASES, "unblock": Scope.RELEASES}
 
     # The body is the DSSE envelope, read raw: the signed bytes must not be re-serialised.
     parser_classes: list = []

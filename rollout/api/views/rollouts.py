@@ -21,7 +21,7 @@ from rest_framework.response import Response
 from core.errors import NotFound
 from core.pagination import PaginatedViewMixin
 from core.query import query_parameters, refuse_unknown_parameters
-from fleet.interface import FleetAdminOrApprover, RolloutApprover
+from fleet.interface import FleetAdminOrApprover, RolloutApprover, Scope
 from rollout.api.filters import NodeUpgradeFilter, RolloutFilter
 from rollout.api.schema import (
     DRY_RUN,
@@ -90,6 +90,12 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
     #: reads what they approve. Everything else needs compute:fleet:admin (docs/api.md#credentials).
     APPROVER_ACTIONS = frozenset({"approve", "deny"})
     READ_ACTIONS = frozenset({"list", "retrieve", "nodes", "node", "events"})
+    #: The key scope of each method (docs/api.md#scopes).
+    key_scopes = {
+        **dict.fromkeys(["list", "retrieve", "nodes", "node", "events", "gates"], Scope.READ),
+        **dict.fromkeys(["create", "pause", "resume", "start", "promote", "abort"], Scope.ROLLOUTS),
+        **dict.fromkeys(["approve", "deny"], Scope.APPROVE),
+    }
 
     def get_permissions(self) -> Sequence[Any]:
         if self.action in self.APPROVER_ACTIONS:

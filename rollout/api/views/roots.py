@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from core.errors import InvalidInput
 from core.pagination import PaginatedViewMixin
 from core.query import query_parameters
-from fleet.interface import AgentTokenAuthentication, IsAgent
+from fleet.interface import AgentTokenAuthentication, IsAgent, Scope
 from rollout.api.release_serializers import ReleaseRootSerializer
 from rollout.api.schema import DsseEnvelopeSerializer, error_responses
 from rollout.api.views.common import caller_actor, caller_principal, envelope_bytes
@@ -30,6 +30,7 @@ class ReleaseRootViewSet(PaginatedViewMixin, viewsets.ViewSet):
     """The chain, version 1 (the configured pins and threshold) first; a next root is registered with its envelope."""
 
     parser_classes: list = []  # the body is the envelope, read raw
+    key_scopes = {"list": Scope.READ, "create": Scope.RELEASES}
 
     @extend_schema(
         responses={

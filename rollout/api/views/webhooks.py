@@ -13,6 +13,7 @@ from rest_framework.response import Response
 
 from core.errors import NotFound
 from core.pagination import PaginatedViewMixin
+from fleet.interface import Scope
 from rollout.api.schema import (
     error_responses,
 )
@@ -40,6 +41,8 @@ class WebhookViewSet(PaginatedViewMixin, viewsets.ViewSet):
     """The tenant's webhooks (docs/webhooks.md). Another tenant's webhook is a 404."""
 
     lookup_value_regex = "[^/]+"
+    # Webhooks carry rollout events: managed with the rollouts scope (docs/api.md#scopes).
+    key_scopes = {"list": Scope.READ, "deliveries": Scope.READ, "create": Scope.ROLLOUTS, "destroy": Scope.ROLLOUTS}
 
     @extend_schema(
         responses={
