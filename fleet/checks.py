@@ -145,8 +145,8 @@ def check_api_key_max_lifetime(app_configs: Any = None, **kwargs: Any) -> list[C
         return [
             Error(
                 f"API_KEY_MAX_LIFETIME: {exc}.",
-                hint="Set API_KEY_MAX_LIFETIME to the longest a key made through the API may live (default 90d; "
-                "none: no cap).",
+                hint="Set API_KEY_MAX_LIFETIME to the longest a key made through the API may live (30d, 12h, 90m), or "
+                "to none (the default): no cap.",
                 id="fleet.E010",
             )
         ]

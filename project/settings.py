@@ -323,7 +323,7 @@ AUTHENTICATION_BACKENDS = [
 API_KEY_RATE = env_str("API_KEY_RATE", "1200/min")
 # The longest a key made through the API may live: 30d, 12h, 90m; "none" lifts the cap (docs/api.md#api-keys;
 # fleet.E010). manage.py createapikey is not bounded by it.
-API_KEY_MAX_LIFETIME = env_str("API_KEY_MAX_LIFETIME", "90d")
+API_KEY_MAX_LIFETIME = env_str("API_KEY_MAX_LIFETIME", "none")
 # Each key's lastUsedAt, written at most once a minute per key (fleet/services/apikeys.py api_key_touch). The test
 # suite turns it off, so that a request's statements are counted alike whenever it comes.
 API_KEY_LAST_USED = env_bool("API_KEY_LAST_USED", True)

@@ -15,6 +15,7 @@ from core.times import api_datetime
 from fleet.api.params import valid_body
 from fleet.api.permissions import KeyHolder
 from fleet.api.schema import error_responses
+from fleet.api.scopes import ANY_SCOPE
 from fleet.models import ApiKey, Scope
 from fleet.services.apikeys import KeyRequest, api_key_issue, api_key_revoke, api_keys_of
 from fleet.services.audit import Actor
@@ -51,7 +52,10 @@ class ApiKeyInSerializer(serializers.Serializer):
     # Checked by the service (unknown_scope, scope_too_wide): 400 naming ``scopes``.
     scopes = serializers.ListField(child=serializers.CharField(max_length=32), max_length=16)
     expiresAt = serializers.DateTimeField(
-        required=False, allow_null=True, help_text="No later than the calling key's, within API_KEY_MAX_LIFETIME."
+        required=False,
+        allow_null=True,
+        help_text="No later than the calling key's, within API_KEY_MAX_LIFETIME; absent: the latest those allow "
+        "(none when neither bounds it); null: no expiry.",
     )
 
 
@@ -73,8 +77,9 @@ class ApiKeyViewSet(PaginatedViewMixin, viewsets.ViewSet):
 
     permission_classes = [KeyHolder]
     lookup_value_regex = "[^/]+"
-    # Making and revoking keys is administration: the ``nodes`` scope (docs/api.md#scopes).
-    key_scopes = {"list": Scope.READ, "create": Scope.NODES, "destroy": Scope.NODES}
+    # Any key may make a narrower key for its user and revoke its user's keys (docs/api.md#scopes): a pipeline's
+    # key rotates itself whatever its scopes.
+    key_scopes = {"list": Scope.READ, "create": ANY_SCOPE, "destroy": ANY_SCOPE}
 
     @property
     def principal(self) -> Principal:
@@ -100,7 +105,9 @@ class ApiKeyViewSet(PaginatedViewMixin, viewsets.ViewSet):
     )
     def create(self, request: Request) -> Response:
         body = valid_body(ApiKeyInSerializer, request)
-        wanted = KeyRequest(name=body["name"], scopes=body["scopes"], expires_at=body.get("expiresAt"))
+        wanted = KeyRequest(
+            name=body["name"], scopes=body["scopes"], expires_at=body.get("expiresAt"), expiry_given="expiresAt" in body
+        )
         api_key, plain = api_key_issue(principal=self.principal, request=wanted, now=timezone.now())
         answer = {key: value for key, value in api_key_json(api_key).items() if key not in {"lastUsedAt", "revokedAt"}}
         return Response({**answer, "key": plain}, status=status.HTTP_201_CREATED)

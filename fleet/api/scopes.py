@@ -2,7 +2,9 @@
 
 A view that API keys call declares ``key_scopes``: its viewset actions (``list``, ``create``,
 ``pause``...) or, for a plain APIView, its lowercase HTTP methods (``get``), each mapped to exactly
-one Scope. Every GET is ``read``. HEAD is its GET; OPTIONS (DRF's metadata) is ``read``.
+one Scope, or to ``ANY_SCOPE`` (making and revoking the caller's own keys: any key may, and a key it makes
+is never wider than itself, so no scope is needed to narrow). Every GET is ``read``. HEAD is its GET; OPTIONS
+(DRF's metadata) is ``read``.
 tests/iam/test_scopes.py walks the URL conf: no method a key may call is left without its scope.
 """
 
@@ -15,6 +17,8 @@ from fleet.models import Scope
 from fleet.services.iam import Principal
 
 _READ_ALWAYS = frozenset({"metadata", "options"})
+#: Declared for a method every key may call whatever its scopes (the caller's own keys, docs/api.md#scopes).
+ANY_SCOPE = "any"
 
 
 def method_name(view: object, request: Request) -> str | None:
@@ -25,7 +29,7 @@ def method_name(view: object, request: Request) -> str | None:
     return "get" if method == "head" else method
 
 
-def required_scope(view: object, request: Request) -> Scope | None:
+def required_scope(view: object, request: Request) -> Scope | str | None:
     """The scope the request needs; None when the view declares none for it (or no handler exists: 405)."""
     name = method_name(view, request)
     if name is None:
@@ -50,7 +54,7 @@ def scope_check(principal: Principal, view: object, request: Request) -> None:
             return
         # Fail closed: an undeclared method is refused (and tests/iam/test_scopes.py fails).
         raise Forbidden(f"{type(view).__name__} declares no scope for this method.", code="permission_denied")
-    if scope not in principal.scopes:
+    if scope != ANY_SCOPE and scope not in principal.scopes:
         raise Forbidden(
             f"This API key does not have the {scope!r} scope this method requires.",
             code="insufficient_scope",

@@ -2,8 +2,8 @@
 
 docs/api.md#api-keys. A key made through the API (``api_key_issue``) has scopes no wider than the
 calling key's and an expiry no later than it (a calling key that expires cannot make one that does
-not), within ``API_KEY_MAX_LIFETIME`` of now. ``manage.py createapikey`` is the operator's own and
-is bounded by none of these.
+not), within ``API_KEY_MAX_LIFETIME`` of now; without ``expiresAt`` it lives as long as those allow.
+``manage.py createapikey`` is the operator's own and is bounded by none of these.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ def lifetime_parse(text: str) -> timedelta:
 
 
 def max_lifetime() -> timedelta | None:
-    """``API_KEY_MAX_LIFETIME`` (default 90d; ``none`` or ``0``: no cap). A bad value is fleet.E010."""
-    text = str(getattr(settings, "API_KEY_MAX_LIFETIME", "90d")).strip().lower()
+    """``API_KEY_MAX_LIFETIME`` (default none: no cap; ``none`` or ``0`` say so). A bad value is fleet.E010."""
+    text = str(getattr(settings, "API_KEY_MAX_LIFETIME", "none")).strip().lower()
     return None if text in NO_CAP else lifetime_parse(text)
 
 
@@ -91,6 +91,15 @@ class KeyRequest:
     name: str
     scopes: list[str]
     expires_at: datetime | None
+    #: False: the caller left ``expiresAt`` out, and the key lives as long as the bounds allow (``_expiry_default``).
+    expiry_given: bool = True
+
+
+def _expiry_default(*, caller: ApiKey, now: datetime) -> datetime | None:
+    """The latest expiry a key made now may have: the calling key's, within the cap (None: neither bounds it)."""
+    cap = max_lifetime()
+    bounds = [when for when in (caller.expires_at, None if cap is None else now + cap) if when is not None]
+    return min(bounds, default=None)
 
 
 def _expiry_checked(*, caller: ApiKey, expires_at: datetime | None, now: datetime) -> None:
@@ -123,12 +132,15 @@ def api_key_issue(*, principal: Principal, request: KeyRequest, now: datetime) -
             code="scope_too_wide",
             field="scopes",
         )
-    _expiry_checked(caller=principal.api_key, expires_at=request.expires_at, now=now)
+    expires_at = request.expires_at
+    if not request.expiry_given:
+        expires_at = _expiry_default(caller=principal.api_key, now=now)
+    _expiry_checked(caller=principal.api_key, expires_at=expires_at, now=now)
     return api_key_create(
         tenant=principal.tenant,
         username=principal.user.get_username(),
         scopes=scopes,
-        expires_at=request.expires_at,
+        expires_at=expires_at,
         name=request.name,
         actor=Actor.api(principal.user, principal.api_key),
     )
