@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from uuid import UUID
 
 from django.contrib import admin
@@ -19,6 +18,7 @@ from rollout.admin.display import (
     short_when,
     uuid_or_none,
 )
+from rollout.admin.event_words import event_sentence
 from rollout.models import NodeUpgrade, Rollout, RolloutEvent, RolloutWave
 from rollout.rollouts.blockers import node_blockers
 
@@ -233,6 +233,7 @@ class RolloutEventAdmin(ReadOnlyMixin, TenantScopedAdmin):
     def rollout_link(self, event: RolloutEvent) -> SafeString:
         return rollout_link(event.rollout)
 
-    @admin.display(description="data")
-    def data_text(self, event: RolloutEvent) -> SafeString:
-        return format_html("<code>{}</code>", json.dumps(event.data, sort_keys=True, default=str))
+    @admin.display(description="what happened")
+    def data_text(self, event: RolloutEvent) -> str:
+        """The event as a sentence (rollout/admin/event_words.py); pools by id here, by name on the rollout's page."""
+        return event_sentence(event.kind, event.data, {})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 from urllib.parse import urlencode
@@ -30,26 +29,17 @@ from fleet.interface import (
 )
 from rollout.admin.actions import ACTIONS, RolloutAction, bulk_admin_action
 from rollout.admin.approvals import ApprovalAdminMixin, ApprovalFilter
-from rollout.admin.display import counts_total, progress_bar, rollout_label, short_id, short_when
+from rollout.admin.display import counts_total, counts_words, gates_summary, progress_bar, rollout_label, short_id, when
+from rollout.admin.event_words import event_sentence
 from rollout.admin.plan import RolloutPlanAdminMixin
 from rollout.controller.health import BEAT_COMMAND, WORKER_COMMAND, controller_stale_after, rollouts_without_controller
 from rollout.gates.verdicts import gates_of
-from rollout.models import NodeUpgrade, Rollout
+from rollout.models import NodeUpgrade, Rollout, RolloutGate
 from rollout.rollouts.blocker_words import rollout_blocker_words
 from rollout.rollouts.reads import rollout_waves
 
 
 # --- rollouts --------------------------------------------------------------------------------
-def event_words(data: dict[str, Any], pool_names: dict[str, str]) -> str:
-    """An event's data as an operator reads it: pools by name (the API keeps their ids), keys in order."""
-    shown = dict(data)
-    if isinstance(shown.get("poolIds"), list):
-        shown["pools"] = [pool_names.get(str(pool_id), str(pool_id)) for pool_id in shown.pop("poolIds")]
-    if "poolId" in shown:
-        shown["pool"] = pool_names.get(str(shown.pop("poolId")), "?")
-    return ", ".join(f"{key}: {json.dumps(value, default=str)}" for key, value in sorted(shown.items()))
-
-
 @admin.register(Rollout)
 class RolloutAdmin(RolloutPlanAdminMixin, ApprovalAdminMixin, TenantScopedAdmin):
     """Rollouts are planned and operated here through the services; never edited by hand.
@@ -135,6 +125,10 @@ class RolloutAdmin(RolloutPlanAdminMixin, ApprovalAdminMixin, TenantScopedAdmin)
         waves = rollout_waves(rollouts)
         for rollout in rollouts:
             rollout.wave_stats = waves.get(rollout.id, [])
+            rollout.gate_rows = []
+        by_id = {rollout.id: rollout for rollout in rollouts}
+        for gate in RolloutGate.objects.filter(rollout__in=rollouts).order_by("position"):
+            by_id[gate.rollout_id].gate_rows.append(gate)
         return changelist
 
     @admin.display(description="next wave at")
@@ -142,7 +136,7 @@ class RolloutAdmin(RolloutPlanAdminMixin, ApprovalAdminMixin, TenantScopedAdmin)
         """Only while the rollout may still start a wave: never a stale time after an abort or completion."""
         if rollout.state not in Rollout.ACTIVE_STATES or rollout.next_wave_at is None:
             return "-"
-        return rollout.next_wave_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+        return when(rollout.next_wave_at)
 
     @admin.display(description="rollout", ordering="created_at")
     def short_id(self, rollout: Rollout) -> str:
@@ -178,10 +172,11 @@ class RolloutAdmin(RolloutPlanAdminMixin, ApprovalAdminMixin, TenantScopedAdmin)
             return "-"
         totals = counts_total(waves)
         return format_html(
-            '<div class="rollout-progress-cell">{}<small>{}/{}</small></div>',
+            '<div class="rollout-progress-cell">{}<small>{}/{}</small></div><div class="rollout-gates">{}</div>',
             progress_bar(totals),
             totals["succeeded"],
             sum(totals.values()),
+            gates_summary(getattr(rollout, "gate_rows", [])),
         )
 
     @admin.display(description="times", ordering="created_at")
@@ -195,7 +190,7 @@ class RolloutAdmin(RolloutPlanAdminMixin, ApprovalAdminMixin, TenantScopedAdmin)
             ("aborted", rollout.aborted_at),
         ]
         return format_html_join(
-            "", '<div class="rollout-time">{} {}</div>', ((label, short_when(at)) for label, at in moments if at)
+            "", '<div class="rollout-time">{} {}</div>', ((label, when(at)) for label, at in moments if at)
         )
 
     @admin.display(description="pools")
@@ -254,6 +249,9 @@ class RolloutAdmin(RolloutPlanAdminMixin, ApprovalAdminMixin, TenantScopedAdmin)
                 "stats": wave,
                 "ordinal": wave.index + 1,
                 "bar": progress_bar(wave.counts),
+                "counts": counts_words(
+                    wave.counts, failed_url=filtered({"wave": wave.index, "state__exact": "failed"})
+                ),
                 "current": running and wave.index == rollout.current_wave,
                 "url": filtered({"wave": wave.index}),
                 "failed_url": filtered({"wave": wave.index, "state__exact": NodeUpgrade.State.FAILED}),
@@ -271,10 +269,12 @@ class RolloutAdmin(RolloutPlanAdminMixin, ApprovalAdminMixin, TenantScopedAdmin)
                 if rollout.state in action.states and (action.shown is None or action.shown(rollout))
             ]
         pool_names = {str(pool.id): pool.name for pool in pools}
+        gates = gates_of(rollout)
         return {
             "rollout_waves": wave_rows,
             "wave_count": len(wave_rows),
             "total_bar": progress_bar(totals),
+            "total_counts": counts_words(totals, failed_url=filtered({"state__exact": NodeUpgrade.State.FAILED})),
             "totals": totals,
             "total_nodes": sum(totals.values()),
             "pool_names": pool_names,
@@ -283,7 +283,7 @@ class RolloutAdmin(RolloutPlanAdminMixin, ApprovalAdminMixin, TenantScopedAdmin)
                 for pool in pools
             ],
             "events": [
-                {"kind": event.kind, "at": event.at, "data": event_words(event.data, pool_names)}
+                {"kind": event.kind, "at": event.at, "words": event_sentence(event.kind, event.data, pool_names)}
                 for event in rollout.events.all()
             ],
             "upgrades_url": filtered({}),
@@ -292,7 +292,8 @@ class RolloutAdmin(RolloutPlanAdminMixin, ApprovalAdminMixin, TenantScopedAdmin)
             # docs/controller.md#why-not-yet: what holds the rollout, in plain words (None while nodes are moving).
             "rollout_blocker": rollout_blocker_words(rollout, now=timezone.now()),
             # docs/controller.md#gates: each gate's latest result.
-            "gates": gates_of(rollout),
+            "gates": gates,
+            "gates_summary": gates_summary(gates),
         }
 
     # actions
