@@ -109,5 +109,5 @@ class SelectorFilter(admin.SimpleListFilter):
         try:
             return queryset.filter(node_selector_q(text))
         except DomainError as exc:
-            messages.error(request, f"{exc.code}: {exc.detail}")
+            messages.error(request, f"Label {exc.detail} No node is listed.")
             return queryset.none()

@@ -15,6 +15,7 @@ from django.utils.safestring import SafeString
 
 from core.errors import DomainError
 from fleet.admin_base import TenantScopedAdmin
+from fleet.admin_labels import LabelRowsField
 from fleet.admin_node_list import OnlineFilter, SelectorFilter, VersionFilter, labels_chips, seen_text
 from fleet.admin_spec import desired, desired_state
 from fleet.labels import labels_validate
@@ -37,6 +38,10 @@ class NodeSessionInline(admin.StackedInline):
 
 class NodeLabelsForm(forms.ModelForm):
     """The node page: its labels, checked by the API's one validator (fleet.labels.labels_validate)."""
+
+    labels = LabelRowsField(
+        required=False, help_text="One label a row; an empty row is none. Keys and values as the API checks them."
+    )
 
     class Meta:
         model = Node

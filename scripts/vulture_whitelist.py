@@ -106,3 +106,5 @@ _.broker_read_url, _.broker_write_url, _._producer_pool
 _.FORMAT_MODULE_PATH, _.DATETIME_FORMAT, _.SHORT_DATETIME_FORMAT, _.DATE_FORMAT, _.SHORT_DATE_FORMAT, _.TIME_FORMAT
 # The node list's selector box (fleet/admin_node_list.py): read by its template, called by Django's changelist.
 _.kept_params, _.has_output
+# The node page's label rows (fleet/admin_labels.py): Django's form machinery calls these by name.
+_.value_from_datadict, _.value_omitted_from_data, _.has_changed, _.widget

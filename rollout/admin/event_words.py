@@ -49,7 +49,9 @@ def _created(data: Data, pools: Mapping[str, str]) -> str:
 
 
 def _wave_started(data: Data, pools: Mapping[str, str]) -> str:
-    return f"{_wave(data).capitalize()} started: {_n(data.get('total', 0), 'node')}, up to {data.get('percent')} %."
+    percent = data.get("percent")
+    shown = f"{percent:g}" if isinstance(percent, (int, float)) else str(percent)
+    return f"{_wave(data).capitalize()} started: {_n(data.get('total', 0), 'node')}, up to {shown} %."
 
 
 def _paused(data: Data, pools: Mapping[str, str]) -> str:
