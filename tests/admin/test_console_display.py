@@ -149,3 +149,19 @@ def test_a_selector_that_does_not_parse_lists_no_node_and_says_why(root, labelle
     page = response.content.decode()
     assert "Label selector: at character 6: found &#x27;=&#x27;, expected a label value. No node is listed." in page
     assert names(page, labelled) == set()
+
+
+def test_the_front_page_shows_versions_per_pool_rollouts_in_progress_and_the_controller(root, tenant, releases):
+    rollout = make_rollout(tenant, {"gpu-a": (4, "0.5")}, waves=[50, 100])
+    NodeSession.objects.filter(node__name="gpu-a-00000").update(daemon_version="0.8.0")
+    finished = make_rollout(tenant, {"gpu-b": (2, "1")})
+    from rollout.rollouts.actions import rollout_abort
+
+    rollout_abort(rollout_id=finished.id)
+    page = root.get("/admin/").content.decode()
+    assert "Daemon versions per pool" in page
+    assert "<b>0.9.0</b> &times; 3" in page
+    assert "<b>0.8.0</b> &times; 1" in page
+    assert f'href="/admin/rollout/rollout/{rollout.pk}/change/"' in page  # in progress
+    assert f'href="/admin/rollout/rollout/{finished.pk}/change/"' not in page  # over
+    assert "Not running: the last tick was never" in page  # no controller in this test
