@@ -130,3 +130,10 @@ def shoot(page, folder: Path, name: str) -> None:
     """The page's screenshot; the page fits its 1,400 px (no horizontal scroll, no table wider than its box)."""
     page.screenshot(path=str(folder / name), full_page=True)
     assert overflowing(page) == [], name
+
+
+def shoot_top(page, folder: Path, name: str, *, height: int = 1200) -> None:
+    """The top ``height`` px of the page (a list of 100 nodes is 20,000 px long); the whole page fits its width."""
+    width = page.viewport_size["width"]
+    page.screenshot(path=str(folder / name), full_page=True, clip={"x": 0, "y": 0, "width": width, "height": height})
+    assert overflowing(page) == [], name

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tests.browser.conftest import log_in, overflowing
+from tests.browser.conftest import keep_screenshots, log_in, overflowing, shoot_top
 from tests.browser.realistic import PASSWORD, realistic_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -37,8 +37,21 @@ def pages(data) -> list[tuple[str, str]]:
     ]
 
 
+# docs/console.md's screenshots of this data: (width, page's name) -> file.
+SCREENSHOTS = {
+    (1400, "index"): "overview.png",
+    (1400, "rollout list"): "rollout-list.png",
+    (1400, "running rollout"): "rollout-detail.png",
+    (1400, "rollout awaiting approval"): "rollout-awaiting-approval.png",
+    (1400, "node list"): "node-list.png",
+    (1400, "node page"): "node.png",
+    (1000, "running rollout"): "rollout-detail-1000.png",
+    (1000, "node list"): "node-list-1000.png",
+}
+
+
 def test_every_page_fits_1400_and_1000_px_with_the_sidebar_open(
-    live_server, browser_page, tenant, releases, module_settings
+    live_server, browser_page, tenant, releases, module_settings, screenshots
 ):
     module_settings.FLEET_HEARTBEAT_SECONDS = 3600  # the agents that heartbeated at the start stay online
     data = realistic_fleet(tenant)
@@ -54,6 +67,8 @@ def test_every_page_fits_1400_and_1000_px_with_the_sidebar_open(
             # Django's default: the sidebar open (the index has none: its body is the same list)
             assert path == "/admin/" or page.is_visible("#nav-sidebar"), name
             problems = overflowing(page)
+            if not problems and (width, name) in SCREENSHOTS:
+                shoot_top(page, screenshots, SCREENSHOTS[width, name])
             if os.environ.get("CONSOLE_SHOTS"):  # a folder to look at every page in (not the docs' screenshots)
                 page.screenshot(
                     path=f"{os.environ['CONSOLE_SHOTS']}/{width}-{name.replace(' ', '-')}.png",
@@ -72,3 +87,4 @@ def test_every_page_fits_1400_and_1000_px_with_the_sidebar_open(
         if problems := overflowing(page):
             found[f"plan preview at {width} px"] = problems
     assert found == {}, "\n".join(f"{where}: {problems}" for where, problems in found.items())
+    keep_screenshots(screenshots, set(SCREENSHOTS.values()))
