@@ -12,6 +12,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.timezone import localtime
 
+from core.durations import duration_text as duration_text  # the plan preview's (the demo's too)
 from rollout.models import NodeUpgrade, Rollout
 from rollout.rollouts.reads import WaveStats
 
@@ -85,20 +86,6 @@ def size_text(size: int | None) -> str:
         if value < 1024 or unit == "TiB":
             break
     return f"{value:.1f} {unit}"
-
-
-def duration_text(seconds: int | None) -> str:
-    """A duration as a person says it, to its two largest units: ``605015`` -> ``7 days``, ``3900`` -> ``1 h 5 min``."""
-    if seconds is None:
-        return "unbounded: a pool with a disruption budget of 0 never starts a node"
-    days, rest = divmod(int(seconds), 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        hours += round(minutes / 60)
-        return f"{days} day{'s' if days > 1 else ''}" + (f" {hours} h" if hours else "")
-    parts = [f"{n} {unit}" for n, unit in ((hours, "h"), (minutes, "min"), (secs, "s")) if n]
-    return " ".join(parts[:2]) or "0 s"
 
 
 def uuid_or_none(value: Any) -> UUID | None:

@@ -36,7 +36,7 @@ def test_sizes_read_in_kib_and_mib(size, shown):
 
 @pytest.mark.parametrize(
     ("seconds", "shown"),
-    [(605015, "7 days"), (3900, "1 h 5 min"), (90000, "1 day 1 h"), (60, "1 min"), (0, "0 s")],
+    [(605015, "7 days"), (3900, "1 h 5 min"), (90000, "1 day 1 h"), (172790, "2 days"), (60, "1 min"), (0, "0 s")],
 )
 def test_durations_read_as_a_person_says_them(seconds, shown):
     assert duration_text(seconds) == shown
