@@ -132,6 +132,12 @@ class NodeUpgradeAdmin(ReadOnlyMixin, TenantScopedAdmin):
         "waiting_for",
     ]
     list_filter = [RolloutFilter, "state", WaveFilter, PoolFilter]
+
+    def get_list_display(self, request: HttpRequest):
+        """Without the rollout's column while the list shows one rollout's nodes (its name is the filter's)."""
+        shown = super().get_list_display(request)
+        return [name for name in shown if name != "rollout_link"] if request.GET.get("rollout") else shown
+
     list_select_related = ["node", "pool", "rollout__release"]
     search_fields = ["node__name"]
     show_full_result_count = False  # no second COUNT over every upgrade of every rollout
@@ -201,7 +207,9 @@ class NodeUpgradeAdmin(ReadOnlyMixin, TenantScopedAdmin):
             moments = [("started", upgrade.started_at), ("settled", upgrade.settled_at)]
         return (
             format_html_join(
-                "", '<div class="upgrade-time">{} {}</div>', ((label, short_when(at)) for label, at in moments if at)
+                "",
+                '<div class="upgrade-time">{} <span class="console-date">{}</span></div>',
+                ((label, short_when(at)) for label, at in moments if at),
             )
             or "-"
         )
