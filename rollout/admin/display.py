@@ -74,6 +74,11 @@ def when(moment) -> str:
 short_when = when  # the lists' columns read as the pages do
 
 
+def seconds_text(seconds: int) -> str:
+    """``7 days (605015 s)``: in words, and the seconds the API takes."""
+    return duration_text(seconds) if seconds < 60 else f"{duration_text(seconds)} ({seconds} s)"
+
+
 def size_text(size: int | None) -> str:
     """Bytes in KiB, MiB or GiB, one decimal: ``200000`` -> ``195.3 KiB``."""
     if size is None:

@@ -29,7 +29,16 @@ from fleet.interface import (
 )
 from rollout.admin.actions import ACTIONS, RolloutAction, bulk_admin_action
 from rollout.admin.approvals import ApprovalAdminMixin, ApprovalFilter
-from rollout.admin.display import counts_total, counts_words, gates_summary, progress_bar, rollout_label, short_id, when
+from rollout.admin.columns import RolloutDurationsMixin
+from rollout.admin.display import (
+    counts_total,
+    counts_words,
+    gates_summary,
+    progress_bar,
+    rollout_label,
+    short_id,
+    when,
+)
 from rollout.admin.event_words import event_sentence
 from rollout.admin.plan import RolloutPlanAdminMixin
 from rollout.controller.health import BEAT_COMMAND, WORKER_COMMAND, controller_stale_after, rollouts_without_controller
@@ -41,7 +50,7 @@ from rollout.rollouts.reads import rollout_waves
 
 # --- rollouts --------------------------------------------------------------------------------
 @admin.register(Rollout)
-class RolloutAdmin(RolloutPlanAdminMixin, ApprovalAdminMixin, TenantScopedAdmin):
+class RolloutAdmin(RolloutPlanAdminMixin, ApprovalAdminMixin, RolloutDurationsMixin, TenantScopedAdmin):
     """Rollouts are planned and operated here through the services; never edited by hand.
 
     - list: progress of every rollout on the page from one ``rollout_waves`` call (constant queries);
@@ -79,9 +88,9 @@ class RolloutAdmin(RolloutPlanAdminMixin, ApprovalAdminMixin, TenantScopedAdmin)
                     "waves_requested",
                     "failure_ratio_percent",
                     "failure_ratio_min_settled",
-                    "soak_seconds",
-                    "upgrade_timeout_seconds",
-                    "min_ready_seconds",
+                    "soak",
+                    "upgrade_timeout",
+                    "min_ready",
                 ]
             },
         ),

@@ -58,7 +58,7 @@ def test_events_read_as_sentences_waves_from_1_pools_by_name():
 
 
 def test_the_rollout_page_shows_sentences_gates_beside_the_progress_and_waves_from_1(root, tenant, releases):
-    rollout = make_rollout(tenant, {"gpu-a": (10, "0.5")}, waves=[50, 100])
+    rollout = make_rollout(tenant, {"gpu-a": (10, "0.5")}, waves=[50, 100], soak_seconds=605015)
     rollout_tick(rollout_id=rollout.id)
     now = timezone.now()
     RolloutGate.objects.create(
@@ -74,6 +74,7 @@ def test_the_rollout_page_shows_sentences_gates_beside_the_progress_and_waves_fr
     )
     page = root.get(f"/admin/rollout/rollout/{rollout.pk}/change/").content.decode()
     assert "Created for 10 nodes in 2 waves (5, 5 nodes), pools gpu-a." in page
+    assert '<div class="readonly">7 days (605015 s)</div>' in page  # the soak, in words
     assert '"poolIds"' not in page
     assert 'id="rollout-gate-summary"' in page
     assert "errors: fail" in page
