@@ -32,6 +32,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from core.durations import duration_text
 from demo.postgres import ENVIRONMENT, EmbeddedPostgres, exit_on_sigterm, stop_leftover
 from demo.processes import free_port
 from demo.progress import Progress, say, summary
@@ -166,7 +167,7 @@ class Demo:
         plan = self.api.post("/api/compute/rollouts/?dryRun=true", json=body).json()
         say(
             f"plan for {version}: waves {[w['total'] for w in plan['waves']]} nodes, "
-            f"worst case {plan['estimatedSeconds']} s"
+            f"worst case {duration_text(plan['estimatedSeconds'])}"
         )
         response = self.api.post("/api/compute/rollouts/", json=body)
         response.raise_for_status()

@@ -1,4 +1,5 @@
-"""The admin site: Django's, and on its front page what the plug-ins must say (``fleet.plugins.admin_notices``)."""
+"""The admin site: Django's, and on its front page what the plug-ins must say (``fleet.plugins.admin_notices``) and
+the fleet overview (fleet/admin_overview.py)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,10 @@ class FleetAdminSite(admin.AdminSite):
     def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
         if request.method == "GET":
             admin_notices(request)
+            if request.user.is_active and request.user.is_staff:
+                from fleet.admin_overview import overview_sections  # the models are loaded by now
+
+                extra_context = {**(extra_context or {}), "overview": overview_sections(request)}
         return super().index(request, extra_context)
 
 

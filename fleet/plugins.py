@@ -34,6 +34,9 @@ Plug-ins never reach into fleet internals; they use what is here:
 - ``register_admin_notices(fn)``: ``fn(request)`` adds what the admin's front page must say to the
   request's messages (``django.contrib.messages``), such as rollout's "no controller is running" banner.
   Called on every ``GET`` of the admin's index (fleet/admin_site.py).
+- ``register_admin_overview(fn)``: ``fn(request)`` returns ``(title, html)`` sections the admin's front page
+  shows under the fleet's own (versions per pool), such as rollout's rollouts in progress and controller
+  health (fleet/admin_overview.py). Called on every ``GET`` of the admin's index.
 - ``register_quick_answers(fn)``: ``fn(method, path, headers)`` returns a ``QuickAnswer`` that the
   web tier's async front (fleet/watch/front.py) sends for a ``GET`` or ``HEAD`` without a body,
   without Django's request machinery, or None to leave the request to Django. ``headers`` has the
@@ -67,6 +70,7 @@ DaemonResolver = Callable[[str, str], dict | None]
 SessionFields = Callable[[], dict[str, Any]]
 NodeLinks = Callable[[UUID], list[tuple[str, str]]]
 AdminNotices = Callable[[Any], None]  # fn(request)
+AdminOverview = Callable[[Any], list[tuple[str, Any]]]  # fn(request) -> [(title, html)]
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,7 @@ _session_fields: list[SessionFields] = []
 _node_links: list[NodeLinks] = []
 _quick_answers: list[QuickAnswers] = []
 _admin_notices: list[AdminNotices] = []
+_admin_overview: list[AdminOverview] = []
 _join_steps: list[JoinStep] = []
 
 
@@ -177,6 +182,16 @@ def admin_notices(request: Any) -> None:
     """The plug-ins' notices on the admin's front page (see ``register_admin_notices``), in registration order."""
     for notices in _admin_notices:
         notices(request)
+
+
+def register_admin_overview(overview: AdminOverview) -> None:
+    if overview not in _admin_overview:
+        _admin_overview.append(overview)
+
+
+def admin_overview(request: Any) -> list[tuple[str, Any]]:
+    """The plug-ins' sections of the admin's front page (see ``register_admin_overview``), in registration order."""
+    return [section for overview in _admin_overview for section in overview(request)]
 
 
 def register_quick_answers(answers: QuickAnswers) -> None:

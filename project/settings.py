@@ -112,6 +112,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# The console's one date-time format with its zone, "2026-12-07 23:00 UTC" (project/formats/en/formats.py).
+FORMAT_MODULE_PATH = ["project.formats"]
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"

@@ -15,6 +15,7 @@ from fleet.interface import (
     QuickAnswer,
     node_daemon_refused,
     register_admin_notices,
+    register_admin_overview,
     register_daemon_resolver,
     register_disruption_source,
     register_join_step,
@@ -112,6 +113,13 @@ def admin_notices(request: Any) -> None:
         model_admin.controller_banner(request)
 
 
+def admin_overview(request: Any) -> list[tuple[str, Any]]:
+    """The rollouts in progress and the controller's health on the admin's front page (rollout/admin/overview.py)."""
+    from rollout.admin.overview import rollout_overview
+
+    return rollout_overview(request)
+
+
 def download_quick_answer(method: str, path: str, headers: Mapping[str, str]) -> QuickAnswer | None:
     """A download of a binary this process served before, answered by the async front (api/download_answers.py)."""
     from rollout.api.download_answers import download_quick_answer as answer
@@ -127,5 +135,6 @@ def connect() -> None:
     register_node_links(node_links)
     register_quick_answers(download_quick_answer)
     register_admin_notices(admin_notices)
+    register_admin_overview(admin_overview)
     register_join_step(SETTLE_ON_JOIN)
     node_daemon_refused.connect(on_node_daemon_refused, dispatch_uid="rollout.settle_on_refusal")

@@ -112,3 +112,10 @@ _.pytest_collection_modifyitems  # tests/parallel.py, a plugin hook
 # Celery's app settings and producer pool, set again when a test moves the app to another broker
 # (tests/integration/conftest.py).
 _.broker_read_url, _.broker_write_url, _._producer_pool
+
+# Django reads these by name: the console's formats (project/formats/en/formats.py, FORMAT_MODULE_PATH).
+_.FORMAT_MODULE_PATH, _.DATETIME_FORMAT, _.SHORT_DATETIME_FORMAT, _.DATE_FORMAT, _.SHORT_DATE_FORMAT, _.TIME_FORMAT
+# The node list's selector box (fleet/admin_node_list.py): read by its template, called by Django's changelist.
+_.kept_params, _.has_output
+# The node page's label rows (fleet/admin_labels.py): Django's form machinery calls these by name.
+_.value_from_datadict, _.value_omitted_from_data, _.has_changed, _.widget

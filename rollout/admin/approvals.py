@@ -48,8 +48,8 @@ DECISIONS = {
             "approve",
             "Approve",
             "Approved",
-            "Your approval is recorded. When enough users other than its creator have approved, the rollout "
-            "starts. Its creator cannot approve it.",
+            "Approving records your approval, with your comment. When enough users other than its creator have "
+            "approved, the rollout starts. Its creator cannot approve it.",
             comment_required=False,
         ),
         Decision(

@@ -18,6 +18,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from core.errors import DomainError
+from rollout.admin.display import size_text
 from rollout.models import Release
 from rollout.registry.binaries import release_binary_store
 
@@ -78,5 +79,5 @@ class BinaryUploadMixin:
         except DomainError as exc:
             messages.error(request, format_html("Nothing stored: <code>{}</code>: {}", exc.code, exc.detail))
         else:
-            messages.success(request, f"Stored bcd {release.version} for {platform} ({binary.size} bytes).")
+            messages.success(request, f"Stored bcd {release.version} for {platform} ({size_text(binary.size)}).")
         return page

@@ -12,6 +12,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.timezone import localtime
 
+from core.durations import duration_text as duration_text  # the plan preview's (the demo's too)
 from rollout.models import NodeUpgrade, Rollout
 from rollout.rollouts.reads import WaveStats
 
@@ -66,22 +67,30 @@ def rollout_link(rollout: Rollout) -> SafeString:
 
 
 def when(moment) -> str:
+    """The console's one date-time format, with its time zone: ``2026-12-07 23:00 UTC`` (project/formats)."""
     return date_format(localtime(moment), "DATETIME_FORMAT") if moment else "-"
 
 
-def short_when(moment) -> str:
-    """A time in a narrow column: ``2026-12-06 04:26`` in the current time zone."""
-    return localtime(moment).strftime("%Y-%m-%d %H:%M") if moment else "-"
+short_when = when  # the lists' columns read as the pages do
 
 
-def duration_text(seconds: int | None) -> str:
-    if seconds is None:
-        return "unbounded: a pool with a disruption budget of 0 never starts a node"
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    parts = [f"{n} {unit}" for n, unit in ((days, "d"), (hours, "h"), (minutes, "min"), (secs, "s")) if n]
-    return " ".join(parts) or "0 s"
+def seconds_text(seconds: int) -> str:
+    """``7 days (605015 s)``: in words, and the seconds the API takes."""
+    return duration_text(seconds) if seconds < 60 else f"{duration_text(seconds)} ({seconds} s)"
+
+
+def size_text(size: int | None) -> str:
+    """Bytes in KiB, MiB or GiB, one decimal: ``200000`` -> ``195.3 KiB``."""
+    if size is None:
+        return "-"
+    if size < 1024:
+        return f"{size} bytes"
+    value = float(size)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            break
+    return f"{value:.1f} {unit}"
 
 
 def uuid_or_none(value: Any) -> UUID | None:
@@ -89,3 +98,40 @@ def uuid_or_none(value: Any) -> UUID | None:
         return UUID(str(value))
     except ValueError:
         return None
+
+
+# (state, words) of a wave's counts, in the order they read beside its bar.
+COUNT_WORDS = (
+    (State.SUCCEEDED, "succeeded"),
+    (State.FAILED, "failed"),
+    (State.IN_FLIGHT, "in flight"),
+    (State.PENDING, "pending"),
+    (State.SKIPPED, "skipped"),
+    (State.CANCELLED, "cancelled"),
+    (State.ROLLED_BACK, "rolled back"),
+)
+
+
+def counts_words(counts: Mapping[str, int], *, failed_url: str | None = None) -> SafeString:
+    """``3 succeeded · 1 failed · 6 pending``: the states with nodes, the failed count linking to them."""
+    parts = []
+    for state, words in COUNT_WORDS:
+        n = counts.get(state, 0)
+        if not n:
+            continue
+        if state == State.FAILED and failed_url:
+            parts.append(format_html('<a href="{}" class="rollout-failed-count">{} {}</a>', failed_url, n, words))
+        else:
+            parts.append(format_html("{} {}", n, words))
+    if not parts:
+        return format_html("{}", "no nodes")
+    return format_html_join(" · ", "{}", ((part,) for part in parts))
+
+
+def gates_summary(gates: Iterable[Any]) -> SafeString:
+    """Each gate's latest result as a badge beside the progress (its detail and time as the badge's title)."""
+    return format_html_join(
+        "",
+        '<span class="rollout-gate rollout-gate-{}" title="{}">{}: {}</span>',
+        ((gate.state, f"{gate.detail or gate.state} ({when(gate.at)})", gate.name, gate.state) for gate in gates),
+    )

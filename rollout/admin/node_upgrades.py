@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from uuid import UUID
 
 from django.contrib import admin
@@ -19,6 +18,7 @@ from rollout.admin.display import (
     short_when,
     uuid_or_none,
 )
+from rollout.admin.event_words import event_sentence
 from rollout.models import NodeUpgrade, Rollout, RolloutEvent, RolloutWave
 from rollout.rollouts.blockers import node_blockers
 
@@ -132,6 +132,12 @@ class NodeUpgradeAdmin(ReadOnlyMixin, TenantScopedAdmin):
         "waiting_for",
     ]
     list_filter = [RolloutFilter, "state", WaveFilter, PoolFilter]
+
+    def get_list_display(self, request: HttpRequest):
+        """Without the rollout's column while the list shows one rollout's nodes (its name is the filter's)."""
+        shown = super().get_list_display(request)
+        return [name for name in shown if name != "rollout_link"] if request.GET.get("rollout") else shown
+
     list_select_related = ["node", "pool", "rollout__release"]
     search_fields = ["node__name"]
     show_full_result_count = False  # no second COUNT over every upgrade of every rollout
@@ -201,7 +207,9 @@ class NodeUpgradeAdmin(ReadOnlyMixin, TenantScopedAdmin):
             moments = [("started", upgrade.started_at), ("settled", upgrade.settled_at)]
         return (
             format_html_join(
-                "", '<div class="upgrade-time">{} {}</div>', ((label, short_when(at)) for label, at in moments if at)
+                "",
+                '<div class="upgrade-time">{} <span class="console-date">{}</span></div>',
+                ((label, short_when(at)) for label, at in moments if at),
             )
             or "-"
         )
@@ -233,6 +241,7 @@ class RolloutEventAdmin(ReadOnlyMixin, TenantScopedAdmin):
     def rollout_link(self, event: RolloutEvent) -> SafeString:
         return rollout_link(event.rollout)
 
-    @admin.display(description="data")
-    def data_text(self, event: RolloutEvent) -> SafeString:
-        return format_html("<code>{}</code>", json.dumps(event.data, sort_keys=True, default=str))
+    @admin.display(description="what happened")
+    def data_text(self, event: RolloutEvent) -> str:
+        """The event as a sentence (rollout/admin/event_words.py); pools by id here, by name on the rollout's page."""
+        return event_sentence(event.kind, event.data, {})

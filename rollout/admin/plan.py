@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from core.errors import DomainError
-from fleet.interface import Actor, Pool, staff_user
+from fleet.interface import Actor, Pool, budget_percent, staff_user
 from rollout.admin.display import duration_text, rollout_label
 from rollout.admin.forms import RolloutCreateForm
 from rollout.rollouts.create import rollout_create, rollout_plan
@@ -120,4 +120,9 @@ class RolloutPlanAdminMixin:
                 for pool in pools
             ],
             "estimate": duration_text(plan.estimated_seconds),
+            # Percent, as the rollout's page and the budgets read (the API keeps the fraction).
+            "failure_ratio": budget_percent(plan.options.max_failure_ratio),
+            "soak": duration_text(plan.options.soak_seconds),
+            "upgrade_timeout": duration_text(plan.options.upgrade_timeout_seconds),
+            "min_ready": duration_text(plan.options.min_ready_seconds),
         }

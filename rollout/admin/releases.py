@@ -19,6 +19,7 @@ from django.utils.safestring import SafeString
 from core.errors import DomainError
 from fleet.interface import Actor, Tenant, is_fleet_admin, staff_user, tenant_id_of
 from rollout.admin.binaries import BinaryUploadMixin
+from rollout.admin.display import size_text
 from rollout.models import Release, ReleaseBinary, ReleaseBlock
 from rollout.registry.releases import release_register
 from rollout.rollouts.blocks import release_block, release_unblock
@@ -33,7 +34,7 @@ def _tenant_of(request: HttpRequest) -> Tenant | None:
 _RELEASE_BINARY_INLINE_FIELDS = (
     "platform",
     "sha256",
-    "size",
+    "size_shown",
     "stored_at",
 )
 
@@ -49,6 +50,10 @@ class ReleaseBinaryInline(admin.TabularInline):
 
     def has_add_permission(self, request: HttpRequest, obj: Release | None = None) -> bool:
         return False
+
+    @admin.display(description="size")
+    def size_shown(self, binary: ReleaseBinary) -> str:
+        return size_text(binary.size)
 
 
 class ReleaseBlockForm(forms.Form):
@@ -200,8 +205,8 @@ class ReleaseAdmin(BinaryUploadMixin, admin.ModelAdmin):
     def digests(self, release: Release) -> str:
         return format_html_join(
             "",
-            "<div><code>{}</code> {} <small>({} bytes)</small></div>",
-            ((b.platform, b.sha256, b.size) for b in release.binaries.all()),
+            "<div><code>{}</code> <code>{}</code> <small>({})</small></div>",
+            ((b.platform, b.sha256, size_text(b.size)) for b in release.binaries.all()),
         )
 
     @admin.display(description="signer pins that counted")

@@ -25,7 +25,7 @@ def test_the_node_page_links_its_current_rollout_and_its_upgrade_history(root, t
     page = root.get(node_page(node))
     assert page.status_code == 200
     body = page.content.decode()
-    assert 'name="labels"' in body  # editable
+    assert 'name="labels-key-0"' in body  # editable, one key/value row each
     assert "canary" in body
     assert f'href="/admin/rollout/rollout/{rollout.pk}/change/"' in body
     assert "current rollout: 1.0.0" in body

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db
 def test_create_with_min_ready_seconds(root, tenant, pools):  # noqa: F811
     preview = root.post(ADD, {**form_data(tenant, pools, min_ready_seconds="120"), "_preview": "1"})
     assert preview.status_code == 200
-    assert "120 s" in preview.content.decode()
+    assert "2 min" in preview.content.decode()  # min ready, in words
     assert not Rollout.objects.exists()
     root.post(ADD, {**form_data(tenant, pools, min_ready_seconds="120"), "_confirm": "1"})
     assert Rollout.objects.get().min_ready_seconds == 120

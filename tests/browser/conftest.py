@@ -28,9 +28,11 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-# What overflows its width: the page itself (a horizontal scroll bar), any table wider than the box that
-# holds it (the admin's lists scroll inside `.results`, which the page's own width would not show), and the
-# page's action buttons drawn over the words of its title or subtitle (the admin floats them up beside those).
+# What does not fit the viewport's width: the page itself (a horizontal scroll bar); any table wider than the
+# box that holds it (the admin's lists scroll inside `.results`, which the page's own width would not show); a
+# table cell cut off, by a box that hides what overflows it or by its own width (its content wider than the cell);
+# and the page's action buttons drawn over the words of any heading of the content (the admin floats them up
+# beside the title).
 OVERFLOW = """() => {
   const found = [];
   const root = document.documentElement;
@@ -40,10 +42,25 @@ OVERFLOW = """() => {
     if (table.offsetWidth > box.clientWidth + 1)
       found.push(`table ${table.id || table.className || '?'}: ${table.offsetWidth} > ${box.clientWidth}`);
   }
+  const name = (cell) => `${cell.tagName} ${cell.className || ''} "${cell.innerText.trim().slice(0, 40)}"`;
+  for (const cell of document.querySelectorAll('#content td, #content th')) {
+    if (!cell.offsetWidth || cell.closest('.visually-hidden')) continue;  // read aloud, never seen
+    if (cell.scrollWidth > cell.clientWidth + 1)
+      found.push(`cell ${name(cell)}: its content ${cell.scrollWidth} > ${cell.clientWidth}`);
+    const c = cell.getBoundingClientRect();
+    for (let box = cell.parentElement; box && box !== document.body; box = box.parentElement) {
+      if (getComputedStyle(box).overflowX === 'visible') continue;
+      const b = box.getBoundingClientRect();
+      if (c.right > b.right + 1 || c.left < b.left - 1)
+        found.push(`cell ${name(cell)}: cut off by ${box.id || box.className || box.tagName}`);
+      break;
+    }
+  }
   const tools = document.querySelector('.object-tools');
   if (tools && tools.offsetHeight) {
     const b = tools.getBoundingClientRect();
-    for (const heading of document.querySelectorAll('#content > h1, #content > h2')) {
+    for (const heading of document.querySelectorAll('#content h1, #content h2, #content-main h2')) {
+      if (tools.contains(heading)) continue;
       const words = document.createRange();
       words.selectNodeContents(heading);
       for (const a of words.getClientRects())
@@ -51,13 +68,13 @@ OVERFLOW = """() => {
           found.push(`the actions over the ${heading.tagName} "${heading.textContent.trim()}"`);
     }
   }
-  return found;
+  return [...new Set(found)];
 }"""
 
 
 @pytest.fixture
 def browser_page(monkeypatch):
-    """A page of a fresh headless Chromium, 1,400 px wide."""
+    """A page of a fresh headless Chromium, 1,400 px wide (``page.set_viewport_size`` narrows it)."""
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium package")
     # Playwright's sync API runs an event loop in this thread; only for this test (a leak fails check --deploy).
@@ -112,4 +129,11 @@ def overflowing(page) -> list[str]:
 def shoot(page, folder: Path, name: str) -> None:
     """The page's screenshot; the page fits its 1,400 px (no horizontal scroll, no table wider than its box)."""
     page.screenshot(path=str(folder / name), full_page=True)
+    assert overflowing(page) == [], name
+
+
+def shoot_top(page, folder: Path, name: str, *, height: int = 1200) -> None:
+    """The top ``height`` px of the page (a list of 100 nodes is 20,000 px long); the whole page fits its width."""
+    width = page.viewport_size["width"]
+    page.screenshot(path=str(folder / name), full_page=True, clip={"x": 0, "y": 0, "width": width, "height": height})
     assert overflowing(page) == [], name

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from structlog.testing import capture_logs
 
-from rollout.admin.rollouts import event_words
+from rollout.admin.event_words import event_sentence
 from rollout.controller.events import Paused, Promoted
 from rollout.models import RolloutEvent
 from tests.factories import fleet
@@ -49,7 +49,7 @@ def test_an_events_message_and_the_admin_count_waves_from_1(api, tenant, release
     events = api.get(f"/api/compute/rollouts/{rollout.id}/events/").json()
     events = events.get("results", events) if isinstance(events, dict) else events
     assert [event["data"]["wave"] for event in events if event["kind"] == "rollout.wave"] == [1]
-    assert event_words(data, {}, waves=2).startswith("wave 2 of 2, ")
+    assert event_sentence("rollout.wave", data, {}, waves=2).startswith("Wave 2 of 2 started")
 
 
 def test_a_pause_and_a_promote_name_their_wave_from_1():
