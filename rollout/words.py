@@ -6,16 +6,9 @@ No import of ours: the controller, the services and the API all use it.
 
 from __future__ import annotations
 
-#: Each state as an adjective before "rollout", or (a tuple) a phrase after it.
-_WORDS: dict[str, str | tuple[str]] = {
-    "active": "active",
-    "paused": "paused",
-    "completed": "completed",
-    "aborted": "aborted",
-    "scheduled": "scheduled",
-    "denied": "denied",
-    "awaiting_approval": ("awaiting approval",),
-}
+
+def _words(state: str) -> str:
+    return state.replace("_", " ")
 
 
 def _article(word: str) -> str:
@@ -23,17 +16,17 @@ def _article(word: str) -> str:
 
 
 def a_rollout(state: str) -> str:
-    """ "an active rollout", "a scheduled rollout", "a rollout awaiting approval" (any other state: its words)."""
-    words = _WORDS.get(state, state.replace("_", " "))
-    if isinstance(words, tuple):
-        return f"a rollout {words[0]}"
+    """ "an active rollout", "a scheduled rollout", "a rollout awaiting approval": a one-word state stands before
+    "rollout", a phrase after it."""
+    words = _words(state)
+    if " " in words:
+        return f"a rollout {words}"
     return f"{_article(words)} {words} rollout"
 
 
 def state_words(state: str) -> str:
     """The state alone: "active", "awaiting approval"."""
-    words = _WORDS.get(state, state.replace("_", " "))
-    return words[0] if isinstance(words, tuple) else words
+    return _words(state)
 
 
 def cannot_be(state: str, done: str) -> str:

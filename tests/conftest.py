@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import pytest
 from django.test import override_settings
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 from rest_framework.test import APIClient
 
 from fleet.models import Permission, Tenant
 from fleet.services.iam import api_key_create, tenant_create
+
+# The suite runs on two shared cores beside real servers: a property test's inputs may be drawn slowly there
+# (a health check about the machine's load, not the strategy), and an example's time says nothing.
+hypothesis_settings.register_profile("shared-machine", suppress_health_check=[HealthCheck.too_slow], deadline=None)
+hypothesis_settings.load_profile("shared-machine")
 
 
 @pytest.fixture(autouse=True)

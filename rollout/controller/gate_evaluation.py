@@ -86,7 +86,7 @@ def gates_first_look(*, options: GateOptions) -> list[Outcome | None]:
     prometheus_gates = [spec for spec in options.gates if spec.kind == PROMETHEUS]
     if not prometheus_gates:
         return [None for _ in options.gates]
-    with ThreadPoolExecutor(max_workers=len(prometheus_gates), thread_name_prefix="gate") as threads:
+    with ThreadPoolExecutor(max_workers=len(prometheus_gates), thread_name_prefix="gate-probe") as threads:
         outcomes = list(threads.map(_first_probe, options.gates))
     for spec, outcome in zip(options.gates, outcomes, strict=True):
         if outcome is not None and outcome.refused is not None:

@@ -139,8 +139,8 @@ def test_abort_of_a_scheduled_rollout_frees_its_nodes(api, nodes):
         {"startAt": "2020-01-01T00:00:00Z"},
         {"endBy": "2020-01-01T00:00:00Z"},
         {"endBy": "FUTURE", "startAt": "FUTURE+1"},
-        {"endBehavior": "explode"},
-        {"endBehavior": True},
+        {"endBehavior": "explode", "endBy": "FUTURE"},
+        {"endBehavior": True, "endBy": "FUTURE"},
     ],
 )
 def test_a_bad_schedule_is_400_invalid_schedule_and_writes_nothing(api, nodes, body):

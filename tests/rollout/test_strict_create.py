@@ -31,7 +31,7 @@ def _written() -> tuple[int, ...]:
     return tuple(model.objects.count() for model in (Rollout, NodeUpgrade, RolloutEvent, RolloutGate, AuditEntry))
 
 
-@pytest.mark.parametrize("behavior", ["pause", "abort", "abort_rollback"])
+@pytest.mark.parametrize("behavior", ["pause", "abort", "abort_rollback", "explode"])
 def test_end_behavior_without_end_by_is_400_invalid_and_writes_nothing(api, nodes, behavior):
     before = _written()
     for query in ("", "?dryRun=true"):

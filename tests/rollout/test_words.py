@@ -31,7 +31,8 @@ def test_words_of_the_states(db):
     assert cannot_be("active", "started") == "An active rollout cannot be started."
     assert cannot_be("awaiting_approval", "paused") == "A rollout awaiting approval cannot be paused."
     assert cannot_be("aborted", "promoted") == "An aborted rollout cannot be promoted."
-    assert a_rollout("some_new_state") == "a some new state rollout"
+    assert a_rollout("some_new_state") == "a rollout some new state"  # a phrase stands after "rollout"
+    assert a_rollout("superseded") == "a superseded rollout"
 
 
 def _as(state: str) -> dict:
