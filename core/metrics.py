@@ -19,6 +19,10 @@ Two kinds of metric:
   keeps its own samples and ``/metrics`` shows those of the web process only
   (ticks run in-process in tests and with CELERY_TASK_ALWAYS_EAGER).
 
+The database may be down: the state gauges are then left out, the process metrics are still
+served, and ``rollout_database_up`` says 0 (1 when every collector read the database). ``/metrics``
+answers 200 either way, never 500: a scrape is how an outage is seen.
+
 Access: with ``METRICS_TOKEN`` set it needs ``Authorization: Bearer <METRICS_TOKEN>``
 (Prometheus: ``authorization: {credentials: ...}``). Unset, it answers 403
 ``metrics_disabled`` (it lists every tenant's slugs and pool names), unless
@@ -31,14 +35,18 @@ import hmac
 import os
 from collections.abc import Iterator
 
+import structlog
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_safe
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, multiprocess
-from prometheus_client.core import Metric
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
+from core.database import DATABASE_ERRORS
 from core.env import env_bool, env_str
+
+log = structlog.get_logger(__name__)
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 TOKEN_ENV = "METRICS_TOKEN"  # noqa: S105 (the name of the variable, not a secret)
@@ -75,6 +83,33 @@ class _Forward:
         return iter(self.registry.collect())
 
 
+class _DatabaseCollectors:
+    """The apps' scrape-time collectors, each read whole before the exposition is written: a database that does not
+    answer leaves out the gauges of the collector it failed (and of the later ones: they all read it) and sets
+    ``rollout_database_up`` to 0, instead of failing the scrape."""
+
+    def __init__(self, collectors: list[Collector]) -> None:
+        self.collectors = collectors
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        metrics: list[Metric] = []
+        up = 1
+        for collector in self.collectors:
+            try:
+                metrics.extend(list(collector.collect()))
+            except DATABASE_ERRORS as exc:
+                log.warning("metrics.database_unavailable", error=f"{type(exc).__name__}: {exc}"[:300])
+                up = 0
+                break
+        yield from metrics
+        yield GaugeMetricFamily(
+            "rollout_database_up", "1 when the database answered this scrape's queries, 0 when it did not.", value=up
+        )
+
+
 def scrape_registry() -> CollectorRegistry:
     """What one scrape shows: the process metrics (or all processes' in multiprocess mode) and the fleet."""
     registry = CollectorRegistry(auto_describe=False)
@@ -83,8 +118,7 @@ def scrape_registry() -> CollectorRegistry:
         multiprocess.MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
     else:
         registry.register(_Forward(REGISTRY))
-    for collector in _collectors:
-        registry.register(collector)
+    registry.register(_DatabaseCollectors(list(_collectors)))
     return registry
 
 
