@@ -34,6 +34,7 @@ from __future__ import annotations
 import hmac
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import structlog
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -58,6 +59,44 @@ def mark_process_dead(pid: int) -> None:
     ``worker_process_shutdown``): prometheus-client drops its live-gauge files. No-op without the directory."""
     if os.environ.get(MULTIPROC_ENV):
         multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]  # prometheus-client is untyped here
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: alive
+    return True
+
+
+def _pid_of(path: Path) -> int | None:
+    """The pid a multiprocess file is named after (``gauge_livesum_1234.db``), if it is one of them."""
+    tail = path.stem.rsplit("_", 1)[-1]
+    return int(tail) if path.suffix == ".db" and tail.isdigit() else None
+
+
+def forget_dead_processes(*, every_kind: bool = False) -> list[int]:
+    """The processes whose files are in ``PROMETHEUS_MULTIPROC_DIR`` but that are no longer running (a tier killed
+    with SIGKILL never ran gunicorn's ``child_exit``): their live gauges are forgotten (``mark_process_dead``), so
+    ``fleet_watch_held`` counts the requests held now only. ``every_kind``: their counters' and histograms' files go
+    too (``make web`` at its start: the directory cleared of everything no running process writes). Returns the
+    pids forgotten. Called by gunicorn's ``on_starting`` (gunicorn.conf.py) and ``make web`` (demo/web.py)."""
+    directory = os.environ.get(MULTIPROC_ENV)
+    if not directory or not os.path.isdir(directory):
+        return []
+    dead: set[int] = set()
+    for path in Path(directory).iterdir():
+        pid = _pid_of(path)
+        if pid is None or _alive(pid):
+            continue
+        dead.add(pid)
+        if every_kind:
+            path.unlink(missing_ok=True)
+    for pid in dead:
+        mark_process_dead(pid)
+    return sorted(dead)
 
 
 #: Collectors the apps register (in their AppConfig.ready) to compute state gauges at scrape time.
