@@ -1,4 +1,4 @@
-"""`make demo` from anywhere (docs/operations.md#the-demo): as root, from a clone in a 0700 folder (root's home),
+"""`make demo` from anywhere (README.md, "make demo"): as root, from a clone in a 0700 folder (root's home),
 the demo's PostgreSQL runs as another user from a folder that user can reach, linked from the run directory,
 and says where; the console the demo prints can plan a rollout (a downloads URL it serves itself: no
 rollout.W002).
