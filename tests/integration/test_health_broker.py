@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from demo.processes import wait_until
-from tests.brokers import PrivateRedis
+from tests.brokers import PrivateRabbitMQ, PrivateRedis
 from tests.integration.conftest import _app_broker, _app_broker_set
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -63,3 +63,20 @@ def test_a_stopped_broker_is_a_503_within_seconds(bare_stack, private_redis):
     broker.start()  # the same port, empty
     wait_until(lambda: answer(stack)[0] == 200, timeout=90, what="the health to see the broker back")
     assert answer(stack)[1]["broker"] == "ok"
+
+
+def test_a_stopped_rabbitmq_is_a_503_within_seconds(anonymous_api, settings, tmp_path):
+    """The same with an amqp:// broker: a private RabbitMQ node, stopped."""
+    rabbit = PrivateRabbitMQ(tmp_path)
+    rabbit.start()
+    try:
+        settings.CELERY_BROKER_URL = rabbit.url
+        answer = anonymous_api.get("/api/compute/health")
+        assert answer.json()["broker"] == "ok", answer.json()
+        rabbit.stop()
+        stopped = time.monotonic()
+        answer = anonymous_api.get("/api/compute/health")
+        assert time.monotonic() - stopped < 5
+        assert (answer.status_code, answer.json()["broker"]) == (503, "unavailable")
+    finally:
+        rabbit.stop()
