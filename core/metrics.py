@@ -62,6 +62,14 @@ def mark_process_dead(pid: int) -> None:
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs: a zombie (killed, not reaped yet: PID 1 of a container may reap late) does
+    not."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        state = None
+    if state is not None:
+        return state not in ("Z", "X")
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -22,7 +22,7 @@ from fleet.services.nodes import node_create
 from fleet.services.pools import pool_create
 from simulator import AgentConfig, Fleet
 from tests.delivery.conftest import world_readable_dir
-from tests.delivery.test_make_web import descendants
+from tests.delivery.test_make_web import alive, descendants
 from tests.metrics import metric_sample
 from tests.watch.conftest import Agent, web_env
 
@@ -76,6 +76,7 @@ def test_after_kill_9_of_the_whole_tier_fleet_watch_held_counts_the_agents_held(
                 except ProcessLookupError:
                     continue
             tiers[0].wait(timeout=10)
+            wait_until(lambda: not any(alive(pid) for pid in kill), timeout=30, what="the killed processes to be gone")
             prometheus = run_dir / "run" / "prometheus"
             assert any(path.name.startswith("gauge_livesum_") for path in prometheus.iterdir())
 
@@ -89,7 +90,8 @@ def test_after_kill_9_of_the_whole_tier_fleet_watch_held_counts_the_agents_held(
             try:
                 wait_until(held_again, timeout=180, poll=1, what=f"{AGENTS} held requests after the restart")
             except TimeoutError as exc:
-                raise AssertionError(f"fleet_watch_held after the restart: {seen}") from exc
+                tail = log.read_text(errors="replace")[-3000:]
+                raise AssertionError(f"fleet_watch_held after the restart: {seen}; make web's log:\n{tail}") from exc
             samples = [held(url) for _ in range(10)]
             assert all(sample is not None and sample <= AGENTS for sample in samples), samples
     finally:
