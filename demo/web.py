@@ -10,7 +10,15 @@ them; ``ROLLOUT_DOWNLOADS_OFFLOAD`` defaults to ``accel`` here (nginx serves the
 ``ROLLOUT_MEDIA_ROOT``). Its children may open as many files as the hard limit allows: a held agent costs
 nginx two descriptors and gunicorn one (docs/operations.md#the-web-tier).
 
-    python -m demo.web [--port 8000] [--no-migrate]
+    python -m demo.web [--port 8000] [--no-migrate] [--controller]
+
+``--controller`` also runs a Celery worker and beat (the commands of docs/operations.md#the-stack), supervised
+like gunicorn and nginx: without systemd or compose, one command keeps the whole server running. Leave it out
+where they run as services of their own (the systemd units): a second beat would send every tick twice.
+
+Metrics of every process in one place: ``PROMETHEUS_MULTIPROC_DIR`` (default ``$ROLLOUT_RUN_DIR/prometheus``) is
+set for gunicorn (and the worker and beat), and cleared at start of every file no running process writes (a tier
+killed with SIGKILL leaves its workers' live gauges: core/metrics.py ``forget_dead_processes``).
 
 It migrates the database first (as compose's ``migrate`` service) and refuses to start when nginx's workers
 could not read ``ROLLOUT_MEDIA_ROOT`` (every download would fail), saying what to change. nginx starts once
@@ -287,10 +295,34 @@ def _wait_until(ready: Callable[[], bool], *, timeout: float, tier: WebTier) -> 
         time.sleep(0.1)
 
 
+def metrics_directory(run_dir: Path) -> Path:
+    """``PROMETHEUS_MULTIPROC_DIR`` for the tier's processes (``$ROLLOUT_RUN_DIR/prometheus`` unless set), made, and
+    cleared of the files of processes that no longer run (core/metrics.py ``forget_dead_processes``)."""
+    from core.metrics import MULTIPROC_ENV, forget_dead_processes
+
+    directory = Path(os.environ.get(MULTIPROC_ENV) or run_dir / "prometheus").resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    os.environ[MULTIPROC_ENV] = str(directory)
+    forget_dead_processes(every_kind=True)
+    return directory
+
+
+def controller_spawns(env: Mapping[str, str]) -> dict[str, Callable[[], subprocess.Popen]]:
+    """A Celery worker and beat, as docs/operations.md#the-stack runs them, their output the launcher's."""
+    from demo.processes import CELERY
+
+    worker = [*CELERY, "worker", "--loglevel=INFO"]
+    beat = [*CELERY, "beat", "--scheduler=django_celery_beat.schedulers:DatabaseScheduler", "--pidfile=",
+            "--loglevel=INFO"]  # fmt: skip
+    commands = {"worker": worker, "beat": beat}
+    return {name: functools.partial(_spawn, command, env, None) for name, command in commands.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make web", description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=int(os.environ.get("WEB_PORT") or DEFAULT_PORT))
     parser.add_argument("--no-migrate", action="store_true", help="do not migrate the database first")
+    parser.add_argument("--controller", action="store_true", help="also run and supervise a Celery worker and beat")
     options = parser.parse_args(argv)
     os.environ.setdefault("ROLLOUT_DOWNLOADS_OFFLOAD", "accel")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
@@ -298,8 +330,9 @@ def main(argv: list[str] | None = None) -> int:
 
     media_root, run_dir = Path(settings.MEDIA_ROOT).resolve(), Path(settings.RUN_DIR).resolve() / "web"
     media_root.mkdir(parents=True, exist_ok=True)
-    if not options.no_migrate:
+    if not options.no_migrate:  # without the metrics directory: migrate's files would outlive it
         subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v0"], cwd=BASE_DIR, check=True)
+    metrics = metrics_directory(Path(settings.RUN_DIR).resolve())
     stopping: list[int] = []
 
     def request_stop(signum: int, _frame: object) -> None:
@@ -309,9 +342,15 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, request_stop)
     tier = start(os.environ, port=options.port, media_root=media_root, run_dir=run_dir)
     try:
+        if options.controller:
+            for name, spawn in controller_spawns(os.environ).items():
+                tier.spawns[name] = spawn
+                tier.processes[name] = spawn()
         offload = os.environ["ROLLOUT_DOWNLOADS_OFFLOAD"]
         print(f"web: {tier.url} (nginx -> gunicorn; downloads offload={offload}; binaries in {media_root})")
-        print("web: Ctrl-C or SIGTERM stops it (a gunicorn or nginx that exits meanwhile is restarted)", flush=True)
+        print(f"web: metrics of every process in {metrics} (PROMETHEUS_MULTIPROC_DIR)")
+        running = ", ".join(tier.processes)
+        print(f"web: Ctrl-C or SIGTERM stops it ({running}: one that exits meanwhile is restarted)", flush=True)
         supervisor = Supervisor(tier.processes, tier.spawns)
         while not stopping:
             supervisor.check()

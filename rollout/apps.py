@@ -1,3 +1,4 @@
+from celery.signals import beat_init
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 
@@ -22,3 +23,4 @@ class RolloutConfig(AppConfig):
         register_collector(RolloutCollector(blockers=rollout_blockers, codes=ROLLOUT_CODES))
         register_collector(WebhookCollector())
         post_migrate.connect(schedules.on_post_migrate, sender=self, dispatch_uid="rollout.periodic_tick")
+        beat_init.connect(schedules.on_beat_init, dispatch_uid="rollout.periodic_tick.beat")

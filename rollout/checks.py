@@ -23,6 +23,8 @@ which keeps a malformed integer as its raw string so that it is reported here.
 | rollout.W002 | no downloads URL: creating a rollout answers 503 no_downloads_url |
 | rollout.W003 | a pin is listed twice (it counts once) |
 | rollout.W004 | the configured pins or threshold differ from the recorded root 1 (it changes nothing) |
+| rollout.W005 | ROLLOUT_EVERY differs from the stored interval of the ``rollout/all`` periodic task, the one  |
+|              | the beat runs and the controller's health is judged by (changed in the admin, or not migrated) |
 """
 
 from __future__ import annotations
@@ -349,3 +351,34 @@ def check_gates(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
                 )
             )
     return messages
+
+
+@register(TAG)
+def check_tick_schedule(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """ROLLOUT_EVERY against the stored ``rollout/all`` task (docs/operations.md#the-controllers-interval): the beat
+    runs the stored one. Reads the database as check_recorded_root does, and says nothing when it cannot."""
+    from rollout.schedules import tick_every_stored
+
+    if databases is not None and "default" not in databases:
+        return []
+    options, _ = _release_options()
+    every = (options or {}).get("every", 30)
+    if _positive_integer_problem(every):
+        return []  # rollout.E007
+    try:
+        with transaction.atomic():
+            stored = tick_every_stored()
+    except (DatabaseError, RuntimeError, ImproperlyConfigured):
+        return []
+    if stored is None or stored == every:
+        return []
+    return [
+        Warning(
+            f"ROLLOUT_EVERY is {every} s but the stored rollout/all periodic task runs every {stored} s: the beat "
+            f"ticks every {stored} s, and the controller's health is judged by it.",
+            hint="Keep the interval changed in the admin and set ROLLOUT_EVERY to it, or write the configured one "
+            "with `manage.py setup_periodic_tasks --reset` (`migrate` does when the stored interval is the one it "
+            "last wrote).",
+            id="rollout.W005",
+        )
+    ]

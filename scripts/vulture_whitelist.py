@@ -32,7 +32,7 @@ _.CELERY_TASK_ALWAYS_EAGER, _.CELERY_BEAT_SCHEDULER, _.CELERY_TIMEZONE, _.CELERY
 _.CELERY_TASK_ROUTES
 # gunicorn.conf.py: settings and server hooks, read by name.
 _.worker_class, _.keepalive, _.worker_tmp_dir
-_.child_exit, _.post_worker_init, _.pre_fork, _.post_fork
+_.child_exit, _.on_starting, _.post_worker_init, _.pre_fork, _.post_fork
 # Named by dotted path in settings or configuration: middleware, the Celery app's AMQP class, app configs,
 # error handlers, the schema hook, a gunicorn application factory, the benchmarks' child entry points.
 _.BodySizeLimitMiddleware, _.DatabaseUnavailableMiddleware, _.ServerHeardMiddleware, _.BrokerAMQP

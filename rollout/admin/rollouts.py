@@ -215,7 +215,8 @@ class RolloutAdmin(
 
     # a controller that does not run (docs/controller.md#no-controller): a banner above the list and the page
     def controller_banner(self, request: HttpRequest) -> None:
-        stalled = rollouts_without_controller(self.get_queryset(request), now=timezone.now())
+        now = timezone.now()
+        stalled = rollouts_without_controller(self.get_queryset(request), now=now)
         if stalled:
             messages.warning(
                 request,
@@ -223,7 +224,7 @@ class RolloutAdmin(
                     "No controller is running: {} active rollout(s) have not been ticked for {} s. Start a Celery "
                     "worker and beat: <code>{}</code> and <code>{}</code>.",
                     stalled,
-                    int(controller_stale_after().total_seconds()),
+                    int(controller_stale_after(now=now).total_seconds()),
                     WORKER_COMMAND,
                     BEAT_COMMAND,
                 ),

@@ -2,7 +2,7 @@
 
 from rollout.models.approvals import RolloutApproval
 from rollout.models.gates import RolloutGate
-from rollout.models.health import ControllerBeat
+from rollout.models.health import ControllerBeat, TickScheduleWritten
 from rollout.models.releases import Release, ReleaseBinary, ReleaseBlock, ReleaseRoot, binary_storage_name
 from rollout.models.rollouts import NodeUpgrade, Rollout, RolloutEvent, RolloutWave, TickRequest
 from rollout.models.webhooks import Webhook, WebhookDelivery
@@ -20,6 +20,7 @@ __all__ = [
     "RolloutGate",
     "RolloutWave",
     "TickRequest",
+    "TickScheduleWritten",
     "Webhook",
     "WebhookDelivery",
     "binary_storage_name",

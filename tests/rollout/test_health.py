@@ -1,13 +1,16 @@
 """A controller that is not running is visible (docs/controller.md#no-controller, docs/operations.md#health).
 
 The tick leaves a trace (``lastTickAt`` on each rollout, the periodic tick's on the installation);
-past max(3 x ROLLOUT_EVERY, 10 s) without one, an active rollout and its pending rows say
-``no_controller`` first, and ``GET /api/compute/health`` says the controller is not healthy.
-The same with real processes: tests/integration/test_no_controller.py.
+past max(3 x the stored interval of rollout/all, 10 s) without one, an active rollout and its pending rows say
+``no_controller`` first, and ``GET /api/compute/health`` says the controller is not healthy (503).
+The same with real processes: tests/integration/test_no_controller.py; the stored interval against
+ROLLOUT_EVERY: tests/rollout/test_tick_schedule.py.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 from datetime import timedelta
 
 import pytest
@@ -16,6 +19,7 @@ from django.utils import timezone
 
 from rollout.controller.tick import rollouts_tick_all
 from rollout.rollouts.actions import rollout_pause
+from rollout.schedules import periodic_tick_ensure
 from tests.factories import fleet, rollout_settings
 from tests.rollout.helpers import heartbeat_all, tick
 
@@ -44,20 +48,46 @@ def row_codes(api, rollout_id) -> dict[str, set]:
 
 def test_health_needs_no_credentials_and_follows_the_periodic_tick(anonymous_api, settings):
     settings.ROLLOUT = rollout_settings(every=30)
-    assert anonymous_api.get(HEALTH).json() == {"database": "ok", "controller": {"lastTickAt": None, "healthy": False}}
+    periodic_tick_ensure(every=30, reset=True)
+    answer = anonymous_api.get(HEALTH)
+    assert answer.status_code == 503  # no controller yet: a probe reading only the status sees it
+    assert answer.json() == {"database": "ok", "broker": "ok", "controller": {"lastTickAt": None, "healthy": False}}
     rollouts_tick_all()  # an idle installation: no rollout, the periodic tick still leaves its trace
-    body = anonymous_api.get(HEALTH).json()
-    assert body["database"] == "ok"
+    answer = anonymous_api.get(HEALTH)
+    assert answer.status_code == 200
+    body = answer.json()
+    assert (body["database"], body["broker"]) == ("ok", "ok")
     assert body["controller"]["healthy"] is True
     assert body["controller"]["lastTickAt"].endswith("Z")
     with time_machine.travel(timezone.now() + timedelta(seconds=89), tick=False):
-        assert anonymous_api.get(HEALTH).json()["controller"]["healthy"] is True
+        assert anonymous_api.get(HEALTH).status_code == 200
     with time_machine.travel(timezone.now() + timedelta(seconds=91), tick=False):
-        assert anonymous_api.get(HEALTH).json()["controller"]["healthy"] is False
+        answer = anonymous_api.get(HEALTH)
+        assert (answer.status_code, answer.json()["controller"]["healthy"]) == (503, False)
+
+
+def test_an_unreachable_broker_is_a_503_with_the_same_body(anonymous_api, settings):
+    periodic_tick_ensure(every=30, reset=True)
+    rollouts_tick_all()
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for url in (f"redis://127.0.0.1:{port}/0", f"amqp://guest:guest@127.0.0.1:{port}//"):
+        settings.CELERY_BROKER_URL = url
+        answer = anonymous_api.get(HEALTH)
+        assert answer.status_code == 503, url
+        assert answer.json()["broker"] == "unavailable"
+        assert (answer.json()["database"], answer.json()["controller"]["healthy"]) == ("ok", True)
+    if os.environ.get("AMQP_URL", "").startswith("amqp://"):  # make test's RabbitMQ (the machine's, read only here)
+        settings.CELERY_BROKER_URL = os.environ["AMQP_URL"]
+        assert anonymous_api.get(HEALTH).status_code == 200
+    settings.CELERY_BROKER_URL = "filesystem://"  # the demo's embedded broker: nothing to lose
+    assert anonymous_api.get(HEALTH).json()["broker"] == "ok"
 
 
 def test_never_sooner_than_ten_seconds(anonymous_api, settings):
     settings.ROLLOUT = rollout_settings(every=1)
+    periodic_tick_ensure(every=1, reset=True)
     rollouts_tick_all()
     with time_machine.travel(timezone.now() + timedelta(seconds=9), tick=False):
         assert anonymous_api.get(HEALTH).json()["controller"]["healthy"] is True
