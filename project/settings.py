@@ -98,6 +98,12 @@ if not DATABASE_REFUSED and DATABASES["default"]["ENGINE"] != "django.db.backend
 # A kept connection (DATABASE_CONN_MAX_AGE) is checked before a request reuses it: after a
 # database restart the first request reconnects instead of failing on a dead connection.
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# A database host that accepts a connection and never answers (paused, black-holed) is given up on after
+# DATABASE_CONNECT_TIMEOUT seconds, so /health answers 503 and /metrics 200 within seconds (docs/operations.md#health).
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
+        "connect_timeout", int(env_str("DATABASE_CONNECT_TIMEOUT", "3") or 3)
+    )
 # Parallel test runs (CI and developers) each name their own test database.
 if env_str("TEST_DATABASE_NAME"):
     DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME")}

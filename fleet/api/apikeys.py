@@ -10,6 +10,7 @@ from rest_framework import serializers, status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core.fields import StrictSerializer
 from core.pagination import PaginatedViewMixin
 from core.times import api_datetime
 from fleet.api.params import valid_body
@@ -47,7 +48,7 @@ class ApiKeyCreatedSerializer(serializers.Serializer):
     key = serializers.CharField(help_text="The plain key: shown in this answer only.")
 
 
-class ApiKeyInSerializer(serializers.Serializer):
+class ApiKeyInSerializer(StrictSerializer):
     name = serializers.CharField(max_length=100, help_text="What the key is for (a pipeline, a person).")
     # Checked by the service (unknown_scope, scope_too_wide): 400 naming ``scopes``.
     scopes = serializers.ListField(child=serializers.CharField(max_length=32), max_length=16)

@@ -56,7 +56,7 @@ def scope_check(principal: Principal, view: object, request: Request) -> None:
         raise Forbidden(f"{type(view).__name__} declares no scope for this method.", code="permission_denied")
     if scope != ANY_SCOPE and scope not in principal.scopes:
         raise Forbidden(
-            f"This API key does not have the {scope!r} scope this method requires.",
+            f"This API key does not have the {str(scope)!r} scope this method requires.",
             code="insufficient_scope",
             required=str(scope),
         )

@@ -112,7 +112,9 @@ class ConsoleOIDCBackend(OIDCAuthenticationBackend):
                 key,
                 algorithms=[self.OIDC_RP_SIGN_ALGO],
                 audience=self.OIDC_RP_CLIENT_ID,
-                issuer=issuer(),
+                # The issuer exactly as the provider names it (discovery checked it is OIDC_ISSUER_URL's, a
+                # trailing slash aside): Auth0 and Entra ID's v1 issuers end in one, and the token's ``iss`` too.
+                issuer=str(provider_metadata().get("issuer") or issuer()),
                 leeway=CLOCK_SKEW_SECONDS,
                 options={"require": ["exp", "iat", "iss", "aud", "sub"]},
             )

@@ -390,3 +390,12 @@ def test_migration_0012_gives_the_keys_made_before_every_scope_and_no_expiry(ten
     old = ApiKey.objects.get(prefix="rk_old")
     assert old.scopes == list(Scope.values)
     assert (old.expires_at, old.last_used_at, old.name) == (None, None, "")
+
+
+def test_an_unknown_field_is_refused_and_nothing_is_made(tenant):
+    _, plain = make_key(tenant)
+    keys = ApiKey.objects.count()
+    response = keyed(plain).post(KEYS, {"name": "a", "scopes": ["read"], "extra": 1}, format="json")
+    assert response.status_code == 400, response.json()
+    assert "extra" in response.json()["detail"]
+    assert ApiKey.objects.count() == keys

@@ -170,6 +170,7 @@ def test_a_scope_check_adds_no_query(tenant):
         response = client.post("/api/compute/pools/", {"name": "a"}, format="json")
     assert response.status_code == 403
     assert response.json()["required"] == Scope.NODES
+    assert "the 'nodes' scope" in response.json()["detail"]  # the scope's name, not its Python repr
     assert len(allowed) == 1, [q["sql"] for q in allowed.captured_queries]
     assert len(refused) == 1, [q["sql"] for q in refused.captured_queries]
     assert "fleet_apikey" in allowed.captured_queries[0]["sql"]
