@@ -282,6 +282,7 @@ class PlannedGateSerializer(serializers.Serializer):
     name = serializers.CharField()
     prometheus = serializers.DictField(required=False, help_text='`{"query", "max"}`: a Prometheus gate.')
     http = serializers.DictField(required=False, help_text='`{"url"}`: an HTTP gate.')
+    onFailure = serializers.CharField(help_text="`pause`, `abort` or `abort_rollback`: what its failures do.")
     # The gates' states (RolloutGateSerializer's enum): a second enum of the same name would collide in the schema.
     state = serializers.CharField(help_text="`pass`, `fail`, `inconclusive` or `pending` (an HTTP gate).")
     value = serializers.FloatField(allow_null=True)
@@ -329,6 +330,7 @@ class RolloutPlanSerializer(serializers.Serializer):
     gates = serializers.SerializerMethodField()
     gateIntervalSeconds = serializers.IntegerField(source="gates.interval_seconds")
     gateFailureLimit = serializers.IntegerField(source="gates.failure_limit")
+    supersedes = serializers.CharField(allow_null=True, help_text="The rollout the create would supersede.")
 
     @extend_schema_field(ExcludedSerializer)
     def get_excluded(self, plan: RolloutPlan) -> dict[str, int]:

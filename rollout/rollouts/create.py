@@ -219,6 +219,7 @@ def rollout_plan(*, tenant: Tenant, spec: RolloutSpec) -> RolloutPlan:
         schedule=spec.schedule,
         gates=spec.gates,
         gate_looks=tuple(looks),
+        supersedes=None if snapshot.superseded is None else str(snapshot.superseded.id),
     )
 
 

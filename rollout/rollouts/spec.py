@@ -324,6 +324,8 @@ class RolloutPlan:
     gates: GateOptions = field(default_factory=GateOptions)
     #: Each gate's first result as the create would store it (None: pending, an HTTP gate).
     gate_looks: tuple[Outcome | None, ...] = ()
+    #: The rollout the create would supersede (its id; None: none).
+    supersedes: str | None = None
 
     def planned_gates(self) -> list[dict[str, object]]:
         """The gates in the create's shape, each with the first result the create would store."""
@@ -331,6 +333,7 @@ class RolloutPlan:
         return [
             {
                 **spec.definition(),
+                "onFailure": spec.on_failure,  # the default too: as the create stores it
                 "state": look.state if look is not None else "pending",
                 "value": look.value if look is not None else None,
                 "detail": look.detail if look is not None else None,

@@ -69,8 +69,15 @@ def test_a_query_prometheus_takes_is_created_and_the_dry_run_shows_it(api, tenan
     plan = api.post(f"{URL}?dryRun=true", {"version": "1.0.0", "gates": gates}, format="json")
     assert plan.status_code == 200, plan.content
     assert plan.json()["gates"] == [
-        {**_gate("sum(rate(foo[5m]))"), "state": "pass", "value": None, "detail": None},
-        {"name": "h", "http": {"url": "http://127.0.0.1:9/health"}, "state": "pending", "value": None, "detail": None},
+        {**_gate("sum(rate(foo[5m]))"), "onFailure": "pause", "state": "pass", "value": None, "detail": None},
+        {
+            "name": "h",
+            "http": {"url": "http://127.0.0.1:9/health"},
+            "onFailure": "pause",
+            "state": "pending",
+            "value": None,
+            "detail": None,
+        },
     ]
     assert nothing_written()
     created = api.post(URL, {"version": "1.0.0", "gates": gates}, format="json")

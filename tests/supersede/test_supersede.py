@@ -118,6 +118,7 @@ def test_a_dry_run_checks_and_orders_but_writes_nothing(api, tenant, releases):
     response = api.post(f"{URL}?dryRun=true", {"version": "1.0.1", "supersedes": str(bad.id)}, format="json")
     assert response.status_code == 200, response.content
     assert response.json()["nodes"] == 10  # the old rollout's nodes do not conflict
+    assert response.json()["supersedes"] == str(bad.id)  # as the create would store it
     assert written() == before
     assert Rollout.objects.get(pk=bad.pk).state == "active"
 
