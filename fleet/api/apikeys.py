@@ -87,7 +87,10 @@ class ApiKeyViewSet(PaginatedViewMixin, viewsets.ViewSet):
         return cast(Principal, self.request.auth)
 
     @extend_schema(
-        responses={200: ApiKeySerializer(many=True), **error_responses("ApiKeyList", bad_request=["invalid_input"])}
+        responses={
+            200: ApiKeySerializer(many=True),
+            **error_responses("ApiKeyList", bad_request=["invalid_input", "unknown_parameter"]),
+        }
     )
     def list(self, request: Request) -> Response:
         keys = api_keys_of(user=self.principal.user)

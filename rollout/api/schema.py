@@ -211,3 +211,22 @@ def postprocess_schema(result: dict, generator: Any, **kwargs: Any) -> dict:
     """Add the downloads endpoint, which is a plain Django view drf-spectacular does not see."""
     result.setdefault("paths", {})[DOWNLOADS_PATH] = {"get": downloads_operation()}
     return result
+
+
+#: The 400 codes of ``POST /rollouts/`` (and its dry run), in the order the create checks them.
+CREATE_REFUSALS = [
+    "invalid_input",
+    "unknown_parameter",
+    "invalid_waves",
+    "unknown_version",
+    "unknown_pool",
+    "no_nodes",
+    "release_blocked",
+    "invalid_gate",
+    "binary_missing",
+    "sequence_rollback",
+    "invalid_selector",
+    "invalid_schedule",
+    "invalid",
+    "supersede_invalid",
+]

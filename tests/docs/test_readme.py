@@ -65,7 +65,7 @@ def test_the_walk_throughs_run_in_order_and_the_first_rollout_completes(tmp_path
     # Sign and register: 201, then 200 for the same envelope; the health check answers without a key.
     assert '"version":"1.0.0","sequence":1' in out  # registered and listed
     assert re.search(r"\} 201\n200\n", out), out[:2000]
-    assert '{"database":"ok","controller":{"lastTickAt":' in out
+    assert '{"database":"ok","broker":"ok","controller":{"lastTickAt":' in out
     digests = set(re.findall(r"\b[0-9a-f]{64}\b", out))
     assert len(digests) == 1, digests  # manifest, stored and downloaded bytes agree
     # The first rollout, from the command line: planned, created, completed; a completed one is not paused.

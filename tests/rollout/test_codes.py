@@ -26,6 +26,8 @@ ELSEWHERE = {
 OTHER_MEANINGS = {
     ("rollout/controller/transitions.py", "paused"): "the verb of the refusal's sentence: 'cannot be paused now'",
     ("demo/__main__.py", "paused"): "a rollout's state as the API answers it: the demo is an HTTP client (stdlib only)",
+    ("fleet/admin_node_list.py", "offline"): "the node list's word for a node's liveness: the host knows no blocker",
+    ("rollout/admin/event_words.py", "gate"): "the key of a paused event's data that names its gate, not a blocker",
 }
 
 

@@ -24,6 +24,7 @@ from core.query import query_parameters, refuse_unknown_parameters
 from fleet.interface import FleetAdminOrApprover, RolloutApprover, Scope
 from rollout.api.filters import NodeUpgradeFilter, RolloutFilter
 from rollout.api.schema import (
+    CREATE_REFUSALS,
     DRY_RUN,
     error_responses,
 )
@@ -162,22 +163,7 @@ class RolloutViewSet(PaginatedViewMixin, mixins.ListModelMixin, mixins.RetrieveM
             **error_responses(
                 "RolloutCreate",
                 json_body=True,
-                bad_request=[
-                    "invalid_input",
-                    "unknown_parameter",
-                    "invalid_waves",
-                    "unknown_version",
-                    "unknown_pool",
-                    "no_nodes",
-                    "release_blocked",
-                    "invalid_gate",
-                    "binary_missing",
-                    "sequence_rollback",
-                    "invalid_selector",
-                    "invalid_schedule",
-                    "invalid",
-                    "supersede_invalid",
-                ],
+                bad_request=CREATE_REFUSALS,
                 not_found=["not_found"],
                 conflict=["conflict"],
                 unavailable=["no_downloads_url"],
