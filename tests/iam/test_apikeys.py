@@ -391,4 +391,3 @@ def test_migration_0012_gives_the_keys_made_before_every_scope_and_no_expiry(ten
     old = ApiKey.objects.get(prefix="rk_old")
     assert old.scopes == list(Scope.values)
     assert (old.expires_at, old.last_used_at, old.name) == (None, None, "")
-
