@@ -40,3 +40,17 @@ WAIT_PAUSED = Decision(Move.WAIT, "rollout_paused")
 WAIT_GATE = Decision(Move.WAIT, "gate")
 WAIT_SCHEDULE = Decision(Move.WAIT, "scheduled")
 WAIT_APPROVAL = Decision(Move.WAIT, "awaiting_approval")
+
+
+class Settle(StrEnum):
+    """What the tick does with an in-flight row (docs/controller.md#the-tick, Settle)."""
+
+    SUCCEED = "succeed"
+    ARRIVE = "arrive"
+    TIMEOUT = "timeout"
+    READY = "ready"
+    NOT_READY = "not_ready"
+
+
+#: The order the settles are written in.
+SETTLE_ORDER = (Settle.SUCCEED, Settle.ARRIVE, Settle.TIMEOUT, Settle.READY, Settle.NOT_READY)

@@ -13,7 +13,7 @@ from datetime import datetime
 
 from rollout.controller.events import DeadlinePassed, Paused, event_record
 from rollout.controller.settle import node_upgrades_roll_back
-from rollout.controller.transitions import abort_rollout, hold_at_deadline, pause_rollout, start_scheduled_rollout
+from rollout.controller.transitions import abort_rollout, hold_at_deadline, pause_rollout
 from rollout.controller.upgrade_transitions import cancel_pending_upgrades
 from rollout.models import Rollout
 
@@ -24,14 +24,6 @@ EndBehavior = Rollout.EndBehavior
 def start_due(rollout: Rollout, *, now: datetime) -> bool:
     """Whether the rollout is scheduled and its ``startAt`` has come: the tick starts it now."""
     return rollout.state == State.SCHEDULED and rollout.start_at is not None and rollout.start_at <= now
-
-
-def rollout_start_due(*, rollout: Rollout, now: datetime) -> bool:
-    """The tick's step: a scheduled rollout whose ``startAt`` has come becomes active. Whether it did."""
-    if not start_due(rollout, now=now):
-        return False
-    start_scheduled_rollout(rollout=rollout, at=now, actor="schedule")
-    return True
 
 
 def deadline_due(rollout: Rollout, *, now: datetime) -> bool:
