@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     port = free_port()
     log = work / "gunicorn.log"
     command = [
-        str(ROOT / ".venv/bin/gunicorn"),
+        str(Path(sys.executable).parent / "gunicorn"),  # the virtualenv running this (make bench VENV=...)
         "benchmarks.heartbeat_floor:application()",
         *("-w", str(options.workers), "-k", "gthread", "--threads", str(options.threads)),
         *("-b", f"127.0.0.1:{port}", "--keep-alive", "30", "--timeout", "60"),

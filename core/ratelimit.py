@@ -5,9 +5,9 @@ as a sliding window (the usual approximation: the current fixed window's count p
 weighted by how much of it the sliding window still covers).
 
 Why counts are kept in the process and added to Redis in batches, rather than one Redis call per
-request: a round trip costs the web process 60-75 µs of CPU (measured with redis-py, a Lua script and the
-``limits`` library alike), about 6 % of what a whole plain heartbeat costs the machine, while the
-heartbeat path may lose at most 5 %. Here a request costs a dictionary update under a lock; a
+request: a round trip costs the web process more CPU (with redis-py, a Lua script and the ``limits`` library
+alike) than the 5 % of a plain heartbeat the heartbeat path may lose (``make bench ARGS=request-limits`` measures
+what counting costs as it is, docs/benchmarks.md). Here a request costs a dictionary update under a lock; a
 background thread of each process adds that process's new counts to Redis (one pipeline, at most every
 :data:`FLUSH_SECONDS`; :data:`LAZY_FLUSH_SECONDS` for a lone request of a credential under half its limit) and
 learns the totals of every process from the replies. So a credential is held to

@@ -93,10 +93,14 @@ class JoinStep:
     #: CTE definitions (``name AS (...), ...``) appended to the statement's ``WITH``; their names, and those of
     #: its ``params``, begin with the plug-in's label (a parameter named as one of the host's gets the host's value).
     ctes: str
-    #: SQL expressions for the statement's one row (scalar subqueries over its CTEs), read in this order.
-    columns: tuple[str, ...]
+    #: The columns it adds to the statement's one row: name -> SQL expression (a scalar subquery over its CTEs).
+    #: Their names begin with the plug-in's label, and are ``record``'s fields.
+    columns: Mapping[str, str]
+    #: A ``NamedTuple`` class whose fields are the columns' names: the row is read into it by name
+    #: (core.statements.NamedRows); a column the statement has and the record not, or the reverse, fails the join.
+    record: type[Any]
     params: Mapping[str, Any]
-    #: ``committed(node_id=, daemon_version=, row=)``, once the join committed: ``row`` is the columns' values.
+    #: ``committed(node_id=, daemon_version=, row=)``, once the join committed: ``row`` is a ``record``.
     #: What it raises is logged: the join is committed.
     committed: Callable[..., None]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -23,7 +23,12 @@ from fleet.interface import (
     register_refusal_codes,
     register_session_fields,
 )
-from rollout.controller.statements import SETTLE_ON_JOIN_COLUMNS, SETTLE_ON_JOIN_CTES, SETTLE_ON_JOIN_PARAMS
+from rollout.controller.statements import (
+    SETTLE_ON_JOIN_COLUMNS,
+    SETTLE_ON_JOIN_CTES,
+    SETTLE_ON_JOIN_PARAMS,
+    SettleOnJoin,
+)
 from rollout.models import NodeUpgrade
 from rollout.release.agent import REFUSAL_CODES
 
@@ -45,7 +50,7 @@ def daemon_section_for(version: str, arch: str) -> dict | None:
     return section if section is not None and section["url"] is not None else None
 
 
-def on_node_joined(*, node_id: UUID, daemon_version: str, row: Sequence[Any]) -> None:
+def on_node_joined(*, node_id: UUID, daemon_version: str, row: SettleOnJoin) -> None:
     """A node that joins or reports a new version settles its in-flight upgrade at once: in the join's own
     statement (``SETTLE_ON_JOIN``), which has committed; the rest here (controller/settle.py)."""
     from rollout.controller.settle import node_upgrade_settle_reported
@@ -54,7 +59,11 @@ def on_node_joined(*, node_id: UUID, daemon_version: str, row: Sequence[Any]) ->
 
 
 SETTLE_ON_JOIN = JoinStep(
-    ctes=SETTLE_ON_JOIN_CTES, columns=SETTLE_ON_JOIN_COLUMNS, params=SETTLE_ON_JOIN_PARAMS, committed=on_node_joined
+    ctes=SETTLE_ON_JOIN_CTES,
+    columns=SETTLE_ON_JOIN_COLUMNS,
+    record=SettleOnJoin,
+    params=SETTLE_ON_JOIN_PARAMS,
+    committed=on_node_joined,
 )
 
 

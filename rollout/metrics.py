@@ -3,24 +3,12 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from prometheus_client import Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-#: The rollout blocker codes (rollout.rollouts.blockers.ROLLOUT_CODES, repeated: no service import here).
-ROLLOUT_CODES = (
-    "awaiting_approval",
-    "no_controller",
-    "scheduled",
-    "paused",
-    "gate",
-    "soaking",
-    "outside_window",
-    "budget_full",
-    "awaiting_nodes",
-)
 #: ``rollout_blockers(rollouts, now=...) -> {rollout id: blocker with .code, or None}``.
 BlockersOf = Callable[..., Mapping[Any, Any]]
 
@@ -36,12 +24,14 @@ class RolloutCollector:
 
     3 queries per scrape, plus at most 9 for the blockers (docs/controller.md#why-not-yet) whatever the number of
     rollouts.
-    ``blockers`` is rollout.rollouts.blockers.rollout_blockers, passed in by the app's ready(): the
-    controller imports this module (the tick histogram), so this module imports no service.
+    ``blockers`` is rollout.rollouts.blockers.rollout_blockers and ``codes`` the rollout blocker codes
+    (rollout.controller.decisions.ROLLOUT_CODES), passed in by the app's ready(): the controller imports this
+    module (the tick histogram), so this module imports neither a service nor the controller.
     """
 
-    def __init__(self, blockers: BlockersOf | None = None) -> None:
+    def __init__(self, blockers: BlockersOf | None = None, codes: Sequence[str] = ()) -> None:
         self.blockers = blockers
+        self.codes = tuple(codes)
 
     def describe(self) -> list[Metric]:
         return []  # registering must not query the database
@@ -68,10 +58,10 @@ class RolloutCollector:
             Rollout.ACTIVE_STATES,
         )
         if self.blockers is not None:
-            yield _blocked(self.blockers)
+            yield _blocked(self.blockers, self.codes)
 
 
-def _blocked(blockers_of: BlockersOf) -> GaugeMetricFamily:
+def _blocked(blockers_of: BlockersOf, codes: Sequence[str]) -> GaugeMetricFamily:
     """``rollout_blocked{tenant,rollout,code}``: 1 for the code that holds the rollout now, 0 for the others.
 
     Every active, paused or awaiting-approval rollout has a sample per code (all 0 while its nodes are moving), so an
@@ -83,17 +73,16 @@ def _blocked(blockers_of: BlockersOf) -> GaugeMetricFamily:
 
     family = GaugeMetricFamily(
         "rollout_blocked",
-        "1 when the rollout is held by this code (awaiting_approval, no_controller, paused, gate, soaking, "
-        "outside_window, budget_full, awaiting_nodes).",
+        f"1 when the rollout is held by this code ({', '.join(codes)}).",
         labels=["tenant", "rollout", "code"],
     )
     rollouts = list(
         Rollout.objects.filter(state__in=Rollout.HOLDING_STATES).select_related("tenant").order_by("created_at")
     )
-    codes = blockers_of(rollouts, now=timezone.now())
+    blockers = blockers_of(rollouts, now=timezone.now())
     for rollout in rollouts:
-        current = codes.get(rollout.id)
-        for code in ROLLOUT_CODES:
+        current = blockers.get(rollout.id)
+        for code in codes:
             held = current is not None and current.code == code
             family.add_metric([rollout.tenant.slug, str(rollout.id), code], 1 if held else 0)
     return family

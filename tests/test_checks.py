@@ -184,10 +184,52 @@ def test_rollout_setting_of_the_wrong_type() -> None:
     assert ids(ROLLOUT={"release": "pins"}) == ["rollout.E001", "rollout.W002"]
 
 
-def test_every_error_id_is_distinct_and_documented() -> None:
-    assert checks.__doc__ is not None
-    for number in range(1, 9):
-        assert f"rollout.E00{number}" in checks.__doc__
+CHECK_ID = re.compile(r"^(?:core|fleet|rollout)\.[EW]\d{3}$")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def check_ids_defined() -> dict[str, set[str]]:
+    """{check id: the modules whose code writes it}, read from the source of every module of the apps."""
+    import ast
+
+    found: dict[str, set[str]] = {}
+    for package in ("core", "fleet", "rollout", "project"):
+        for path in (ROOT / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and CHECK_ID.match(node.value):
+                    found.setdefault(node.value, set()).add(path.relative_to(ROOT).as_posix())
+    return found
+
+
+def documented_ids(path: str) -> list[str]:
+    """The ids of the id table in the docstring of the module at ``path`` (its rows ``| fleet.E001 | ... |``)."""
+    import ast
+
+    doc = ast.get_docstring(ast.parse((ROOT / path).read_text())) or ""
+    return re.findall(r"^\| ((?:core|fleet|rollout)\.[EW]\d{3}) \|", doc, flags=re.MULTILINE)
+
+
+def test_every_check_id_is_distinct_and_documented() -> None:
+    defined = check_ids_defined()
+    assert {"rollout.E001", "rollout.W004", "rollout.E020", "fleet.E001", "fleet.W001"} <= set(defined)
+    # Distinct: one module writes each id, and each id names one problem (one row of its module's table).
+    assert {check_id: modules for check_id, modules in defined.items() if len(modules) > 1} == {}
+    tables = {module: documented_ids(module) for modules in defined.values() for module in modules}
+    for module, rows in tables.items():
+        assert len(rows) == len(set(rows)), module
+    # Documented: each id the code writes has its row, and each row names an id the code writes.
+    for check_id, (module,) in defined.items():
+        assert check_id in tables[module], (check_id, module)
+    assert {row for rows in tables.values() for row in rows} == set(defined)
+
+
+def test_the_check_id_reader_sees_a_second_use() -> None:
+    """The test above can fail: an id written in a second module is seen as such."""
+    defined = check_ids_defined()
+    (module,) = defined["rollout.E001"]
+    assert module == "rollout/checks.py"
+    assert "rollout.E001" in documented_ids(module)
+    assert "rollout.E999" not in documented_ids(module)
 
 
 @pytest.mark.parametrize(

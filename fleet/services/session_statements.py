@@ -12,6 +12,9 @@ PostgreSQL spends running it (docs/benchmarks.md).
 from __future__ import annotations
 
 import functools
+from datetime import datetime
+from typing import NamedTuple
+from uuid import UUID
 
 from core.statements import constant_array
 from fleet.models import Command, Node, NodeSession
@@ -60,10 +63,21 @@ WITH node AS (
       AND ({last_seen_due_sql("s")} OR s.protocol_version <> %(protocol)s)
     RETURNING s.node_id, s.watched_by
 ), {pulse_ctes("plain")}
-SELECT node.spec::text, s.daemon_version, s.left_at, node.id, {_PENDING_COMMANDS},
-    coalesce((SELECT watched_by FROM touched), s.watched_by)
+SELECT node.spec::text AS spec, s.daemon_version AS daemon_version, s.left_at AS left_at, node.id AS node_id,
+    {_PENDING_COMMANDS} AS commands, coalesce((SELECT watched_by FROM touched), s.watched_by) AS watched_by
 FROM node LEFT JOIN {NodeSession._meta.db_table} AS s ON s.node_id = node.id
 """  # noqa: S608 - table names from the models, values bound
+
+
+class HeartbeatRow(NamedTuple):
+    """``HEARTBEAT_SQL``'s row, read by column name (core.statements.NamedRows)."""
+
+    spec: str
+    daemon_version: str | None
+    left_at: datetime | None
+    node_id: UUID
+    commands: str
+    watched_by: str | None
 
 
 # The nodes a web process holds, counted seen (fleet/services/watch.py ``held_sessions_touch``, its rule), and
@@ -79,12 +93,27 @@ WHERE s.node_id = ANY(%(node_ids)s::uuid[]) AND s.left_at IS NULL
 # (fleet/services/watch.py ``held_sessions_read``): their nodes' spec and pending commands as a heartbeat reads
 # them, and their sessions as they stand (with the watcher they record).
 HELD_READ_SQL = f"""
-SELECT asked.token_hash, node.id, node.spec::text, s.daemon_version, s.protocol_version, s.left_at, s.last_seen_at,
-    {_PENDING_COMMANDS}, s.watched_by
+SELECT asked.token_hash AS token_hash, node.id AS node_id, node.spec::text AS spec, s.daemon_version AS daemon_version,
+    s.protocol_version AS protocol_version, s.left_at AS left_at, s.last_seen_at AS last_seen_at,
+    {_PENDING_COMMANDS} AS commands, s.watched_by AS watched_by
 FROM unnest(%(token_hashes)s::text[]) AS asked(token_hash)
 JOIN {Node._meta.db_table} AS node ON node.agent_token_hash = asked.token_hash
 LEFT JOIN {NodeSession._meta.db_table} AS s ON s.node_id = node.id
 """  # noqa: S608 - table names from the models, values bound
+
+
+class HeldReadRow(NamedTuple):
+    """A row of ``HELD_READ_SQL``, read by column name."""
+
+    token_hash: str
+    node_id: UUID
+    spec: str
+    daemon_version: str | None
+    protocol_version: int | None
+    left_at: datetime | None
+    last_seen_at: datetime | None
+    commands: str
+    watched_by: str | None
 
 
 # One statement for a join (no session yet, the agent left, or another daemon version), or for a heartbeat that
@@ -149,25 +178,36 @@ WITH node AS (
     RETURNING c.id
 ), {pulse_ctes("node")}"""  # noqa: S608 - table names from the models, values bound
 
-_JOIN_COLUMNS = f"""node.spec::text, node.id, coalesce(recorded.joined, false), prior.daemon_version,
-    (SELECT count(*) FROM done),
+_JOIN_COLUMNS = f"""node.spec::text AS spec, node.id AS node_id, coalesce(recorded.joined, false) AS joined,
+    prior.daemon_version AS previous_version, (SELECT count(*) FROM done) AS upgrade_commands_done,
     (SELECT coalesce(json_agg(json_build_object('id', c.id, 'kind', c.kind, 'payload', c.payload)
                               ORDER BY c.created_at, c.id), '[]')::text
      FROM {Command._meta.db_table} AS c
-     WHERE c.node_id = node.id AND c.state = %(pending)s AND c.id NOT IN (SELECT id FROM done)),
-    pg_current_xact_id_if_assigned()::text,
-    CASE WHEN recorded.node_id IS NOT NULL THEN recorded.watched_by ELSE prior.watched_by END"""  # noqa: S608
+     WHERE c.node_id = node.id AND c.state = %(pending)s AND c.id NOT IN (SELECT id FROM done)) AS commands,
+    pg_current_xact_id_if_assigned()::text AS written_by,
+    CASE WHEN recorded.node_id IS NOT NULL THEN recorded.watched_by ELSE prior.watched_by END AS watched_by"""  # noqa: S608
 
-#: The join statement's own columns, before its steps' (``join_sql``).
-JOIN_COLUMNS = 8
+
+class JoinRow(NamedTuple):
+    """The join statement's own columns (``join_sql``), read by column name; its steps' follow, each read into its
+    step's ``record``."""
+
+    spec: str
+    node_id: UUID
+    joined: bool
+    previous_version: str | None
+    upgrade_commands_done: int
+    commands: str
+    written_by: str | None
+    watched_by: str | None
 
 
 @functools.cache
 def join_sql(steps: tuple[JoinStep, ...] = ()) -> str:
     """The join's statement with ``steps`` in it (``fleet.plugins.join_steps()``, the plug-ins'): their CTEs after
-    its own, their columns after its ``JOIN_COLUMNS``, in the steps' order."""
+    its own, their columns (``expression AS name``) after its ``JoinRow``'s, in the steps' order."""
     ctes = "".join(f",\n{step.ctes}" for step in steps)
-    columns = "".join(f",\n    {column}" for step in steps for column in step.columns)
+    columns = "".join(f",\n    {sql} AS {name}" for step in steps for name, sql in step.columns.items())
     rows = "FROM node LEFT JOIN prior ON true LEFT JOIN recorded ON true"
     return f"{_JOIN_CTES}{ctes}\nSELECT {_JOIN_COLUMNS}{columns}\n{rows}\n"
 

@@ -26,7 +26,6 @@ the "``last_seen_at`` is due" rule is written once there (``last_seen_due_sql``)
 
 from __future__ import annotations
 
-import itertools
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -39,15 +38,18 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.errors import Unavailable
-from core.statements import prepared_cursor
+from core.statements import NamedRows, prepared_cursor
 from fleet.models import Command, Node, NodeSession
 from fleet.plugins import JoinStep, join_steps, node_daemon_refused, node_session_reported, session_fields
 from fleet.services.liveness import pulse_params
 from fleet.services.nodes import heartbeat_seconds
 from fleet.services.revision import spec_revision
-from fleet.services.session_statements import HEARTBEAT_SQL, JOIN_COLUMNS, LEAVE_SQL, join_sql
+from fleet.services.session_statements import HEARTBEAT_SQL, LEAVE_SQL, HeartbeatRow, JoinRow, join_sql
 
 log = structlog.get_logger(__name__)
+
+#: The session statements' rows, read by column name (positions found once per statement text).
+_ROWS = NamedRows()
 
 
 @dataclass(frozen=True)
@@ -100,19 +102,20 @@ def agent_heartbeat(
     params = _statement_params(token_hash, daemon_version, protocol_version, now, seconds, watcher)
     with prepared_cursor() as cursor:
         cursor.execute(HEARTBEAT_SQL, params)
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    spec, session_version, left_at, node_id, commands, watched_by = row
-    if session_version != daemon_version or left_at is not None:
+        found = cursor.fetchone()
+        if found is None:
+            return None
+        row: HeartbeatRow
+        (row,) = _ROWS.read(HEARTBEAT_SQL, cursor.description, found, (HeartbeatRow,))
+    if row.daemon_version != daemon_version or row.left_at is not None:
         return None
     return SessionReport(
-        spec=json.loads(spec),
-        commands=json.loads(commands),
+        spec=json.loads(row.spec),
+        commands=json.loads(row.commands),
         heartbeat_seconds=seconds,
         joined=False,
-        node_id=node_id,
-        watched_by=watched_by,
+        node_id=row.node_id,
+        watched_by=row.watched_by,
     )
 
 
@@ -176,7 +179,7 @@ def _session_joined(
     protocol_version: int,
     previous_version: str | None,
     upgrade_commands_done: int,
-    steps: list[tuple[JoinStep, tuple[Any, ...]]],
+    steps: list[tuple[JoinStep, Any]],
 ) -> None:
     """A join was recorded: log it, and tell the plug-ins once it is committed (their ``steps``, each with its
     columns of the statement's row, and then ``node_session_reported``)."""
@@ -310,30 +313,31 @@ def _session_report(
     params = {name: value for step in steps for name, value in step.params.items()}
     params.update(_statement_params(token_hash, daemon_version, protocol_version, now, seconds, watcher))
     params.update(done=Command.State.DONE, upgrade=Command.Kind.DAEMON_UPGRADE, always=always)
+    sql = join_sql(steps)
     with prepared_cursor() as cursor:
-        cursor.execute(join_sql(steps), params)
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    spec, node_id, joined, previous_version, done, commands, written_by, watched_by = row[:JOIN_COLUMNS]
-    if joined:
-        columns = iter(row[JOIN_COLUMNS:])
+        cursor.execute(sql, params)
+        found = cursor.fetchone()
+        if found is None:
+            return None
+        row: JoinRow
+        row, *step_rows = _ROWS.read(sql, cursor.description, found, (JoinRow, *(step.record for step in steps)))
+    if row.joined:
         _session_joined(
-            node_id=node_id,
+            node_id=row.node_id,
             daemon_version=daemon_version,
             protocol_version=protocol_version,
-            previous_version=previous_version,
-            upgrade_commands_done=done,
-            steps=[(step, tuple(itertools.islice(columns, len(step.columns)))) for step in steps],
+            previous_version=row.previous_version,
+            upgrade_commands_done=row.upgrade_commands_done,
+            steps=list(zip(steps, step_rows, strict=True)),
         )
     return SessionReport(
-        spec=json.loads(spec),
-        commands=json.loads(commands),
+        spec=json.loads(row.spec),
+        commands=json.loads(row.commands),
         heartbeat_seconds=seconds,
-        joined=joined,
-        node_id=node_id,
-        written_by=written_by,
-        watched_by=watched_by,
+        joined=row.joined,
+        node_id=row.node_id,
+        written_by=row.written_by,
+        watched_by=row.watched_by,
     )
 
 

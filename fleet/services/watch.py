@@ -30,13 +30,13 @@ from uuid import UUID
 
 from django.utils import timezone
 
-from core.statements import prepared_cursor
+from core.statements import NamedRows, prepared_cursor
 from fleet.models import Command, Node
 from fleet.plugins import session_fields
 from fleet.services.commands import commands_pending
 from fleet.services.liveness import pulse_heard
 from fleet.services.nodes import heartbeat_seconds
-from fleet.services.session_statements import HELD_READ_SQL, HELD_TOUCH_SQL
+from fleet.services.session_statements import HELD_READ_SQL, HELD_TOUCH_SQL, HeldReadRow
 from fleet.services.sessions import SessionReport
 
 #: ``wait`` is whole seconds in this range; anything else is 400 invalid_input.
@@ -51,6 +51,8 @@ SEEN_MAX_LENGTH = 64
 NOTIFY_CHANNEL = "fleet_watch"
 #: How often the polling hold (synchronous servers, no NOTIFY) reads the revision again.
 POLL_SECONDS = 0.5
+#: ``HELD_READ_SQL``'s rows, read by column name.
+_ROWS = NamedRows()
 
 
 def held_touch_every() -> float:
@@ -129,19 +131,23 @@ def held_sessions_read(*, token_hashes: Sequence[str]) -> dict[str, HeldRead]:
     seconds = heartbeat_seconds()
     with prepared_cursor() as cursor:
         cursor.execute(HELD_READ_SQL, {"token_hashes": list(token_hashes), "pending": Command.State.PENDING})
-        rows = cursor.fetchall()
+        found = cursor.fetchall()
+        description = cursor.description
+        rows: list[HeldReadRow] = [_ROWS.read(HELD_READ_SQL, description, one, (HeldReadRow,))[0] for one in found]
     reads = {}
-    for token_hash, node_id, spec, daemon_version, protocol_version, left_at, last_seen_at, commands, watcher in rows:
+    for row in rows:
         report = SessionReport(
-            spec=json.loads(spec),
-            commands=json.loads(commands),
+            spec=json.loads(row.spec),
+            commands=json.loads(row.commands),
             heartbeat_seconds=seconds,
             joined=False,
-            node_id=node_id,
+            node_id=row.node_id,
             fields=fields,
-            watched_by=watcher,
+            watched_by=row.watched_by,
         )
-        reads[token_hash] = HeldRead(node_id, report, daemon_version, protocol_version, left_at, last_seen_at)
+        reads[row.token_hash] = HeldRead(
+            row.node_id, report, row.daemon_version, row.protocol_version, row.left_at, row.last_seen_at
+        )
     return reads
 
 

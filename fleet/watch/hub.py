@@ -31,8 +31,8 @@ to a session that records this process as its watcher is notified there alone
 
 What it keeps per node is keyed as the channel names the node (``NodeKey``: the id's 32 hex digits), so that a
 notification's ids are used as they arrive: every process reads every notification of the shared channel, and
-parsing each id into a ``UUID`` cost about 1.2 µs per node (timed alone), and left one more object per node for the
-collector to walk.
+parsing each id into a ``UUID`` cost CPU per node (``make bench ARGS=notify-read`` times the delivery), and left
+one more object per node for the collector to walk.
 """
 
 from __future__ import annotations

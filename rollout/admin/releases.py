@@ -20,8 +20,8 @@ from core.errors import DomainError
 from fleet.interface import Actor, Tenant, is_fleet_admin, staff_user, tenant_id_of
 from rollout.admin.binaries import BinaryUploadMixin
 from rollout.models import Release, ReleaseBinary, ReleaseBlock
-from rollout.registry.blocks import release_block, release_unblock
 from rollout.registry.releases import release_register
+from rollout.rollouts.blocks import release_block, release_unblock
 
 
 def _tenant_of(request: HttpRequest) -> Tenant | None:

@@ -32,6 +32,7 @@ from rollout.admin.actions import ACTIONS, RolloutAction, bulk_admin_action
 from rollout.admin.approvals import ApprovalAdminMixin, ApprovalFilter
 from rollout.admin.display import counts_total, progress_bar, rollout_label, short_id, short_when
 from rollout.admin.plan import RolloutPlanAdminMixin
+from rollout.controller.events import wave_words
 from rollout.controller.health import BEAT_COMMAND, WORKER_COMMAND, controller_stale_after, rollouts_without_controller
 from rollout.gates.verdicts import gates_of
 from rollout.models import NodeUpgrade, Rollout
@@ -40,14 +41,17 @@ from rollout.rollouts.reads import rollout_waves
 
 
 # --- rollouts --------------------------------------------------------------------------------
-def event_words(data: dict[str, Any], pool_names: dict[str, str]) -> str:
-    """An event's data as an operator reads it: pools by name (the API keeps their ids), keys in order."""
+def event_words(data: dict[str, Any], pool_names: dict[str, str], *, waves: int) -> str:
+    """An event's data as an operator reads it: pools by name (the API keeps their ids), its wave counted from 1
+    (``wave 2 of 3``; the API keeps the index), keys in order."""
     shown = dict(data)
+    wave = shown.pop("wave") if isinstance(shown.get("wave"), int) else None
     if isinstance(shown.get("poolIds"), list):
         shown["pools"] = [pool_names.get(str(pool_id), str(pool_id)) for pool_id in shown.pop("poolIds")]
     if "poolId" in shown:
         shown["pool"] = pool_names.get(str(shown.pop("poolId")), "?")
-    return ", ".join(f"{key}: {json.dumps(value, default=str)}" for key, value in sorted(shown.items()))
+    words = [f"{key}: {json.dumps(value, default=str)}" for key, value in sorted(shown.items())]
+    return ", ".join([wave_words(wave, waves=waves), *words] if wave is not None else words)
 
 
 @admin.register(Rollout)
@@ -283,7 +287,7 @@ class RolloutAdmin(RolloutPlanAdminMixin, ApprovalAdminMixin, TenantScopedAdmin)
                 for pool in pools
             ],
             "events": [
-                {"kind": event.kind, "at": event.at, "data": event_words(event.data, pool_names)}
+                {"kind": event.kind, "at": event.at, "data": event_words(event.data, pool_names, waves=len(waves))}
                 for event in rollout.events.all()
             ],
             "upgrades_url": filtered({}),

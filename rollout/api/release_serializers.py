@@ -12,7 +12,7 @@ from core.fields import JSONObjectField, ResponseModelSerializer, StrictCharFiel
 from rollout import conf
 from rollout.api.schema import ReleaseBinarySerializer
 from rollout.models import Release, ReleaseRoot
-from rollout.registry.blocks import block_json, blocks_for
+from rollout.rollouts.blocks import block_json, blocks_for
 
 
 class ReleaseBlockedSerializer(serializers.Serializer):
@@ -84,6 +84,6 @@ class ReleaseRootSerializer(ResponseModelSerializer):
 
 
 class ReleaseBlockSerializer(StrictSerializer):
-    """Types only; the reason's rule is rollout.registry.blocks.release_block's."""
+    """Types only; the reason's rule is rollout.rollouts.blocks.release_block's."""
 
     reason = StrictCharField(trim_whitespace=False)

@@ -42,6 +42,17 @@ class EventPayload:
             shown[_camel(field.name)] = value.isoformat() if isinstance(value, datetime) else value
         return shown
 
+    def message(self, *, waves: int) -> str | None:
+        """The event in a sentence for a person (its log line's ``message``), waves counted from 1; None for the
+        events whose name and data say it all."""
+        return None
+
+
+def wave_words(index: int, *, waves: int) -> str:
+    """``wave 2 of 3``: a wave's index (from 0, as the API counts) as a person reads it
+    (docs/controller.md#events-and-logs)."""
+    return f"wave {index + 1} of {waves}"
+
 
 @dataclass(frozen=True)
 class Created(EventPayload):
@@ -60,6 +71,9 @@ class WaveStarted(EventPayload):
     percent: float
     total: int
 
+    def message(self, *, waves: int) -> str:
+        return f"{wave_words(self.wave, waves=waves)} started: {self.total} node(s), up to {self.percent:g} %"
+
 
 @dataclass(frozen=True)
 class Paused(EventPayload):
@@ -74,6 +88,14 @@ class Paused(EventPayload):
     # A pause by a gate (reason "gate_failed:<name>"): the gate and its latest value.
     gate: str | None = None
     value: float | None = None
+
+    def message(self, *, waves: int) -> str | None:
+        if self.wave is None:
+            return None
+        return (
+            f"{wave_words(self.wave, waves=waves)} paused: {self.failed} failed, {self.succeeded} succeeded, "
+            f"over the maximum failure ratio {self.max_failure_ratio}"
+        )
 
 
 @dataclass(frozen=True)
@@ -118,6 +140,9 @@ class Promoted(EventPayload):
     wave: int
     soak_ends_at: datetime | None
     actor: str
+
+    def message(self, *, waves: int) -> str:
+        return f"{wave_words(self.wave, waves=waves)} promoted by {self.actor}: its soak ends now"
 
 
 @dataclass(frozen=True)
@@ -173,8 +198,10 @@ class NodeUpgradeRefused(EventPayload):
 def event_record(*, rollout: Rollout, payload: EventPayload, at: datetime) -> RolloutEvent:
     data = payload.data()
     event = RolloutEvent.objects.create(rollout=rollout, kind=payload.kind, at=at, data=data)
+    message = payload.message(waves=len(rollout.waves))
     log.info(
         payload.kind,
+        **({"message": message} if message is not None else {}),
         tenant=rollout.tenant_id,
         rollout=str(rollout.id),
         version=rollout.release.version,

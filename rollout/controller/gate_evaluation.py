@@ -86,7 +86,7 @@ def gates_first_look(*, options: GateOptions) -> list[Outcome | None]:
     prometheus_gates = [spec for spec in options.gates if spec.kind == PROMETHEUS]
     if not prometheus_gates:
         return [None for _ in options.gates]
-    with ThreadPoolExecutor(max_workers=len(prometheus_gates), thread_name_prefix="gate") as threads:
+    with ThreadPoolExecutor(max_workers=len(prometheus_gates), thread_name_prefix="gate-first") as threads:
         outcomes = list(threads.map(_first_probe, options.gates))
     for spec, outcome in zip(options.gates, outcomes, strict=True):
         if outcome is not None and outcome.refused is not None:
@@ -200,7 +200,7 @@ def gates_evaluate_due(*, run_seconds: float = RUN_SECONDS) -> int:
     """``rollout/gates-due``: evaluate due gates, round after round, for at most ``run_seconds``; how many."""
     started = time.monotonic()
     evaluated = 0
-    with ThreadPoolExecutor(max_workers=PROBE_THREADS, thread_name_prefix="gate") as threads:
+    with ThreadPoolExecutor(max_workers=PROBE_THREADS, thread_name_prefix="gate-probe") as threads:
         while time.monotonic() - started < run_seconds:
             claimed = gates_claim(now=timezone.now())
             if not claimed:

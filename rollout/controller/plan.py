@@ -38,6 +38,7 @@ from rollout.controller.decisions import (
     WAIT_SOAK,
     WAIT_WAVE,
     WAIT_WINDOW,
+    Code,
     Decision,
 )
 from rollout.controller.judge import failure_ratio_exceeded
@@ -118,6 +119,17 @@ class RolloutFacts:
         if self.wave_settled and not self.rollout.on_last_wave(last_index=self.last_wave) and not self.soaking:
             return current + 1
         return None
+
+    @property
+    def gated_waves(self) -> tuple[int, ...]:
+        """The waves whose pending rows a gate holds (blocker ``gate``, right after ``rollout_paused``): the current
+        one, and the one that starts next: the startable one, or during a soak the one that starts when it ends (so
+        the rows and the rollout, whose blocker is then ``gate`` too, say the same)."""
+        current = self.rollout.current_wave
+        startable = self.startable_wave
+        if startable is None and self.soaking:
+            startable = current + 1
+        return (current,) if startable is None else (current, startable)
 
     def pending_pools(self) -> list[UUID]:
         wave = self.startable_wave
@@ -237,7 +249,7 @@ class RolloutDecision:
     do not fill), ``awaiting_nodes`` (``in_flight`` nodes, nothing else can start), or None.
     """
 
-    code: str | None
+    code: Code | None
     paused_reason: str | None = None
     gate: RolloutGate | None = None
     pools: tuple[PoolState, ...] = ()
@@ -260,7 +272,7 @@ def rollout_wait(*, wave: int, facts: RolloutFacts) -> Decision | None:
         return WAIT_PAUSED
     if not facts.starts_nodes:
         return WAIT_SCHEDULE
-    if facts.gate is not None and wave in (rollout.current_wave, facts.startable_wave):
+    if facts.gate is not None and wave in facts.gated_waves:
         return WAIT_GATE
     if facts.soaking:
         return WAIT_SOAK
@@ -275,29 +287,29 @@ def rollout_decision(facts: RolloutFacts, *, pools: dict[UUID, PoolState]) -> Ro
     rollout = facts.rollout
     wait = rollout_wait(wave=facts.startable_wave if facts.startable_wave is not None else -1, facts=facts)
     if wait == WAIT_APPROVAL:
-        return RolloutDecision("awaiting_approval")
+        return RolloutDecision(Code.AWAITING_APPROVAL)
     if wait == WAIT_PAUSED:
         own = rollout.state == Rollout.State.PAUSED
-        return RolloutDecision("paused", paused_reason=rollout.paused_reason if own else facts.stop)
+        return RolloutDecision(Code.PAUSED, paused_reason=rollout.paused_reason if own else facts.stop)
     if wait == WAIT_SCHEDULE:
-        return RolloutDecision("scheduled") if rollout.state == Rollout.State.SCHEDULED else MOVING
+        return RolloutDecision(Code.SCHEDULED) if rollout.state == Rollout.State.SCHEDULED else MOVING
     if facts.gate is not None:
-        return RolloutDecision("gate", gate=facts.gate)
+        return RolloutDecision(Code.GATE, gate=facts.gate)
     if wait == WAIT_SOAK:
-        return RolloutDecision("soaking", soak_until=facts.rollout.next_wave_at)
+        return RolloutDecision(Code.SOAKING, soak_until=facts.rollout.next_wave_at)
     waiting = [pools[pool_id] for pool_id in facts.pending_pools() if pool_id in pools]
     if any(pool.is_open and pool.available > 0 for pool in waiting):
         return MOVING
     closed = tuple(pool for pool in waiting if not pool.is_open)
     if closed:
         first = min(closed, key=lambda pool: pool.next_window_at or facts.now)
-        return RolloutDecision("outside_window", pools=closed, opening=first)
+        return RolloutDecision(Code.OUTSIDE_WINDOW, pools=closed, opening=first)
     mine = facts.in_flight_pools()
     full = tuple(pool for pool in waiting if pool.available == 0 and pool.pool_id not in mine)
     if full:
-        return RolloutDecision("budget_full", pools=full)
+        return RolloutDecision(Code.BUDGET_FULL, pools=full)
     in_flight = facts.in_flight_total()
-    return RolloutDecision("awaiting_nodes", in_flight=in_flight) if in_flight else MOVING
+    return RolloutDecision(Code.AWAITING_NODES, in_flight=in_flight) if in_flight else MOVING
 
 
 @dataclass

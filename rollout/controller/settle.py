@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
 from uuid import UUID
 
 import structlog
@@ -22,6 +21,7 @@ from fleet.interface import (
 )
 from rollout.controller.daemons import send_back_rows
 from rollout.controller.decisions import SETTLE_ORDER, Settle
+from rollout.controller.statements import SettleOnJoin
 from rollout.controller.tick_requests import rollout_request_tick
 from rollout.controller.upgrade_transitions import (
     HeldByTick,
@@ -40,7 +40,7 @@ log = structlog.get_logger("rollout")
 State = NodeUpgrade.State
 
 
-def node_upgrade_settle_reported(*, node_id: UUID, daemon_version: str, row: Sequence[Any] | None = None) -> bool:
+def node_upgrade_settle_reported(*, node_id: UUID, daemon_version: str, row: SettleOnJoin | None = None) -> bool:
     """The agent's join path: a node that rejoins on its target version succeeds at once.
 
     ``row``: the common case's statement ran inside the join's own (rollout/hooks.py's join step), which has

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+from uuid import UUID
+
 from core.statements import constant_array
 from rollout.models import NodeUpgrade, Rollout, TickRequest
 
@@ -47,13 +50,29 @@ SETTLE_ON_JOIN_CTES = f"""rollout_locked AS (
 
 _IN_FLIGHT = f"""{NodeUpgrade._meta.db_table} AS f JOIN joined_node AS j ON f.node_id = j.node_id
      WHERE f.state = %(rollout_in_flight)s"""
-SETTLE_ON_JOIN_COLUMNS = (
-    "(SELECT rollout_id FROM rollout_settled)",
-    "(SELECT tenant_id FROM rollout_settled)",
-    f"EXISTS (SELECT 1 FROM {_IN_FLIGHT})",  # noqa: S608 - table names from the models, values bound
-    "EXISTS (SELECT 1 FROM rollout_queued)",
-    f"(SELECT f.rollout_id FROM {_IN_FLIGHT} AND NOT EXISTS (SELECT 1 FROM rollout_locked) ORDER BY f.id LIMIT 1)",  # noqa: S608
-)
+SETTLE_ON_JOIN_COLUMNS = {
+    "rollout_settled_id": "(SELECT rollout_id FROM rollout_settled)",
+    "rollout_tenant_id": "(SELECT tenant_id FROM rollout_settled)",
+    "rollout_in_flight": f"EXISTS (SELECT 1 FROM {_IN_FLIGHT})",  # noqa: S608 - table names from the models, values bound
+    "rollout_tick_queued": "EXISTS (SELECT 1 FROM rollout_queued)",
+    "rollout_held_by_tick": (
+        f"(SELECT f.rollout_id FROM {_IN_FLIGHT} AND NOT EXISTS (SELECT 1 FROM rollout_locked) ORDER BY f.id LIMIT 1)"  # noqa: S608
+    ),
+}
+
+
+class SettleOnJoin(NamedTuple):
+    """The columns above, read by name (core.statements.NamedRows): the settled upgrade's rollout and tenant (None
+    when none settled), whether the node had an upgrade in flight, whether a tick of the rollout is queued, and the
+    rollout of an in-flight row a tick holds locked."""
+
+    rollout_settled_id: UUID | None
+    rollout_tenant_id: int | None
+    rollout_in_flight: bool
+    rollout_tick_queued: bool
+    rollout_held_by_tick: UUID | None
+
+
 #: What the CTEs and columns above are given besides ``version`` and ``now`` (and ``node``, run alone).
 SETTLE_ON_JOIN_PARAMS = {
     "rollout_in_flight": NodeUpgrade.State.IN_FLIGHT,
@@ -61,7 +80,7 @@ SETTLE_ON_JOIN_PARAMS = {
 }
 SUCCEED_REJOINED_SQL = f"""
 WITH joined_node AS (SELECT %(node)s::uuid AS node_id), {SETTLE_ON_JOIN_CTES}
-SELECT {", ".join(SETTLE_ON_JOIN_COLUMNS)}
+SELECT {", ".join(f"{sql} AS {name}" for name, sql in SETTLE_ON_JOIN_COLUMNS.items())}
 """
 
 

@@ -29,20 +29,23 @@ from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, cast
+from typing import Literal
 from uuid import UUID
 
 import structlog
 from django.db.models import Exists, OuterRef, Subquery
 
-from core.statements import prepared_cursor
+from core.statements import NamedRows, prepared_cursor
 from fleet.interface import NodeSession
 from rollout.controller.daemons import SendBack, previous_daemon, send_back
-from rollout.controller.statements import SETTLE_ON_JOIN_PARAMS, SUCCEED_REJOINED_SQL
+from rollout.controller.statements import SETTLE_ON_JOIN_PARAMS, SUCCEED_REJOINED_SQL, SettleOnJoin
 from rollout.models import NodeUpgrade, Rollout
 from rollout.models.querysets import sessions_on_target
 
 log = structlog.get_logger("rollout")
+
+#: ``SUCCEED_REJOINED_SQL``'s row, read by column name.
+_ROWS = NamedRows()
 
 State = NodeUpgrade.State
 #: Nodes named per ``node_upgrade.started`` log line.
@@ -179,30 +182,34 @@ class HeldByTick:
 
 
 def succeed_rejoined(
-    *, node_id: UUID, version: str, at: datetime, row: Sequence[Any] | None = None
+    *, node_id: UUID, version: str, at: datetime, row: SettleOnJoin | None = None
 ) -> Rejoined | HeldByTick | Literal[False] | None:
     """in_flight -> succeeded: the node's agent rejoined reporting ``version``, its target; PostgreSQL only.
 
     The settled upgrade; False, and nothing written, when no upgrade of the node is in flight; its rollout, and
     nothing written, when a tick holds the row; None, and nothing written, for every other case but the common one
     (controller/statements.py): the caller decides those. ``row``: the statement's columns as the join's own
-    statement ran them, committed (``SETTLE_ON_JOIN_COLUMNS``, rollout/hooks.py): then it does not run again.
+    statement ran them, committed (``SettleOnJoin``, rollout/hooks.py): then it does not run again.
     """
     if row is None:
         with prepared_cursor() as cursor:
             cursor.execute(
                 SUCCEED_REJOINED_SQL, {**SETTLE_ON_JOIN_PARAMS, "node": node_id, "version": version, "now": at}
             )
-            row = cursor.fetchone()
-    rollout_id, tenant, in_flight, tick_queued, held_by_tick = row
-    if rollout_id is None:
-        if held_by_tick is not None:
-            return HeldByTick(rollout_id=held_by_tick)
-        return None if in_flight else False
+            (row,) = _ROWS.read(SUCCEED_REJOINED_SQL, cursor.description, cursor.fetchone(), (SettleOnJoin,))
+    if row.rollout_settled_id is None:
+        if row.rollout_held_by_tick is not None:
+            return HeldByTick(rollout_id=row.rollout_held_by_tick)
+        return None if row.rollout_in_flight else False
     log.info(
-        "node_upgrade.succeeded", count=1, tenant=tenant, rollout=str(rollout_id), node=str(node_id), version=version
+        "node_upgrade.succeeded",
+        count=1,
+        tenant=row.rollout_tenant_id,
+        rollout=str(row.rollout_settled_id),
+        node=str(node_id),
+        version=version,
     )
-    return Rejoined(rollout_id=cast(UUID, rollout_id), tick_queued=tick_queued)
+    return Rejoined(rollout_id=row.rollout_settled_id, tick_queued=row.rollout_tick_queued)
 
 
 def fail_and_send_back(*, rows: Sequence[SendBack], reason: str, at: datetime) -> int:

@@ -63,8 +63,8 @@ class ServedBinary:
         return binary_storage_name(self.version, self.platform)
 
 
-# Every node downloads once per upgrade: one statement, not the ORM's query compilation (about 1 ms of the web
-# tier's CPU against 0.17 ms, measured: docs/benchmarks.md).
+# Every node downloads once per upgrade: one statement, not the ORM's query compilation (which costs the web tier
+# more CPU than the statement costs PostgreSQL).
 _SERVED_SQL = f"""
 SELECT b.sha256, b.size, b.stored_at FROM {ReleaseBinary._meta.db_table} AS b
 JOIN {Release._meta.db_table} AS r ON r.id = b.release_id

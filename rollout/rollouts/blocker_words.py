@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from fleet.interface import pool_budgets
+from rollout.controller.decisions import Code
 from rollout.controller.plan import plan_at
 from rollout.models import Rollout
 from rollout.rollouts.blockers import at_words, no_controller_blocker, paused_why, window_phrase
@@ -32,11 +33,11 @@ def rollout_blocker_words(rollout: Rollout, *, now: datetime) -> str | None:
     held = plan.rollouts.get(rollout.id)
     if held is None or held.code is None:
         return None
-    if held.code == "outside_window":
+    if held.code == Code.OUTSIDE_WINDOW:
         opens = held.opening.next_window_at if held.opening is not None else None
         phrase = window_phrase(held.opening) if held.opening and opens else "the next window"
         return f"waiting for {phrase} ({', '.join(pool.name for pool in held.pools)}), at {at_words(opens)}"
-    if held.code == "budget_full":
+    if held.code == Code.BUDGET_FULL:
         # The budget's own split: besides workflows, its only disruption source is the rollouts' upgrades.
         split = pool_budgets(pool_ids=[pool.pool_id for pool in held.pools], split=True)
         return "; ".join(
@@ -45,15 +46,15 @@ def rollout_blocker_words(rollout: Rollout, *, now: datetime) -> str | None:
             for pool in held.pools
             if (budget := split.get(pool.pool_id)) is not None
         )
-    if held.code == "paused":
+    if held.code == Code.PAUSED:
         return f"paused: {paused_why(held.paused_reason)}"
-    if held.code == "gate" and held.gate is not None:
+    if held.code == Code.GATE and held.gate is not None:
         return f"held by gate {held.gate.name} ({held.gate.state})"
-    if held.code == "awaiting_nodes":
+    if held.code == Code.AWAITING_NODES:
         return f"waiting for {_count(held.in_flight, 'node')} in flight"
-    if held.code == "soaking":
+    if held.code == Code.SOAKING:
         return f"soaking until {at_words(held.soak_until)}"
-    if held.code == "scheduled":
+    if held.code == Code.SCHEDULED:
         return f"scheduled to start at {at_words(rollout.start_at)}"
     approvals = approval_counts([rollout]).get(rollout.id, 0)
     return f"awaiting approval: {approvals} of {rollout.approvals_required}"

@@ -43,6 +43,7 @@ from rollout.controller.decisions import (
     WAIT_SOAK,
     WAIT_WAVE,
     WAIT_WINDOW,
+    Code,
     Decision,
 )
 from rollout.controller.health import BEAT_COMMAND, WORKER_COMMAND, controller_missing
@@ -53,36 +54,6 @@ from rollout.rollouts.reads import approval_counts
 
 State = NodeUpgrade.State
 
-#: Node blocker codes, in the order of precedence (docs/controller.md#why-not-yet).
-NODE_CODES = (
-    "awaiting_approval",
-    "no_controller",
-    "scheduled",
-    "rollout_paused",
-    "gate",
-    "wave_not_started",
-    "soaking",
-    "outside_window",
-    "offline",
-    "budget_full",
-    "next_tick",
-    "awaiting_rejoin",
-    "proving_ready",
-)
-#: Rollout blocker codes (docs/controller.md#why-not-yet, the rollout representation); rollout.metrics repeats them.
-ROLLOUT_CODES = (
-    "awaiting_approval",
-    "no_controller",
-    "scheduled",
-    "paused",
-    "gate",
-    "soaking",
-    "outside_window",
-    "budget_full",
-    "awaiting_nodes",
-)
-
-
 #: An extra field of a blocker: a time, a reason, a count, an id, ids.
 BlockerField = datetime | str | int | list[str] | None
 
@@ -91,7 +62,7 @@ BlockerField = datetime | str | int | list[str] | None
 class Blocker:
     """What a node or a rollout waits for: a code, a sentence, and the code's extra fields (API names)."""
 
-    code: str
+    code: Code
     detail: str
     extra: Mapping[str, BlockerField] = field(default_factory=dict)
 
@@ -120,7 +91,7 @@ def paused_blocker(rollout: Rollout, held: RolloutDecision, *, node: bool) -> Bl
         detail = f"The next tick pauses the rollout ({why})"
     if not detail.endswith("."):
         detail += ": no node starts until it is resumed." if node else "."
-    return Blocker("rollout_paused" if node else "paused", detail, {"pausedReason": held.paused_reason})
+    return Blocker(Code.ROLLOUT_PAUSED if node else Code.PAUSED, detail, {"pausedReason": held.paused_reason})
 
 
 # --- words --------------------------------------------------------------------------------------
@@ -147,7 +118,7 @@ def no_controller_blocker(rollout: Rollout, *, now: datetime) -> Blocker | None:
     else:
         since = f"since it was created at {at_words(rollout.created_at)}"
     return Blocker(
-        "no_controller",
+        Code.NO_CONTROLLER,
         f"No controller has ticked this rollout {since}: start a Celery worker and beat "
         f"({WORKER_COMMAND}; {BEAT_COMMAND}).",
         {"lastTickAt": last},
@@ -157,7 +128,7 @@ def no_controller_blocker(rollout: Rollout, *, now: datetime) -> Blocker | None:
 def scheduled_blocker(rollout: Rollout) -> Blocker:
     """``scheduled``: the rollout holds its nodes and starts none before ``startAt`` (docs/controller.md#schedules)."""
     return Blocker(
-        "scheduled",
+        Code.SCHEDULED,
         f"The rollout is scheduled to start at {at_words(rollout.start_at)}.",
         {"startAt": rollout.start_at},
     )
@@ -185,7 +156,7 @@ def approval_blocker(rollout: Rollout, approvals: int) -> Blocker:
     """``awaiting_approval``: the rollout, and each of its rows, until enough users approve it."""
     required = rollout.approvals_required
     return Blocker(
-        "awaiting_approval",
+        Code.AWAITING_APPROVAL,
         f"The rollout awaits approval ({approvals} of {required}): nothing starts until {required} user(s) other "
         "than its creator approve it.",
         {"approvals": approvals, "required": required},
@@ -201,7 +172,7 @@ def node_blocker(row: NodeUpgrade, *, plan: Plan, approvals: int = 0) -> Blocker
     if row.state != State.PENDING or row.rollout_id not in plan.rollouts:
         return None  # settled; pending rows of a finished rollout do not exist (abort cancels them)
     if decision is None:
-        return Blocker("next_tick", "It is decided at the next tick.")
+        return Blocker(Code.NEXT_TICK, "It is decided at the next tick.")
     if decision == WAIT_APPROVAL:
         return approval_blocker(rollout, approvals)
     if decision == WAIT_SCHEDULE:
@@ -214,13 +185,13 @@ def node_blocker(row: NodeUpgrade, *, plan: Plan, approvals: int = 0) -> Blocker
     if decision == WAIT_SOAK:
         until = held.soak_until
         return Blocker(
-            "soaking",
+            Code.SOAKING,
             f"Wave {rollout.current_wave + 1} settled and soaks until {at_words(until)}; the next wave starts then.",
             {"until": until},
         )
     if decision == WAIT_WAVE:
         return Blocker(
-            "wave_not_started",
+            Code.WAVE_NOT_STARTED,
             f"Its wave (wave {row.wave + 1}) has not started: the rollout is at wave {rollout.current_wave + 1}.",
             {"wave": rollout.current_wave},
         )
@@ -230,19 +201,19 @@ def node_blocker(row: NodeUpgrade, *, plan: Plan, approvals: int = 0) -> Blocker
 def _turn_blocker(decision: Decision, *, pool: PoolState | None, candidate: Candidate | None) -> Blocker:
     """A row's blocker when its wave starts: its pool's windows, then its turn in the pool."""
     if pool is None:
-        return Blocker("next_tick", "It is decided at the next tick.")
+        return Blocker(Code.NEXT_TICK, "It is decided at the next tick.")
     if decision == WAIT_WINDOW:
         opens = pool.next_window_at
         return Blocker(
-            "outside_window",
+            Code.OUTSIDE_WINDOW,
             f"Pool {pool.name} is outside its maintenance windows: "
             f"waiting for {window_phrase(pool)} at {at_words(opens)}.",
             {"nextWindowAt": opens},
         )
     last_seen = candidate.last_seen_at if candidate is not None else None
-    if decision.code == "offline":
+    if decision.code == Code.OFFLINE:
         return Blocker(
-            "offline",
+            Code.OFFLINE,
             f"Its agent is offline (last seen {at_words(last_seen)}): "
             "it will be skipped at its turn unless it comes back.",
             {"lastSeenAt": last_seen},
@@ -255,13 +226,16 @@ def _turn_blocker(decision: Decision, *, pool: PoolState | None, candidate: Cand
                 f"Budget full in {pool.name} for this node: the {pool.available} free slot(s) "
                 f"({pool.disrupted} of {pool.allowed} disrupted) go to nodes ahead of it."
             )
-        return Blocker(
-            "budget_full", detail, {"poolId": str(pool.pool_id), "disrupted": pool.disrupted, "allowed": pool.allowed}
-        )
+        extra: dict[str, BlockerField] = {
+            "poolId": str(pool.pool_id),
+            "disrupted": pool.disrupted,
+            "allowed": pool.allowed,
+        }
+        return Blocker(Code.BUDGET_FULL, detail, extra)
     if decision == SKIP_NO_BINARY:
         arch = candidate.arch if candidate is not None else "its arch"
-        return Blocker("next_tick", f"The next tick skips it: the release has no binary for {arch}.")
-    return Blocker("next_tick", "It starts at the next tick.")
+        return Blocker(Code.NEXT_TICK, f"The next tick skips it: the release has no binary for {arch}.")
+    return Blocker(Code.NEXT_TICK, "It starts at the next tick.")
 
 
 def _in_flight_blocker(row: NodeUpgrade) -> Blocker:
@@ -269,12 +243,12 @@ def _in_flight_blocker(row: NodeUpgrade) -> Blocker:
     if row.arrived_at is not None and rollout.min_ready_seconds:
         until = row.arrived_at + timedelta(seconds=rollout.min_ready_seconds)
         return Blocker(
-            "proving_ready",
+            Code.PROVING_READY,
             f"It rejoined on {row.target_version} and proves readiness until {at_words(until)}.",
             {"until": until},
         )
     return Blocker(
-        "awaiting_rejoin",
+        Code.AWAITING_REJOIN,
         f"Upgrading: waiting for its agent to rejoin on {row.target_version}, "
         f"at the latest by {at_words(row.deadline)}.",
         {"deadline": row.deadline},
@@ -290,7 +264,7 @@ def gate_blocker(gate: RolloutGate) -> Blocker:
     else:
         why = f"is {gate.state} since {at_words(gate.at)}" + (f" ({gate.detail})" if gate.detail else "")
     return Blocker(
-        "gate",
+        Code.GATE,
         f"Gate {gate.name} {why}: no node starts until every gate passes.",
         {"name": gate.name, "state": str(gate.state), "at": gate.at},
     )
@@ -319,38 +293,37 @@ def rollout_blocker(rollout: Rollout, held: RolloutDecision | None, *, approvals
     """What holds the rollout as a whole (the plan's ``RolloutDecision``), or None while nodes are moving."""
     if held is None or held.code is None:
         return None
-    if held.code == "awaiting_approval":
+    if held.code == Code.AWAITING_APPROVAL:
         return approval_blocker(rollout, approvals)
-    if held.code == "scheduled":
+    if held.code == Code.SCHEDULED:
         return scheduled_blocker(rollout)
-    if held.code == "paused":
+    if held.code == Code.PAUSED:
         return paused_blocker(rollout, held, node=False)
-    if held.code == "gate" and held.gate is not None:
+    if held.code == Code.GATE and held.gate is not None:
         return gate_blocker(held.gate)
-    if held.code == "soaking":
+    if held.code == Code.SOAKING:
         until = held.soak_until
-        return Blocker(
-            "soaking", f"Wave {rollout.current_wave + 1} settled and soaks until {at_words(until)}.", {"until": until}
-        )
+        detail = f"Wave {rollout.current_wave + 1} settled and soaks until {at_words(until)}."
+        return Blocker(Code.SOAKING, detail, {"until": until})
     pool_ids = [str(pool.pool_id) for pool in held.pools]
-    if held.code == "outside_window":
+    if held.code == Code.OUTSIDE_WINDOW:
         opens = held.opening.next_window_at if held.opening is not None else None
         return Blocker(
-            "outside_window",
+            Code.OUTSIDE_WINDOW,
             f"Waiting for {window_phrase(held.opening) if held.opening and opens else 'a window'} of "
             f"{', '.join(pool.name for pool in held.pools)} at {at_words(opens)}.",
             {"nextWindowAt": opens, "poolIds": pool_ids},
         )
-    if held.code == "budget_full":
+    if held.code == Code.BUDGET_FULL:
         return Blocker(
-            "budget_full",
+            Code.BUDGET_FULL,
             "Budget full in "
             + ", ".join(f"{pool.name} ({pool.disrupted} of {pool.allowed} disrupted)" for pool in held.pools)
             + ".",
             {"poolIds": pool_ids},
         )
     return Blocker(
-        "awaiting_nodes",
+        Code.AWAITING_NODES,
         f"Waiting for {held.in_flight} node(s) in flight to settle; no other node can start now.",
         {"inFlight": held.in_flight},
     )

@@ -4,6 +4,7 @@ a failure of its SQL is the join's (nothing written: the agent retries)."""
 
 from __future__ import annotations
 
+from collections import namedtuple
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,11 +44,16 @@ def steps() -> Iterator[None]:
     plugins._join_steps[:] = before
 
 
-def step(heard: Heard, ctes: str | None = None) -> JoinStep:
-    """A step that reads the node that joined and the version it reported, back through its columns."""
+def step(heard: Heard, ctes: str | None = None, label: str = "test") -> JoinStep:
+    """A step that reads the node that joined and the version it reported, back through its columns (named after
+    ``label``: two steps' columns never share a name)."""
     return JoinStep(
         ctes=ctes or "test_seen AS (SELECT j.node_id, %(version)s::text AS version FROM joined_node AS j)",
-        columns=("(SELECT node_id FROM test_seen)", "(SELECT version || %(test_suffix)s FROM test_seen)"),
+        columns={
+            f"{label}_node": "(SELECT node_id FROM test_seen)",
+            f"{label}_version": "(SELECT version || %(test_suffix)s FROM test_seen)",
+        },
+        record=namedtuple(f"{label}_row", [f"{label}_node", f"{label}_version"]),
         params={"test_suffix": "!"},
         committed=heard,
     )
@@ -67,7 +73,7 @@ def test_a_step_reads_the_join_in_its_statement_and_hears_it_once_committed(step
     node, hashed = agent
     heard, other = Heard(), Heard()
     register_join_step(step(heard))
-    register_join_step(step(other, "test_other AS (SELECT 1)"))
+    register_join_step(step(other, "test_other AS (SELECT 1)", label="other"))
     assert join(hashed).joined
     assert heard.calls == [{"node_id": node.id, "daemon_version": "1.0.0", "row": (node.id, "1.0.0!")}]
     assert other.calls == [{"node_id": node.id, "daemon_version": "1.0.0", "row": (node.id, "1.0.0!")}]
@@ -82,7 +88,7 @@ def test_a_step_that_fails_after_the_commit_is_logged_and_the_join_stands(steps,
     node, hashed = agent
     failing, after = Heard(fail=True), Heard()
     register_join_step(step(failing))
-    register_join_step(step(after, "test_other AS (SELECT 1)"))
+    register_join_step(step(after, "test_other AS (SELECT 1)", label="other"))
     with capture_logs() as logs:
         assert join(hashed).joined
     assert NodeSession.objects.get(node=node).daemon_version == "1.0.0"
@@ -109,7 +115,8 @@ def test_a_step_s_parameter_named_as_the_host_s_does_not_change_the_host_s_state
     register_join_step(
         JoinStep(
             ctes="test_seen AS (SELECT %(version)s::text AS version)",
-            columns=("(SELECT version FROM test_seen)",),
+            columns={"test_version": "(SELECT version FROM test_seen)"},
+            record=namedtuple("test_row", ["test_version"]),
             params={"version": "6.6.6"},
             committed=heard,
         )

@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 import pytest
 from django.core.checks import run_checks
 from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from core.errors import DomainError
@@ -207,5 +209,14 @@ def test_roots_need_the_fleet_admin_grant(ungranted_api, anonymous_api):
 
 @pytest.mark.django_db
 def test_the_system_check_reads_nothing_without_a_recorded_root(settings):
+    """Pins that differ from nothing recorded: no rollout.W004 (and the check's query ran: it reads the table)."""
     settings.ROLLOUT = rollout_settings(pins=[pin(7)], threshold=1)
-    call_command("check", "--tag", "rollout")  # no root recorded: no warning, no error
+    assert not ReleaseRoot.objects.exists()
+    with CaptureQueriesContext(connection) as read:
+        found = run_checks(tags=["rollout"], databases=["default"])
+    assert [message.id for message in found] == []  # no warning, no error
+    assert any("rollout_releaseroot" in query["sql"] for query in read.captured_queries)
+    call_command("check", "--tag", "rollout")  # the command neither fails nor raises
+    # The same configuration once a root 1 is recorded under other pins: the warning the check exists for.
+    ReleaseRoot.objects.create(version=1, pins=[pin(0)], threshold=1, recorded_at=datetime.now(UTC))
+    assert [message.id for message in run_checks(tags=["rollout"], databases=["default"])] == ["rollout.W004"]

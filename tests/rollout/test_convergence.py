@@ -137,7 +137,7 @@ def test_a_newer_rollout_that_takes_the_node_ends_convergence(tenant, releases):
 
 @pytest.mark.django_db
 def test_a_blocked_release_does_not_converge(tenant, releases):
-    from rollout.registry.blocks import release_block
+    from rollout.rollouts.blocks import release_block
 
     rollout, (node_id,) = completed_with_offline(tenant, nodes=2, offline=1, budget="1")
     report(node_id, "0.9.0")

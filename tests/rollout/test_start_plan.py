@@ -308,6 +308,9 @@ def check(scenario: Scenario, tenant, release: Release) -> None:
     # The wave its start step took (a gate holds it: none, and the wave is the one it stands on after the tick).
     start_wave = plan.wave if plan is not None else Rollout.objects.get(pk=rollout.pk).current_wave
     decided = plan.decided() if plan is not None else {}
+    # A gate holds the current wave's rows and those of the wave that starts next: the plan's, or during a soak
+    # the one that starts when it ends (docs/controller.md#why-not-yet: right after rollout_paused).
+    gated = {rollout.current_wave, plan.wave if plan is not None else -1, rollout.current_wave + 1 if soaking else -1}
     for row in pending:
         if after[row.id] != S.PENDING:
             continue
@@ -318,7 +321,7 @@ def check(scenario: Scenario, tenant, release: Release) -> None:
             expected = {"rollout_paused"}
         elif hold == "scheduled":
             expected = {"scheduled"}
-        elif hold == "gate" and row.wave in (rollout.current_wave, start_wave):
+        elif hold == "gate" and row.wave in gated | {start_wave}:
             expected = {"gate"}
         elif plan is None or row.wave != plan.wave:
             expected = {"soaking"} if soaking else {"wave_not_started"}

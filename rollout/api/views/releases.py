@@ -23,8 +23,8 @@ from rollout.api.schema import (
 )
 from rollout.api.views.common import caller_actor, caller_principal, envelope_bytes
 from rollout.models import Release
-from rollout.registry.blocks import blocks_for, release_block, release_unblock
 from rollout.registry.releases import release_list, release_register
+from rollout.rollouts.blocks import blocks_for, release_block, release_unblock
 
 RELEASE_VERSION = OpenApiParameter("version", str, OpenApiParameter.PATH, description="The release's version.")
 
