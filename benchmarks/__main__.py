@@ -29,6 +29,11 @@ DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/rollout"
 # last. A benchmark is available when its module exists and has a callable ``main(argv) -> int``.
 BENCHMARKS: dict[str, tuple[str, str, list[str]]] = {
     "engine": ("benchmarks.engine", "rollout_create and rollout_tick at 1k-100k nodes, in-process", ["--quick"]),
+    "supersede": (
+        "benchmarks.supersede",
+        "a create superseding a 100,000-node rollout against a plain create over the same nodes",
+        ["--quick"],
+    ),
     "heartbeats": (
         "benchmarks.heartbeats",
         "1,000 simulated agents heartbeating against gunicorn",

@@ -88,7 +88,9 @@ _.requires
 _.describe, _.connect_unix_socket, _.local_address, _.do_GET, _.log_message, _.daemon_threads, _.block_on_close
 
 # Dataclass fields that are data: an event's payload (``data()``), a simulated agent's upgrade record.
-_.still_in_flight, _.from_version
+_.still_in_flight, _.from_version, _.superseded_by_version, _.taken_over
+# Serializer fields that only describe the schema (rollout/api/serializers.py: roll forward, gates that act).
+_.abortedReason, _.supersededBy, _.onFailure
 
 # Module __getattr__ (PEP 562): benchmarks/heartbeat_floor.py builds its urlpatterns on first use.
 _.__getattr__

@@ -32,6 +32,7 @@ from rollout.admin.actions import ACTIONS, RolloutAction, bulk_admin_action
 from rollout.admin.approvals import ApprovalAdminMixin, ApprovalFilter
 from rollout.admin.display import counts_total, progress_bar, rollout_label, short_id, short_when
 from rollout.admin.plan import RolloutPlanAdminMixin
+from rollout.admin.roll_forward import RollForwardAdminMixin
 from rollout.controller.events import wave_words
 from rollout.controller.health import BEAT_COMMAND, WORKER_COMMAND, controller_stale_after, rollouts_without_controller
 from rollout.gates.verdicts import gates_of
@@ -55,7 +56,7 @@ def event_words(data: dict[str, Any], pool_names: dict[str, str], *, waves: int)
 
 
 @admin.register(Rollout)
-class RolloutAdmin(RolloutPlanAdminMixin, ApprovalAdminMixin, TenantScopedAdmin):
+class RolloutAdmin(RolloutPlanAdminMixin, ApprovalAdminMixin, RollForwardAdminMixin, TenantScopedAdmin):
     """Rollouts are planned and operated here through the services; never edited by hand.
 
     - list: progress of every rollout on the page from one ``rollout_waves`` call (constant queries);
@@ -100,7 +101,20 @@ class RolloutAdmin(RolloutPlanAdminMixin, ApprovalAdminMixin, TenantScopedAdmin)
             },
         ),
         ("Approvals", {"fields": ["approvals_required", "approval_list"]}),
-        ("History", {"fields": ["created_by", "created_at", "next_wave", "completed_at", "aborted_at"]}),
+        (
+            "History",
+            {
+                "fields": [
+                    "created_by",
+                    "created_at",
+                    "next_wave",
+                    "completed_at",
+                    "aborted_at",
+                    "aborted_reason",
+                    "supersede_chain",
+                ]
+            },
+        ),
     ]
     readonly_fields = [str(field) for _, options in fieldsets for field in options["fields"]]
     change_list_template = "admin/rollout/rollout/change_list.html"
@@ -293,6 +307,7 @@ class RolloutAdmin(RolloutPlanAdminMixin, ApprovalAdminMixin, TenantScopedAdmin)
             "upgrades_url": filtered({}),
             "rollout_actions": actions,
             "decision_buttons": self.decision_buttons(request, rollout),
+            "roll_forward_url": self.roll_forward_url(request, rollout),
             # docs/controller.md#why-not-yet: what holds the rollout, in plain words (None while nodes are moving).
             "rollout_blocker": rollout_blocker_words(rollout, now=timezone.now()),
             # docs/controller.md#gates: each gate's latest result.
@@ -309,6 +324,7 @@ class RolloutAdmin(RolloutPlanAdminMixin, ApprovalAdminMixin, TenantScopedAdmin)
                 name="rollout_rollout_action",
             ),
             *self.approval_urls(),
+            *self.roll_forward_urls(),
             *super().get_urls(),
         ]
 

@@ -63,6 +63,8 @@ register_codes(
         "invalid": "Fields that are valid alone but not together (`field` names the one at fault): `endBehavior` "
         "without `endBy`.",
         "deadline_passed": "The rollout's `endBy` has passed: resume with a later `endBy` in the body.",
+        "supersede_invalid": "The rollout `supersedes` names cannot be superseded: it is finished (`reason` "
+        "`finished`), or its release is not older than the new one (`not_newer`).",
         "self_approval": "The rollout's creator cannot approve it: another user with `compute:rollout:approve` must.",
         "already_approved": "This user already approved the rollout.",
         # webhooks
@@ -89,6 +91,10 @@ register_codes(
         },
         "invalid_schedule": {"field": serializers.CharField(required=False, help_text="The schedule field.")},
         "invalid": {"field": serializers.CharField(required=False, help_text="The field at fault.")},
+        "supersede_invalid": {
+            "reason": serializers.ChoiceField(choices=["finished", "not_newer"], required=False),
+            "rolloutId": serializers.CharField(required=False, help_text="The rollout `supersedes` names."),
+        },
         "deadline_passed": {"endBy": serializers.DateTimeField(required=False, help_text="The deadline that passed.")},
         "sequence_not_increasing": {"highestSequence": serializers.IntegerField(required=False)},
         "root_version": {"currentVersion": serializers.IntegerField(required=False)},

@@ -113,6 +113,11 @@ class RolloutCreateSerializer(StrictSerializer):
     endBehavior = RawTimeField(
         required=False, allow_null=True, help_text="At endBy: `pause` (default), `abort` or `abort_rollback`."
     )
+    supersedes = serializers.JSONField(
+        required=False,
+        allow_null=True,
+        help_text="A rollout id: this rollout takes its place, in the same transaction (docs/api.md#rollouts).",
+    )
 
     def spec(self) -> RolloutSpec:
         """The service's spec (the one validation of the options: rollout.rollouts.spec.rollout_spec)."""
@@ -133,6 +138,7 @@ class RolloutCreateSerializer(StrictSerializer):
             start_at=data.get("startAt"),
             end_by=data.get("endBy"),
             end_behavior=data.get("endBehavior"),
+            supersedes=data.get("supersedes"),
         )
 
 
@@ -211,6 +217,11 @@ class RolloutSerializer(ResponseModelSerializer):
     )
     createdAt = serializers.DateTimeField(source="created_at")
     completedAt = serializers.DateTimeField(source="completed_at", allow_null=True)
+    abortedReason = serializers.CharField(
+        source="aborted_reason", allow_null=True, help_text="Aborted: `manual`, `deadline` or `gate_failed:<gate>`."
+    )
+    supersedes = serializers.CharField(allow_null=True, help_text="The rollout this one superseded at its create.")
+    supersededBy = serializers.CharField(allow_null=True, help_text="Superseded: the rollout that took its place.")
     blocker = RolloutBlockerSerializer(allow_null=True, read_only=True)
     excluded = ExcludedSerializer(read_only=True)
     lastTickAt = serializers.DateTimeField(
@@ -247,6 +258,9 @@ class RolloutSerializer(ResponseModelSerializer):
             "pausedReason",
             "createdAt",
             "completedAt",
+            "abortedReason",
+            "supersedes",
+            "supersededBy",
             "blocker",
             "excluded",
             "lastTickAt",
@@ -369,6 +383,9 @@ class RolloutGateSerializer(serializers.Serializer):
         allow_null=True,
         help_text="Null for a pass and while pending; the provider's error text when inconclusive; for a fail, "
         "the value against the maximum (Prometheus) or the status (HTTP).",
+    )
+    onFailure = serializers.ChoiceField(
+        choices=["pause", "abort", "abort_rollback"], help_text="What gateFailureLimit failures in a row do."
     )
 
 

@@ -30,7 +30,7 @@ from rollout.controller.judge import failure_ratio_exceeded
 from rollout.controller.scheduled import start_due
 from rollout.controller.stops import tick_stop
 from rollout.controller.turns import Candidate, turn_decision
-from rollout.models import NodeUpgrade, Rollout, RolloutWave
+from rollout.models import NodeUpgrade, Rollout, RolloutGate, RolloutWave
 
 State = NodeUpgrade.State
 
@@ -57,6 +57,16 @@ class InFlight:
 
 
 @dataclass(frozen=True)
+class FailedGate:
+    """The gate whose failures in a row reached ``gateFailureLimit`` (``stops.tick_stop``'s ``gate_failed``)."""
+
+    name: str
+    value: float | None
+    #: What reaching the limit does (``RolloutGate.OnFailure``): pause, abort, abort with rollback.
+    on_failure: str
+
+
+@dataclass(frozen=True)
 class TickFacts:
     """One rollout at one moment: what ``decide`` reads, and nothing else.
 
@@ -65,7 +75,7 @@ class TickFacts:
     current wave's last settled row settled; ``pending`` its pending rows per (wave, pool) of the current and
     next waves; ``windows``: pool id -> None when open now, else when it opens; ``gate_holding``: a gate whose
     latest result is not a fresh pass (no node starts); ``offline_is_down``: the fleet's offline verdicts hold;
-    ``every``: the periodic tick's period in seconds.
+    ``every``: the periodic tick's period in seconds; ``failed_gate``: the gate that stops it, if one does.
     """
 
     rollout: Rollout
@@ -79,6 +89,7 @@ class TickFacts:
     gate_holding: bool = False
     offline_is_down: bool = True
     every: float = 60.0
+    failed_gate: FailedGate | None = None
 
     @property
     def last_wave(self) -> int:
@@ -116,14 +127,24 @@ class StartStep:
     then: Advance | None = None
 
 
+@dataclass(frozen=True)
+class Stop:
+    """A stop other than the deadline: its ``reason`` (a PausedReason, or ``gate_failed:<name>``) and what it does
+    (``RolloutGate.OnFailure``: a gate's ``onFailure``; any other stop pauses), with the gate and its latest value."""
+
+    reason: str
+    action: str = RolloutGate.OnFailure.PAUSE
+    gate: str | None = None
+    value: float | None = None
+
+
 @dataclass
 class TickDecision:
     """What one tick does to one rollout, in this order (``rollout/controller/tick.py`` applies it)."""
 
     deadline: bool = False
     start_scheduled: bool = False
-    #: A stop other than the deadline: its reason (a PausedReason or ``gate_failed:<name>``).
-    stop: str | None = None
+    stop: Stop | None = None
     settles: dict[Settle, list[int]] = field(default_factory=dict)
     #: A readiness end before the next period: one tick then.
     tick_at: datetime | None = None
@@ -196,6 +217,16 @@ def _advance(facts: TickFacts, rollout: Rollout, counts: Mapping[str, int], last
     return Advance(record=record, next_wave=rollout.current_wave + 1)
 
 
+def _stop(reason: str, gate: FailedGate | None) -> Stop:
+    """A gate's stop does what its ``onFailure`` says (docs/controller.md#gates); the others pause."""
+    if not reason.startswith(Rollout.GATE_FAILED_PREFIX):
+        return Stop(reason)
+    name = reason.removeprefix(Rollout.GATE_FAILED_PREFIX)
+    if gate is None or gate.name != name:
+        return Stop(reason, gate=name)
+    return Stop(reason, action=gate.on_failure, gate=name, value=gate.value)
+
+
 def _failure_pause(rollout: Rollout, counts: Mapping[str, int]) -> Paused:
     return Paused(
         paused_reason=Rollout.PausedReason.FAILURE_RATIO,
@@ -215,7 +246,7 @@ def decide(facts: TickFacts) -> TickDecision:
         decision.deadline = True
     else:
         decision.start_scheduled = start_due(rollout, now=now)
-        decision.stop = stop
+        decision.stop = None if stop is None else _stop(stop, facts.failed_gate)
     if decision.start_scheduled:
         rollout.state = Rollout.State.ACTIVE
     running = stop is None and rollout.state == Rollout.State.ACTIVE

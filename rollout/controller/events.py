@@ -62,6 +62,8 @@ class Created(EventPayload):
     pool_ids: list[str]
     # Approvals it awaits before it starts (docs/controller.md#approvals); left out when none are required.
     approvals_required: int | None = None
+    # The rollout it superseded (docs/controller.md#undoing-a-bad-release); left out when none.
+    supersedes: str | None = None
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,8 @@ class Paused(EventPayload):
 
 @dataclass(frozen=True)
 class GateFailed(EventPayload):
-    """A gate's evaluation failed (docs/controller.md#gates); ``failureLimit`` in a row pause the rollout."""
+    """A gate's evaluation failed (docs/controller.md#gates); ``failureLimit`` in a row stop the rollout: ``action``
+    (its ``onFailure``: pause, abort, abort_rollback) is named on the failure that reached the limit."""
 
     kind = Kind.GATE_FAILED
     gate: str
@@ -108,6 +111,20 @@ class GateFailed(EventPayload):
     consecutive_failures: int
     failure_limit: int
     detail: str
+    action: str | None = None
+
+
+@dataclass(frozen=True)
+class Superseded(EventPayload):
+    """A newer rollout took this one's place at its create (docs/controller.md#undoing-a-bad-release)."""
+
+    kind = Kind.SUPERSEDED
+    superseded_by: str
+    superseded_by_version: str  # the newer rollout's release
+    actor: str
+    cancelled: int  # its pending rows
+    taken_over: int  # its in-flight rows the newer rollout took over
+    still_in_flight: int  # its in-flight rows outside the newer rollout's selection: they settle here
 
 
 @dataclass(frozen=True)
@@ -164,6 +181,7 @@ class Aborted(EventPayload):
     rolled_back: int
     not_rolled_back: int
     still_in_flight: int
+    reason: str | None = None  # its ``abortedReason``
 
 
 @dataclass(frozen=True)

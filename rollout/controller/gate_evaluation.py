@@ -184,16 +184,18 @@ def _failure_recorded(*, gate: RolloutGate, now: datetime) -> None:
         rollout = Rollout.objects.select_related("release").filter(pk=gate.rollout_id).first()
         if rollout is None or rollout.state != Rollout.State.ACTIVE:
             return
+        reached = gate.consecutive_failures >= rollout.gate_failure_limit
         failed = GateFailed(
             gate=gate.name,
             value=gate.value,
             consecutive_failures=gate.consecutive_failures,
             failure_limit=rollout.gate_failure_limit,
             detail=gate.detail,
+            action=gate.on_failure if reached else None,
         )
         event_record(rollout=rollout, payload=failed, at=now)
-        if gate.consecutive_failures >= rollout.gate_failure_limit:
-            rollout_request_tick(rollout_id=rollout.id)  # the tick pauses it, at once
+        if reached:
+            rollout_request_tick(rollout_id=rollout.id)  # the tick pauses or aborts it (onFailure), at once
 
 
 def gates_evaluate_due(*, run_seconds: float = RUN_SECONDS) -> int:

@@ -14,9 +14,9 @@ from django.db.models import Count, Exists, Max, OuterRef, Q
 
 from fleet.interface import Node, offline_verdicts_trusted, online_node_q, pool_windows_at
 from rollout import conf
-from rollout.controller.decide import InFlight, TickFacts
+from rollout.controller.decide import FailedGate, InFlight, TickFacts
 from rollout.gates.verdicts import gates_holding_for
-from rollout.models import NodeUpgrade, Rollout, RolloutWave
+from rollout.models import NodeUpgrade, Rollout, RolloutGate, RolloutWave
 from rollout.models.querysets import sessions_on_target
 
 State = NodeUpgrade.State
@@ -60,7 +60,17 @@ def tick_facts(rollout: Rollout, *, now: datetime) -> TickFacts:
         gate_holding=rollout.id in gates_holding_for([rollout.id], now=now),
         offline_is_down=offline_verdicts_trusted(now=now),
         every=conf.options().every,
+        failed_gate=_failed_gate(rollout),
     )
+
+
+def _failed_gate(rollout: Rollout) -> FailedGate | None:
+    """The gate ``with_stop_facts`` found failed (``gate_failed``), with its latest value and ``onFailure``."""
+    name: str | None = getattr(rollout, "gate_failed", None)
+    if not name:
+        return None
+    found = RolloutGate.objects.filter(rollout=rollout, name=name).values_list("value", "on_failure").first()
+    return None if found is None else FailedGate(name=name, value=found[0], on_failure=found[1])
 
 
 def _in_flight(rollout: Rollout, *, now: datetime) -> tuple[InFlight, ...]:

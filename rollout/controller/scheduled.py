@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from rollout.controller.aborts import rollout_abort_now
 from rollout.controller.events import DeadlinePassed, Paused, event_record
-from rollout.controller.settle import node_upgrades_roll_back
-from rollout.controller.transitions import abort_rollout, hold_at_deadline, pause_rollout
-from rollout.controller.upgrade_transitions import cancel_pending_upgrades
-from rollout.models import Rollout
+from rollout.controller.transitions import hold_at_deadline, pause_rollout
+from rollout.models import Rollout, end_passed, start_ahead
 
 State = Rollout.State
 EndBehavior = Rollout.EndBehavior
@@ -23,7 +22,9 @@ EndBehavior = Rollout.EndBehavior
 
 def start_due(rollout: Rollout, *, now: datetime) -> bool:
     """Whether the rollout is scheduled and its ``startAt`` has come: the tick starts it now."""
-    return rollout.state == State.SCHEDULED and rollout.start_at is not None and rollout.start_at <= now
+    return (
+        rollout.state == State.SCHEDULED and rollout.start_at is not None and not start_ahead(rollout.start_at, at=now)
+    )
 
 
 def deadline_due(rollout: Rollout, *, now: datetime) -> bool:
@@ -32,7 +33,7 @@ def deadline_due(rollout: Rollout, *, now: datetime) -> bool:
     A paused rollout too: its ``endBehavior`` aborts it, or its pause becomes the deadline's (once: then its
     ``pausedReason`` is ``deadline``).
     """
-    if rollout.end_by is None or rollout.end_by > now:
+    if not end_passed(rollout.end_by, at=now):
         return False
     if rollout.state in (State.ACTIVE, State.SCHEDULED):
         return True
@@ -58,16 +59,11 @@ def rollout_deadline(*, rollout: Rollout, now: datetime) -> bool:
     if behavior == EndBehavior.PAUSE:
         pause_rollout(rollout=rollout, at=now, paused=Paused(paused_reason=Rollout.PausedReason.DEADLINE))
         return True
-    rollback = behavior == EndBehavior.ABORT_ROLLBACK
-    cancelled = cancel_pending_upgrades(rollout=rollout, at=now)
-    rolled_back, kept = node_upgrades_roll_back(rollout=rollout, now=now) if rollback else (0, 0)
-    abort_rollout(
+    rollout_abort_now(
         rollout=rollout,
-        at=now,
+        now=now,
         actor="deadline",
-        rollback=rollback,
-        cancelled=cancelled,
-        rolled_back=rolled_back,
-        not_rolled_back=kept,
+        rollback=behavior == EndBehavior.ABORT_ROLLBACK,
+        reason=Rollout.AbortedReason.DEADLINE,
     )
     return True

@@ -181,7 +181,7 @@ def rollouts_converge(*, now: datetime) -> int:
     """Upgrade the nodes of completed rollouts that come back (``convergence_candidates``), within budgets.
 
     Per pool, in id order, under the pool's row lock (``pool_budget(lock=True)``, as
-    ``rollout_start_nodes``): two workers converging at once never exceed a budget.
+    ``start_apply``): two workers converging at once never exceed a budget.
     The candidates are read again under the lock. Returns the nodes started.
     """
     pool_ids = sorted(set(convergence_candidates(now=now).values_list("pool_id", flat=True).order_by()))

@@ -1,21 +1,12 @@
-"""The controller: the steps of a tick, and the tick that runs them for one rollout.
+"""The controller's tick for one rollout: load -> decide -> apply (docs/controller.md#the-tick).
 
-A tick (docs/controller.md#the-tick), for one rollout, under its row lock taken with
-``skip_locked`` so two workers never reconcile the same rollout at once:
+Under the rollout's row lock, taken with ``skip_locked`` so two workers never reconcile the same rollout at once:
+``load.tick_facts`` reads its facts once, ``decide.decide`` (a pure function: the steps stop, settle, judge,
+advance, start, and their order, live there) returns one ``TickDecision``, and ``tick_apply`` writes it through
+the transitions (rollout/controller/transitions.py, the rollout's; upgrade_transitions.py, its node upgrades')
+and decides nothing: the one fact it reads again is each open pool's free slots, under the pool's row lock.
 
-0. stop: its deadline, a blocked or expired release, a failed gate (rollout/controller/stops.py); else a
-   scheduled rollout whose ``startAt`` has come starts;
-1. settle: in-flight nodes whose session reports the target version succeed;
-   overdue ones fail and their spec.daemon goes back to the previous section;
-2. judge: pause when the current wave's failure ratio exceeds the maximum;
-3. advance: when the wave has settled and its soak is over, start the next
-   wave, or complete after the last one;
-4. start: pending nodes of the current wave, in position order, per pool,
-   within the pool's disruption budget (under the pool's row lock).
-
-The controller decides which rows move; the moves themselves (conditional
-UPDATE, one-writer flag, event, log line) are rollout/controller/transitions.py (the rollout's) and
-upgrade_transitions.py (its node upgrades').
+Also here: ``rollout_tick`` (one asked tick, its waiter and retries) and ``rollouts_tick_all`` (the period).
 """
 
 from __future__ import annotations
@@ -34,7 +25,8 @@ from django.utils import timezone
 from core.maintenance import tables_vacuum
 from fleet.interface import node_tables_vacuum
 from rollout import conf
-from rollout.controller.decide import Advance, TickDecision, TickFacts, decide
+from rollout.controller.aborts import rollout_abort_now
+from rollout.controller.decide import Advance, Stop, TickDecision, TickFacts, decide
 from rollout.controller.events import Paused
 from rollout.controller.health import controller_beat_record, rollout_ticked
 from rollout.controller.load import tick_facts
@@ -83,15 +75,17 @@ class TickResult:
 # --- the tick --------------------------------------------------------------------------
 
 
-def rollout_stop(*, rollout: Rollout, reason: str, now: datetime) -> None:
-    """active -> paused for a stop other than the deadline (rollout/controller/stops.py); a gate's pause
-    (``gate_failed:<name>``, docs/controller.md#gates) carries the gate and its latest value in the event."""
-    if not reason.startswith(Rollout.GATE_FAILED_PREFIX):
-        pause_rollout(rollout=rollout, at=now, paused=Paused(paused_reason=reason))
+def rollout_stop(*, rollout: Rollout, stop: Stop, now: datetime) -> None:
+    """The decision's stop other than the deadline (rollout/controller/stops.py): a pause (a gate's carries the
+    gate and its latest value in the event), or a gate's abort (``abortedReason`` the stop's words), with rollback
+    for ``abort_rollback`` (docs/controller.md#gates)."""
+    if stop.action == RolloutGate.OnFailure.PAUSE:
+        pause_rollout(
+            rollout=rollout, at=now, paused=Paused(paused_reason=stop.reason, gate=stop.gate, value=stop.value)
+        )
         return
-    name = reason.removeprefix(Rollout.GATE_FAILED_PREFIX)
-    value = RolloutGate.objects.filter(rollout=rollout, name=name).values_list("value", flat=True).first()
-    pause_rollout(rollout=rollout, at=now, paused=Paused(paused_reason=reason, gate=name, value=value))
+    rollback = stop.action == RolloutGate.OnFailure.ABORT_ROLLBACK
+    rollout_abort_now(rollout=rollout, now=now, actor=f"gate:{stop.gate}", rollback=rollback, reason=stop.reason)
 
 
 #: Ticks one asked tick tries at most, each but the first after waiting for another worker's (``rollout_tick``).
@@ -184,7 +178,7 @@ def tick_apply(*, rollout: Rollout, facts: TickFacts, decision: TickDecision) ->
     if decision.start_scheduled:
         start_scheduled_rollout(rollout=rollout, at=now, actor="schedule")
     if decision.stop is not None:
-        rollout_stop(rollout=rollout, reason=decision.stop, now=now)  # nodes in flight settle below
+        rollout_stop(rollout=rollout, stop=decision.stop, now=now)  # nodes in flight settle below
         result.paused = True
     result.succeeded, result.failed = settles_apply(rollout=rollout, settles=decision.settles, now=now)
     if decision.tick_at is not None:

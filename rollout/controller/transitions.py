@@ -9,6 +9,7 @@ Rollout      active ──pause_rollout──► paused ──resume_rollout─�
              active|paused|awaiting_approval ──abort_rollout──► aborted
              awaiting_approval ──approve_rollout──► active | scheduled;  ──deny_rollout──► denied
              scheduled ──start_scheduled_rollout──► active
+             active|paused|scheduled|awaiting_approval ──supersede_rollout──► superseded
 ```
 
 Each function does the whole transition together: the conditional UPDATE of the
@@ -23,8 +24,10 @@ rollout's row lock.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from copy import copy
 from datetime import datetime
+from uuid import UUID
 
 from django.db.models import Count, Max
 
@@ -39,13 +42,18 @@ from rollout.controller.events import (
     Promoted,
     Resumed,
     Started,
+    Superseded,
     WaveStarted,
     event_record,
 )
 from rollout.controller.judge import failure_ratio_exceeded, wave_counts
-from rollout.controller.upgrade_transitions import cancel_pending_upgrades, release_settled_claims
+from rollout.controller.upgrade_transitions import (
+    cancel_pending_upgrades,
+    hand_over_upgrades,
+    release_settled_claims,
+)
 from rollout.dispatch import TICK_TASK, publish_on_commit
-from rollout.models import NodeUpgrade, Rollout, RolloutApproval, RolloutWave
+from rollout.models import NodeUpgrade, Rollout, RolloutApproval, RolloutWave, start_ahead
 from rollout.words import cannot_be
 
 State = NodeUpgrade.State
@@ -118,10 +126,12 @@ def abort_rollout(
     cancelled: int,
     rolled_back: int,
     not_rolled_back: int,
+    reason: str,
 ) -> None:
     """active|paused|awaiting_approval -> aborted (``rollout.aborted``); its settled rows stop holding their nodes.
 
-    ``cancelled``, ``rolled_back``, ``not_rolled_back``: what the abort did to its pending and in-flight rows.
+    ``cancelled``, ``rolled_back``, ``not_rolled_back``: what the abort did to its pending and in-flight rows;
+    ``reason``: its ``abortedReason`` (a ``Rollout.AbortedReason``, or ``gate_failed:<name>``).
     """
     _move_rollout(
         rollout,
@@ -130,6 +140,7 @@ def abort_rollout(
         state=Rollout.State.ABORTED,
         paused_reason=None,
         aborted_at=at,
+        aborted_reason=reason,
     )
     release_settled_claims(rollout=rollout)
     aborted = Aborted(
@@ -138,9 +149,35 @@ def abort_rollout(
         cancelled=cancelled,
         rolled_back=rolled_back,
         not_rolled_back=not_rolled_back,
+        reason=reason,
         still_in_flight=NodeUpgrade.objects.filter(rollout=rollout, state=State.IN_FLIGHT).count(),
     )
     event_record(rollout=rollout, payload=aborted, at=at)
+
+
+def supersede_rollout(
+    *, rollout: Rollout, by: Rollout, node_ids: AbstractSet[UUID], at: datetime, actor: str
+) -> list[UUID]:
+    """active|paused|scheduled|awaiting_approval -> superseded (``rollout.superseded``) by ``by``, being created
+    over ``node_ids`` (docs/controller.md#undoing-a-bad-release). Its pending rows are cancelled (``superseded``),
+    its in-flight rows on ``node_ids`` are handed over (returned: ``by`` takes them over), its settled rows
+    stop holding their nodes; in-flight rows outside ``node_ids`` settle here as an aborted rollout's do."""
+    _move_rollout(
+        rollout, sources=Rollout.HOLDING_STATES, action="superseded", state=Rollout.State.SUPERSEDED, paused_reason=None
+    )
+    cancelled = cancel_pending_upgrades(rollout=rollout, at=at, reason=NodeUpgrade.Reason.SUPERSEDED)
+    handed = hand_over_upgrades(rollout=rollout, node_ids=node_ids, at=at)
+    release_settled_claims(rollout=rollout)
+    superseded = Superseded(
+        superseded_by=str(by.id),
+        superseded_by_version=by.release.version,
+        actor=actor,
+        cancelled=cancelled,
+        taken_over=len(handed),
+        still_in_flight=NodeUpgrade.objects.filter(rollout=rollout, state=State.IN_FLIGHT).count(),
+    )
+    event_record(rollout=rollout, payload=superseded, at=at)
+    return handed
 
 
 def complete_rollout(*, rollout: Rollout, at: datetime) -> None:
@@ -258,7 +295,7 @@ def start_next_wave(*, rollout: Rollout, wave: RolloutWave, at: datetime) -> Non
 def approve_rollout(*, rollout: Rollout, at: datetime, actor: str) -> None:
     """awaiting_approval -> active (``rollout.approved``): its first wave starts now, at the next tick; or
     -> scheduled when its ``startAt`` is ahead (the tick starts it then, docs/controller.md#schedules)."""
-    ahead = rollout.start_at is not None and rollout.start_at > at
+    ahead = start_ahead(rollout.start_at, at=at)
     state = Rollout.State.SCHEDULED if ahead else Rollout.State.ACTIVE
     _move_rollout(rollout, sources=[Rollout.State.AWAITING_APPROVAL], action="approved", state=state, approved_at=at)
     if state == Rollout.State.ACTIVE:

@@ -5,8 +5,9 @@ free slots: an offline row is skipped (or, right after an outage, waited for), a
 binary for its arch is skipped, any other starts. Offline and binary-less rows take no slot. A
 row the tick does not reach waits for the budget (``turn_decision``).
 
-The tick reads a locked pool's rows in that order (``pool_turns``); the plan, for a page of rows,
-learns which the tick reaches from one query (``rows_reached``) instead of reading every pool.
+The tick reads a locked pool's rows in that order (``pool_rows``, taken by ``decide.pool_turns``); the plan,
+for a page of rows, learns which the tick reaches from one query (``rows_reached``) instead of reading every
+pool.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ NodeUpgrade  pending ──start_upgrades──► in_flight ──succeed_upgra
              in_flight ──fail_and_send_back──► failed        (spec.daemon back to what it ran; timeout, not_ready)
              in_flight ──roll_back_upgrades──► rolled_back   (spec.daemon back to what it ran)
              pending ──skip_upgrades──► skipped      pending ──cancel_pending_upgrades──► cancelled
+             in_flight ──hand_over_upgrades──► cancelled (superseded: a superseding rollout takes the node on)
              skipped (offline, completed rollout) ──converge_upgrades──► in_flight   (convergence after completion)
 ```
 
@@ -300,6 +301,25 @@ def supersede_upgrades(*, tenant_id: int, node_ids: AbstractSet[UUID], at: datet
     if superseded:
         log.info("node_upgrade.superseded", count=superseded)
     return superseded
+
+
+def hand_over_upgrades(*, rollout: Rollout, node_ids: AbstractSet[UUID], at: datetime) -> list[UUID]:
+    """in_flight -> cancelled (``superseded``) for the rows of ``rollout`` (being superseded) whose node the
+    superseding rollout's snapshot holds: they drop their claim and are not sent back
+    (docs/controller.md#undoing-a-bad-release).
+
+    The rows are read under their row locks (the join path settling one meanwhile waits, then finds it
+    cancelled); returns their nodes. Rows outside ``node_ids`` stay in flight and settle in ``rollout``.
+    """
+    locked = NodeUpgrade.objects.select_for_update().filter(rollout=rollout, state=State.IN_FLIGHT)
+    ids = {pk: node_id for pk, node_id in locked.values_list("id", "node_id") if node_id in node_ids}
+    if not ids:
+        return []
+    NodeUpgrade.objects.filter(id__in=list(ids), state=State.IN_FLIGHT).update(
+        state=State.CANCELLED, reason=NodeUpgrade.Reason.SUPERSEDED, settled_at=at, claims_node=False
+    )
+    log.info("node_upgrade.handed_over", tenant=rollout.tenant_id, rollout=str(rollout.id), count=len(ids))
+    return list(ids.values())
 
 
 def release_settled_claims(*, rollout: Rollout | None = None) -> int:

@@ -28,6 +28,8 @@ FAILURE_LIMIT_RANGE = (1, 100)
 NAME = re.compile(r"[^\x00-\x1f\x7f-\x9f]{1,63}")
 #: A pass counts this many intervals after it was taken.
 FRESH_INTERVALS = 2
+#: What reaching ``gateFailureLimit`` does (``onFailure``, RolloutGate.OnFailure's values); the first is the default.
+ON_FAILURE = ("pause", "abort", "abort_rollback")
 
 
 @dataclass(frozen=True)
@@ -39,12 +41,14 @@ class GateSpec:
     query: str = ""
     maximum: float | None = None
     url: str = ""
+    on_failure: str = ON_FAILURE[0]
 
     def definition(self) -> dict[str, Any]:
-        """The gate in the create's shape."""
+        """The gate in the create's shape (``onFailure`` named when it is not the default)."""
+        acts = {} if self.on_failure == ON_FAILURE[0] else {"onFailure": self.on_failure}
         if self.kind == PROMETHEUS:
-            return {"name": self.name, "prometheus": {"query": self.query, "max": self.maximum}}
-        return {"name": self.name, "http": {"url": self.url}}
+            return {"name": self.name, "prometheus": {"query": self.query, "max": self.maximum}, **acts}
+        return {"name": self.name, "http": {"url": self.url}, **acts}
 
 
 @dataclass(frozen=True)
@@ -107,9 +111,12 @@ def _gate(raw: object, index: int) -> GateSpec:
     if not isinstance(name, str) or not NAME.fullmatch(name):
         raise _invalid(f"gates[{index}].name must be 1 to 63 characters, none of them a control character.")
     kinds = [key for key in ("prometheus", "http") if key in raw]
-    unknown = sorted(set(raw) - {"name", "prometheus", "http"})
+    unknown = sorted(set(raw) - {"name", "prometheus", "http", "onFailure"})
     if unknown or len(kinds) != 1:
         raise _invalid(f"Gate {name} must have a name and exactly one of prometheus or http.", gate=name)
+    on_failure = raw.get("onFailure", ON_FAILURE[0])
+    if on_failure not in ON_FAILURE:
+        raise _invalid(f"Gate {name}: onFailure is one of {', '.join(ON_FAILURE)}.", gate=name)
     body = raw[kinds[0]]
     if kinds[0] == "prometheus":
         if not isinstance(body, dict) or set(body) != {"query", "max"}:
@@ -123,10 +130,10 @@ def _gate(raw: object, index: int) -> GateSpec:
             raise _invalid(f"Gate {name}: max must be a number.", gate=name)
         if prometheus_url() is None:
             raise _invalid("Prometheus gates need ROLLOUT_PROMETHEUS_URL, which is not set.", gate=name)
-        return GateSpec(name=name, kind=PROMETHEUS, query=query, maximum=float(maximum))
+        return GateSpec(name=name, kind=PROMETHEUS, query=query, maximum=float(maximum), on_failure=on_failure)
     if not isinstance(body, dict) or set(body) != {"url"}:
         raise _invalid(f'Gate {name}: http is {{"url"}}.', gate=name)
-    return GateSpec(name=name, kind=HTTP, url=gate_url_check(body["url"], name=name))
+    return GateSpec(name=name, kind=HTTP, url=gate_url_check(body["url"], name=name), on_failure=on_failure)
 
 
 def gates_validate(

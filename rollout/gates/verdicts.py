@@ -46,6 +46,7 @@ def gates_create(
             query=spec.query,
             maximum=spec.maximum,
             url=spec.url,
+            on_failure=spec.on_failure,
             due_at=now,
             **_first_result(look, now=now),
         )
@@ -103,4 +104,5 @@ def gate_json(gate: RolloutGate) -> dict[str, Any]:
         "at": at,
         "consecutiveFailures": gate.consecutive_failures,
         "detail": gate.detail or None,
+        "onFailure": gate.on_failure,
     }

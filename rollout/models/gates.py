@@ -18,6 +18,13 @@ class RolloutGate(models.Model):
         PROMETHEUS = "prometheus", "Prometheus query"
         HTTP = "http", "HTTP GET"
 
+    class OnFailure(models.TextChoices):
+        """What reaching ``gateFailureLimit`` does to the rollout (docs/controller.md#gates)."""
+
+        PAUSE = "pause", "pause"
+        ABORT = "abort", "abort"
+        ABORT_ROLLBACK = "abort_rollback", "abort with rollback"
+
     class State(models.TextChoices):
         PENDING = "pending", "pending"
         PASS = "pass", "pass"
@@ -32,6 +39,7 @@ class RolloutGate(models.Model):
     query = models.TextField(blank=True, help_text="PromQL (a Prometheus gate).")
     maximum = models.FloatField(null=True, blank=True, help_text="Every sample must be at most this.")
     url = models.CharField(max_length=2000, blank=True, help_text="An HTTP gate's URL.")
+    on_failure = models.CharField(max_length=16, choices=OnFailure.choices, default=OnFailure.PAUSE)
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
     value = models.FloatField(null=True, blank=True, help_text="The largest sample, or the HTTP status.")
     # Why (docs/api.md#rollouts): the provider's error text for inconclusive, a sentence for a fail, "" for a pass.

@@ -6,6 +6,7 @@ upgrades' in rollout/controller/upgrade_transitions.py):
 Rollout:     awaiting_approval -> active | scheduled | denied | aborted   (only when its tenant requires approvals)
              active -> paused -> active;  active|paused -> completed | aborted
              scheduled -> active (startAt, start) | paused | aborted;  paused -> scheduled (startAt ahead)
+             active|paused|scheduled|awaiting_approval -> superseded   (a create with ``supersedes``)
 NodeUpgrade: pending -> in_flight -> succeeded | failed | rolled_back
              pending -> skipped | cancelled
 """
@@ -26,6 +27,18 @@ from rollout.models.querysets import NodeUpgradeQuerySet
 from rollout.models.releases import Release, ReleaseBlock
 
 
+def start_ahead(start_at: datetime | None, *, at: datetime) -> bool:
+    """A ``startAt`` still ahead of ``at``: the rollout is held (``scheduled``) until then
+    (docs/controller.md#schedules). The one reading of ``startAt``: create, approve, resume and the tick."""
+    return start_at is not None and start_at > at
+
+
+def end_passed(end_by: datetime | None, *, at: datetime) -> bool:
+    """An ``endBy`` come by ``at``: the deadline applies (docs/controller.md#schedules). The one reading of
+    ``endBy``: the tick's stop and resume's refusal."""
+    return end_by is not None and end_by <= at
+
+
 class Rollout(models.Model):
     class State(models.TextChoices):
         ACTIVE = "active", "active"
@@ -37,13 +50,15 @@ class Rollout(models.Model):
         # docs/controller.md#approvals: created in a tenant that requires approvals; nothing starts yet.
         AWAITING_APPROVAL = "awaiting_approval", "awaiting approval"
         DENIED = "denied", "denied"
+        # docs/controller.md#undoing-a-bad-release: a newer rollout took its place (``supersededBy``).
+        SUPERSEDED = "superseded", "superseded"
 
     # The states that hold their nodes (a create over them is a conflict) and that the tick visits.
     ACTIVE_STATES = (State.ACTIVE, State.PAUSED, State.SCHEDULED)
     #: Every state that holds its snapshotted nodes (the one-writer rule; a create over them is a 409
     #: ``conflict``): the tick's, and awaiting approval, which the tick passes by.
     HOLDING_STATES = (State.ACTIVE, State.PAUSED, State.SCHEDULED, State.AWAITING_APPROVAL)
-    TERMINAL_STATES = (State.COMPLETED, State.ABORTED, State.DENIED)
+    TERMINAL_STATES = (State.COMPLETED, State.ABORTED, State.DENIED, State.SUPERSEDED)
 
     class PausedReason(models.TextChoices):
         FAILURE_RATIO = "failure_ratio", "failure ratio exceeded"
@@ -59,8 +74,14 @@ class Rollout(models.Model):
         ABORT = "abort", "abort"
         ABORT_ROLLBACK = "abort_rollback", "abort with rollback"
 
-    #: ``pausedReason`` of a pause by a gate: this prefix and the gate's name.
+    #: ``pausedReason`` of a pause by a gate, and ``abortedReason`` of its abort: this prefix and the gate's name.
     GATE_FAILED_PREFIX = "gate_failed:"
+
+    class AbortedReason(models.TextChoices):
+        """Why a rollout was aborted (``abortedReason``); a gate's abort is ``gate_failed:<name>``."""
+
+        MANUAL = "manual", "aborted by an operator"
+        DEADLINE = "deadline", "aborted at its endBy"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="rollouts")
@@ -106,6 +127,13 @@ class Rollout(models.Model):
     created_at = models.DateTimeField()
     completed_at = models.DateTimeField(null=True, blank=True)
     aborted_at = models.DateTimeField(null=True, blank=True)
+    # An AbortedReason, or "gate_failed:<gate name>" (docs/controller.md#gates); null unless aborted.
+    aborted_reason = models.CharField(max_length=80, null=True, blank=True)
+    # docs/controller.md#undoing-a-bad-release: the rollout this one superseded at its create (one at most: a
+    # rollout is superseded once, which the unique index makes a database fact).
+    supersedes = models.OneToOneField(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="superseded_by"
+    )
     # Nodes the create left out because they run a release of a higher sequence (``excluded.newer``).
     excluded_newer = models.PositiveIntegerField(default=0)
     # When a tick last reconciled it (``lastTickAt``); null before the first (docs/controller.md#no-controller).
@@ -142,14 +170,15 @@ class Rollout(models.Model):
 
     def wave_settles(self, wave: RolloutWave, *, at: datetime) -> None:
         """Record on these instances that ``wave`` settled ``at`` (its last node's settle): its soak ends
-        ``soak_seconds`` later (``next_wave_at``). ``rollout_advance`` saves them; the plan foresees it on copies."""
+        ``soak_seconds`` later (``next_wave_at``). The tick's advance saves them
+        (``transitions.wave_settled_record``); the plan foresees it on copies."""
         wave.settled_at = at
         self.next_wave_at = at + timedelta(seconds=self.soak_seconds)
 
     def soak_until(self, *, at: datetime) -> datetime | None:
         """When a soak that may run at ``at`` ends: ``next_wave_at``, while active and ahead of ``at``; else None.
 
-        ``rollout_advance`` sets it when a wave settles (its settled time plus ``soak_seconds``); whether
+        The tick's advance sets it when a wave settles (its settled time plus ``soak_seconds``); whether
         the rollout soaks also needs that wave settled and not the last (``soaking``)."""
         if self.state != Rollout.State.ACTIVE or self.next_wave_at is None or self.next_wave_at <= at:
             return None
@@ -203,7 +232,7 @@ class RolloutWave(models.Model):
 
     @property
     def settled(self) -> bool:
-        """None of its nodes is pending or in flight any more, and a tick recorded it (``rollout_advance`` sets
+        """None of its nodes is pending or in flight any more, and a tick recorded it (its advance sets
         ``settled_at``): its soak runs from then, and the next wave waits for it."""
         return self.settled_at is not None
 
@@ -225,7 +254,7 @@ class NodeUpgrade(models.Model):
         ABORTED = "aborted", "the rollout was aborted"
         ROLLED_BACK = "rolled_back", "returned to its previous release"
         PREVIOUS_NOT_REGISTERED = "previous_not_registered", "no registered previous release to roll back to"
-        SUPERSEDED = "superseded", "a newer rollout took the node after this one was aborted"
+        SUPERSEDED = "superseded", "a newer rollout took the node (this one was superseded, or aborted)"
         DENIED = "denied", "the rollout was denied"
         NOT_READY = "not_ready", "the node left, went offline or changed version before minReadySeconds passed"
         # The node's agent refused to run the release (docs/signing.md#what-an-agent-checks): "refused:<code>".
@@ -306,6 +335,7 @@ class RolloutEvent(models.Model):
         DEADLINE = "rollout.deadline", "rollout.deadline"
         APPROVED = "rollout.approved", "rollout.approved"
         DENIED = "rollout.denied", "rollout.denied"
+        SUPERSEDED = "rollout.superseded", "rollout.superseded"
         # A node's agent refused the release (docs/signing.md#what-an-agent-checks); not a webhook event.
         NODE_UPGRADE_REFUSED = "node_upgrade.refused", "node_upgrade.refused"
 

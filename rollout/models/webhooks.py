@@ -26,6 +26,7 @@ class Webhook(models.Model):
         "rollout.deadline",
         "rollout.approved",
         "rollout.denied",
+        "rollout.superseded",
     )
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)

@@ -21,20 +21,18 @@ from fleet.interface import (
     Tenant,
     audit_record,
 )
+from rollout.controller.aborts import rollout_abort_now
 from rollout.controller.events import Paused
 from rollout.controller.judge import wave_failures
-from rollout.controller.settle import node_upgrades_roll_back
 from rollout.controller.tick_requests import rollout_request_tick
 from rollout.controller.transitions import (
-    abort_rollout,
     pause_rollout,
     promote_rollout,
     resume_rollout,
     start_scheduled_rollout,
 )
-from rollout.controller.upgrade_transitions import cancel_pending_upgrades
 from rollout.gates.verdicts import gates_counts_clear
-from rollout.models import Rollout
+from rollout.models import Rollout, end_passed, start_ahead
 from rollout.rollouts.spec import schedule_time
 from rollout.words import cannot_be
 
@@ -126,7 +124,7 @@ def rollout_resume(
         before: dict[str, Any] = _state(rollout)
         if new_end_by is not None and rollout.start_at is not None and new_end_by <= rollout.start_at:
             raise InvalidInput("endBy must be after startAt.", code="invalid_schedule", field="endBy")
-        past = rollout.end_by is not None and rollout.end_by <= now
+        past = end_passed(rollout.end_by, at=now)
         if rollout.state == Rollout.State.PAUSED and past and new_end_by is None:
             raise Conflict(
                 "The rollout's deadline (endBy) has passed: resume with a later endBy.",
@@ -148,7 +146,7 @@ def rollout_resume(
             # The operator saw these failures and chose to go on; failures that came while
             # an operator's pause was on were seen by no one, and are judged as usual.
             acknowledged = wave_failures(rollout)
-        ahead = rollout.start_at is not None and rollout.start_at > now
+        ahead = start_ahead(rollout.start_at, at=now)
         resume_rollout(
             rollout=rollout,
             at=now,
@@ -225,16 +223,8 @@ def rollout_abort(
             raise InvalidState(cannot_be(rollout.state, "aborted"), state=rollout.state)
         now = timezone.now()
         before = _state(rollout)
-        cancelled = cancel_pending_upgrades(rollout=rollout, at=now)
-        rolled_back, kept = node_upgrades_roll_back(rollout=rollout, now=now) if rollback else (0, 0)
-        abort_rollout(
-            rollout=rollout,
-            at=now,
-            actor=event_actor(actor),
-            rollback=rollback,
-            cancelled=cancelled,
-            rolled_back=rolled_back,
-            not_rolled_back=kept,
+        rollout_abort_now(
+            rollout=rollout, now=now, actor=event_actor(actor), rollback=rollback, reason=Rollout.AbortedReason.MANUAL
         )
         audit_rollout(rollout, actor, "rollout.abort", before=before, after={**_state(rollout), "rollback": rollback})
     return rollout

@@ -5,14 +5,13 @@ from __future__ import annotations
 import math
 import uuid
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 from uuid import UUID
 
 import structlog
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Count, QuerySet
 from django.utils import timezone
 
@@ -31,12 +30,14 @@ from fleet.interface import (
 from rollout import conf
 from rollout.controller.events import Created, event_record
 from rollout.controller.gate_evaluation import gates_first_look
+from rollout.controller.takeover import rollout_take_over
 from rollout.controller.tick_requests import rollout_request_tick
+from rollout.controller.transitions import supersede_rollout
 from rollout.controller.upgrade_transitions import (
     supersede_upgrades,
 )
 from rollout.gates.verdicts import gates_create
-from rollout.models import NodeUpgrade, Release, ReleaseBlock, Rollout, RolloutWave, TickRequest
+from rollout.models import NodeUpgrade, Release, ReleaseBlock, Rollout, RolloutWave, TickRequest, start_ahead
 from rollout.rollouts.create_checks import (
     Taken,
     binaries_require_stored,
@@ -44,6 +45,7 @@ from rollout.rollouts.create_checks import (
     nodes_eligible,
     sequence_rollback,
 )
+from rollout.rollouts.snapshot_rows import insert_upgrades
 from rollout.rollouts.spec import (
     PoolPlan,
     RolloutOptions,
@@ -51,13 +53,13 @@ from rollout.rollouts.spec import (
     RolloutSpec,
     WavePlan,
     planned_waves,
-    shuffle,
 )
+from rollout.rollouts.supersede import FirstNodes, first_nodes, supersede_order, supersede_target
 
 if TYPE_CHECKING:
     # django-stubs' placeholder for the AUTH_USER_MODEL (its mypy plugin resolves it).
     from django.contrib.auth.models import _User
-from rollout.rollouts.actions import audit_rollout
+from rollout.rollouts.actions import audit_rollout, event_actor
 
 log = structlog.get_logger("rollout")
 
@@ -78,6 +80,9 @@ class Snapshot:
     #: Pools some of whose nodes the snapshot left out (the selector's, or newer): their default version stays
     #: (docs/api.md#rollouts).
     partly_covered: tuple[str, ...] = ()
+    #: The rollout it supersedes (``supersedes``), checked; its nodes go first (rollout/rollouts/supersede.py).
+    superseded: Rollout | None = None
+    first: FirstNodes | None = None
 
 
 def _pool_uuids(values: tuple[str, ...]) -> list[UUID]:
@@ -90,7 +95,7 @@ def _pool_uuids(values: tuple[str, ...]) -> list[UUID]:
     return list(dict.fromkeys(ids))
 
 
-def _snapshot(*, tenant: Tenant, spec: RolloutSpec) -> Snapshot:
+def _snapshot(*, tenant: Tenant, spec: RolloutSpec, lock: bool = False) -> Snapshot:
     """Every check of a create the spec leaves, in order, and the nodes a rollout would take.
 
     See docs/controller.md#create."""
@@ -106,6 +111,9 @@ def _snapshot(*, tenant: Tenant, spec: RolloutSpec) -> Snapshot:
         raise InvalidInput(f"Release {spec.version} is blocked in this tenant.", code="release_blocked")
     if release.expired_at(timezone.now()):
         raise InvalidInput(f"Release {spec.version} has expired: no node may start on it.", code="release_expired")
+    superseded = None
+    if spec.supersedes is not None:
+        superseded = supersede_target(tenant=tenant, rollout_id=spec.supersedes, release=release, lock=lock)
     if spec.pool_ids is None:
         pools = list(Pool.objects.filter(tenant=tenant).order_by("id"))
     else:
@@ -137,6 +145,8 @@ def _snapshot(*, tenant: Tenant, spec: RolloutSpec) -> Snapshot:
         excluded_newer=eligible.newer,
         selector=spec.selector,
         partly_covered=_partly_covered(pools, nodes),
+        superseded=superseded,
+        first=None if superseded is None else first_nodes(superseded=superseded, nodes=eligible.nodes),
     )
     conflicts = _conflicts(snapshot)
     if conflicts:
@@ -157,6 +167,8 @@ def _conflicts(snapshot: Snapshot) -> Taken | None:
 
     Holding: active, paused, scheduled or awaiting approval (``Rollout.HOLDING_STATES``)."""
     holding = NodeUpgrade.objects.filter(claims_node=True, rollout__state__in=Rollout.HOLDING_STATES)
+    if snapshot.superseded is not None:  # its nodes are the new rollout's to take
+        holding = holding.exclude(rollout=snapshot.superseded)
     taken = holding.filter(node__in=snapshot.node_query.values("id"))
     return Taken.of(taken.values_list("node_id", "rollout_id", "rollout__state"))
 
@@ -172,7 +184,7 @@ def rollout_plan(*, tenant: Tenant, spec: RolloutSpec) -> RolloutPlan:
     snapshot = _snapshot(tenant=tenant, spec=spec)
     options = snapshot.options
     pool_of = dict(snapshot.nodes)
-    order = shuffle(list(pool_of), seed=uuid.uuid4())
+    order = supersede_order(list(pool_of), seed=uuid.uuid4(), first=snapshot.first)
     budgets = pool_budgets(pool_ids=[pool.id for pool in snapshot.pools])
     windows = pool_windows(pool_ids=[pool.id for pool in snapshot.pools])
     start = timezone.now()
@@ -210,50 +222,6 @@ def rollout_plan(*, tenant: Tenant, spec: RolloutSpec) -> RolloutPlan:
     )
 
 
-_INSERT_UPGRADES_SQL = f"""
-INSERT INTO {NodeUpgrade._meta.db_table}
-    (rollout_id, node_id, pool_id, wave, position, state, claims_node, target_version)
-SELECT %s, row.node_id, row.pool_id, row.wave, row.position, %s, true, %s
-FROM unnest(%s::uuid[], %s::uuid[], %s::int[], %s::int[]) AS row(node_id, pool_id, wave, position)
-ORDER BY row.node_id
-"""  # noqa: S608 - the table name from the model, values bound
-
-
-def _array(values: Iterable[object]) -> str:
-    """A PostgreSQL array literal of UUIDs or integers (no quoting needed): one string to send, cast in SQL.
-
-    psycopg adapts a Python list element by element (about 3 µs each); this is about 0.3 µs.
-    """
-    return "{" + ",".join(map(str, values)) + "}"
-
-
-def _insert_upgrades(
-    *, rollout: Rollout, version: str, order: list[UUID], pool_of: dict[UUID, UUID], wave_of_position: list[int]
-) -> None:
-    """The rollout's pending NodeUpgrade rows: ``order[position]`` is the node at each position.
-
-    Rows are inserted in node id order (positions stay shuffled): two creates over the same nodes
-    then meet at the one-writer index in the same order, and one waits for the other instead of
-    deadlocking. One ``INSERT ... SELECT FROM unnest(...)`` of four arrays (sorted by
-    the database): no model instances, one statement, close to the raw INSERT ... SELECT
-    (docs/benchmarks.md).
-    """
-    pool_text = {pool_id: str(pool_id) for pool_id in set(pool_of.values())}
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _INSERT_UPGRADES_SQL,
-            [
-                rollout.id,
-                NodeUpgrade.State.PENDING,
-                version,
-                _array(order),
-                _array(pool_text[pool_of[node_id]] for node_id in order),
-                _array(wave_of_position),
-                _array(range(len(order))),
-            ],
-        )
-
-
 def rollout_create(
     *,
     tenant: Tenant,
@@ -270,9 +238,10 @@ def rollout_create(
     first_looks = gates_first_look(options=spec.gates)
     now = timezone.now()
     with transaction.atomic():
-        snapshot = _snapshot(tenant=tenant, spec=spec)
+        snapshot = _snapshot(tenant=tenant, spec=spec, lock=True)
+        superseded_state = snapshot.superseded.state if snapshot.superseded is not None else None
         # A startAt ahead: the nodes are held now, nothing starts before then (docs/controller.md#schedules).
-        scheduled = spec.schedule.start_at is not None and spec.schedule.start_at > now
+        scheduled = start_ahead(spec.schedule.start_at, at=now)
         options = snapshot.options
         approvals_required = tenant.rollout_approvals
         starts_now = approvals_required == 0
@@ -303,12 +272,13 @@ def rollout_create(
             current_wave=0,
             created_by=created_by,
             created_at=now,
+            supersedes=snapshot.superseded,
         )
         rollout.pools.set(snapshot.pools)
         TickRequest.objects.create(rollout=rollout)
         gates_create(rollout=rollout, options=spec.gates, now=now, first=first_looks)
         pool_of = dict(snapshot.nodes)
-        order = shuffle(list(pool_of), seed=rollout.id)
+        order = supersede_order(list(pool_of), seed=rollout.id, first=snapshot.first)
         waves_planned = planned_waves(options.waves, len(order))
         RolloutWave.objects.bulk_create(
             RolloutWave(
@@ -321,11 +291,16 @@ def rollout_create(
             for wave in waves_planned
         )
         wave_of_position = [wave.index for wave in waves_planned for _ in range(wave.total)]
+        handed_over = []
+        if snapshot.superseded is not None:
+            handed_over = supersede_rollout(
+                rollout=snapshot.superseded, by=rollout, node_ids=pool_of.keys(), at=now, actor=event_actor(actor)
+            )
         # An aborted rollout's nodes still in flight give way to this one (a fix-forward).
         supersede_upgrades(tenant_id=tenant.id, node_ids=pool_of.keys(), at=now)
         try:
             with transaction.atomic():
-                _insert_upgrades(
+                insert_upgrades(
                     rollout=rollout,
                     version=snapshot.release.version,
                     order=order,
@@ -338,11 +313,14 @@ def rollout_create(
             conflict_raise(
                 _conflicts(snapshot) or Taken(node_ids=sorted(str(n) for n in pool_of), rollout_ids=[], states=[])
             )
+        if snapshot.superseded is not None and rollout.state == Rollout.State.ACTIVE:
+            rollout_take_over(rollout=rollout, superseded=snapshot.superseded, node_ids=handed_over, at=now)
         created = Created(
             nodes=len(order),
             waves=[wave.total for wave in waves_planned],
             pool_ids=[str(pool.id) for pool in snapshot.pools],
             approvals_required=approvals_required or None,
+            supersedes=None if snapshot.superseded is None else str(snapshot.superseded.id),
         )
         event_record(rollout=rollout, payload=created, at=now)
         rollout_request_tick(rollout_id=rollout.id)
@@ -369,6 +347,15 @@ def rollout_create(
                 "gateFailureLimit": spec.gates.failure_limit,
                 "nodes": len(order),
                 "approvalsRequired": approvals_required,
+                "supersedes": None if snapshot.superseded is None else str(snapshot.superseded.id),
             },
         )
+        if snapshot.superseded is not None:
+            audit_rollout(
+                snapshot.superseded,
+                actor,
+                "rollout.supersede",
+                before={"state": superseded_state},
+                after={"state": Rollout.State.SUPERSEDED, "supersededBy": str(rollout.id)},
+            )
     return rollout

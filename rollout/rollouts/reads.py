@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from uuid import UUID
@@ -109,3 +109,13 @@ def creator_names(rollouts: Iterable[Rollout]) -> dict[int, str]:
         return {}
     User = get_user_model()
     return dict(User.objects.filter(pk__in=ids).values_list("pk", User.USERNAME_FIELD))
+
+
+def successor_ids(rollouts: Sequence[Rollout]) -> dict[UUID, UUID]:
+    """{superseded rollout id: the id of the rollout that superseded it} for these rollouts: one query, none when
+    none of them is superseded (docs/controller.md#undoing-a-bad-release)."""
+    ids = [rollout.id for rollout in rollouts if rollout.state == Rollout.State.SUPERSEDED]
+    if not ids:
+        return {}
+    pairs = Rollout.objects.filter(supersedes_id__in=ids).values_list("supersedes_id", "id")
+    return {superseded: successor for superseded, successor in pairs if superseded is not None}

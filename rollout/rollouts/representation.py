@@ -16,7 +16,7 @@ from uuid import UUID
 from core.times import api_datetime
 from rollout.models import Rollout, RolloutApproval
 from rollout.rollouts.blockers import Blocker, rollout_blockers
-from rollout.rollouts.reads import WaveStats, creator_names, rollout_approvals, rollout_waves
+from rollout.rollouts.reads import WaveStats, creator_names, rollout_approvals, rollout_waves, successor_ids
 
 #: A JSON value as the API writes it.
 JSON = Any
@@ -58,9 +58,10 @@ def rollout_json(
     blocker: Blocker | None,
     approvals: Sequence[RolloutApproval] = (),
     created_by: str | None = None,
+    superseded_by: UUID | None = None,
 ) -> dict[str, JSON]:
     """The rollout (loaded with ``release`` and ``pools``), its waves counted, its blocker, its approvals
-    (oldest first) and its creator's username."""
+    (oldest first), its creator's username and the id of the rollout that superseded it."""
     return {
         "id": str(rollout.id),
         "version": rollout.release.version,
@@ -82,6 +83,9 @@ def rollout_json(
         "pausedReason": str(rollout.paused_reason) if rollout.paused_reason is not None else None,
         "createdAt": api_datetime(rollout.created_at),
         "completedAt": api_datetime(rollout.completed_at),
+        "abortedReason": rollout.aborted_reason,
+        "supersedes": str(rollout.supersedes_id) if rollout.supersedes_id is not None else None,
+        "supersededBy": str(superseded_by) if superseded_by is not None else None,
         "blocker": blocker_json(blocker),
         "excluded": {"newer": rollout.excluded_newer},
         "lastTickAt": api_datetime(rollout.last_tick_at),
@@ -104,6 +108,7 @@ def rollouts_json(
     blockers = rollout_blockers(rollouts, now=now) if blockers is None else blockers
     approvals = rollout_approvals(rollouts)
     creators = creator_names(rollouts)
+    successors = successor_ids(rollouts)
     return [
         rollout_json(
             rollout,
@@ -111,6 +116,7 @@ def rollouts_json(
             blocker=blockers.get(rollout.id),
             approvals=approvals.get(rollout.id, []),
             created_by=creators.get(rollout.created_by_id) if rollout.created_by_id is not None else None,
+            superseded_by=successors.get(rollout.id),
         )
         for rollout in rollouts
     ]

@@ -226,6 +226,8 @@ class RolloutSpec:
     selector: Selector | None = None
     selector_text: str | None = None  # as given: what the representation shows
     schedule: Schedule = field(default_factory=Schedule)
+    #: The id of the rollout this one supersedes, as given (docs/controller.md#undoing-a-bad-release); None: none.
+    supersedes: str | None = None
 
 
 def _selector(text: object) -> Selector:
@@ -252,8 +254,11 @@ def rollout_spec(
     start_at: object = None,
     end_by: object = None,
     end_behavior: object = None,
+    supersedes: object = None,
 ) -> RolloutSpec:
     """Check what can be checked without the database; raises InvalidInput (400) naming the field."""
+    if supersedes is not None and not isinstance(supersedes, str):
+        raise InvalidInput("supersedes must be a rollout id.", code="invalid_input", field="supersedes")
     options = options_validate(
         waves=waves,
         max_failure_ratio=max_failure_ratio,
@@ -281,6 +286,7 @@ def rollout_spec(
         selector=None if selector is None else _selector(selector),
         selector_text=selector if isinstance(selector, str) else None,
         schedule=schedule_validate(start_at=start_at, end_by=end_by, end_behavior=end_behavior, now=timezone.now()),
+        supersedes=supersedes,
     )
 
 

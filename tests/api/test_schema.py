@@ -177,7 +177,9 @@ DOCUMENTED_ERRORS: dict[tuple[str, str], dict[int, set[str]]] = {
             "no_nodes",
             "binary_missing",
             "sequence_rollback",
+            "supersede_invalid",
         },
+        404: {"not_found"},  # supersedes names no rollout of the tenant
         409: {"conflict"},
         503: {"no_downloads_url"},
     },

@@ -128,6 +128,7 @@ def test_failures_in_a_row_pause_the_rollout_and_each_is_an_event(tenant, releas
         "consecutiveFailures": 3,
         "failureLimit": 3,
         "detail": "2 sample(s), the largest 7 > 5",
+        "action": "pause",
     }
     assert failed.count() == 3
     assert WebhookDelivery.objects.filter(event="rollout.gate_failed").count() == 3

@@ -175,3 +175,30 @@ def test_a_rollout_holds_pauses_proceeds_and_outlives_prometheus(tenant, release
     gate.refresh_from_db()
     assert (gate.state, gate.consecutive_failures) == ("inconclusive", 0)
     assert len(nodes) == 4
+
+
+def test_on_failure_abort_rollback_sends_nodes_back_on_a_real_prometheus(tenant, releases, exporter, prometheus):
+    from fleet.models import Node
+
+    fleet(tenant, {"a": (4, "0.5")})  # two nodes at a time
+    gate = {"name": "errors", "prometheus": {"query": METRIC, "max": 5}, "onFailure": "abort_rollback"}
+    rollout = create(tenant, gate, limit=2)
+    _export(exporter, prometheus, 0)
+    evaluate(rollout)
+    tick(rollout)
+    assert states(rollout) == {"in_flight": 2, "pending": 2}
+    first, second = rollout.node_upgrades.filter(state="in_flight").order_by("position")
+    rejoin(first.node_id, "1.0.0")
+
+    _export(exporter, prometheus, 9)
+    evaluate(rollout)
+    tick(rollout)
+    assert rollout.state == "active"
+    evaluate(rollout)
+    tick(rollout)
+    assert (rollout.state, rollout.aborted_reason) == ("aborted", "gate_failed:errors")
+    # The confirmed node stays; the one in flight goes back; the rest are cancelled.
+    assert states(rollout) == {"succeeded": 1, "rolled_back": 1, "cancelled": 2}
+    assert Node.objects.get(pk=second.node_id).spec["daemon"]["version"] == "0.9.0"
+    failed = RolloutEvent.objects.filter(kind="rollout.gate_failed").last().data
+    assert (failed["gate"], failed["action"], failed["value"]) == ("errors", "abort_rollback", 9.0)

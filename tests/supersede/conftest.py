@@ -1,0 +1,22 @@
+import pytest
+
+from tests.factories import manifest, release_stored, rollout_settings
+
+
+@pytest.fixture(autouse=True)
+def module_settings(settings, tmp_path):
+    settings.ROLLOUT = rollout_settings()
+    settings.MEDIA_ROOT = tmp_path / "media"
+    settings.FLEET_MIN_PROTOCOL_VERSION = 2
+    settings.FLEET_HEARTBEAT_SECONDS = 10
+    return settings
+
+
+@pytest.fixture
+def releases(db):
+    """0.9.0 (sequence 1, what the fleet runs), 1.0.0 (sequence 2, the bad one) and 1.0.1 (sequence 3, the fix)."""
+    return (
+        release_stored(manifest("0.9.0", 1)),
+        release_stored(manifest("1.0.0", 2, archs=("amd64",))),
+        release_stored(manifest("1.0.1", 3, archs=("amd64",))),
+    )
