@@ -24,10 +24,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from rollout.controller.decisions import Decision, Move, Settle
+from rollout.controller.decisions import Decision, Move
 from rollout.controller.events import Paused
 from rollout.controller.judge import failure_ratio_exceeded
 from rollout.controller.scheduled import start_due
+from rollout.controller.settle_rules import InFlight, Settle, readiness_end, settle_verdict
 from rollout.controller.stops import tick_stop
 from rollout.controller.turns import Candidate, turn_decision
 from rollout.models import NodeUpgrade, Rollout, RolloutGate, RolloutWave
@@ -36,24 +37,6 @@ State = NodeUpgrade.State
 
 
 # --- the facts ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class InFlight:
-    """An in-flight row as its settle sees it."""
-
-    id: int
-    wave: int
-    #: Its node's current session is open on the target version.
-    on_target: bool
-    #: Its deadline has passed.
-    overdue: bool
-    #: When it arrived on the target (readiness, minReadySeconds > 0), or None.
-    arrived_at: datetime | None = None
-    #: Arrived and its session stayed open on the target since, without rejoining.
-    still: bool = False
-    #: Its node is online (the fleet's online rule).
-    online: bool = True
 
 
 @dataclass(frozen=True)
@@ -159,31 +142,6 @@ class TickDecision:
         return self.start.then
 
 
-def settle_verdict(row: InFlight, *, min_ready_seconds: int, now: datetime, trusted: bool) -> list[Settle]:
-    """The one settle rule of an in-flight row (docs/controller.md#readiness-before-success-minreadyseconds).
-
-    On its target it succeeds (with minReadySeconds, it arrives instead, from then proving readiness); past
-    its deadline off its target it times out, once the fleet's offline verdicts hold (``trusted``). An arrived
-    row succeeds once its session stayed open on the target and online for minReadySeconds; one that left,
-    rejoined or went offline fails ``not_ready``.
-    """
-    arrived_at, still = row.arrived_at, row.still
-    if arrived_at is None:
-        if not row.on_target:
-            return [Settle.TIMEOUT] if row.overdue and trusted else []
-        if not min_ready_seconds:
-            return [Settle.SUCCEED]
-        arrived_at, still = now, True
-        verdict = [Settle.ARRIVE]
-    else:
-        verdict = []
-    if not still or (trusted and not row.online):
-        return [*verdict, Settle.NOT_READY]
-    if row.online and arrived_at + timedelta(seconds=min_ready_seconds) <= now:
-        return [*verdict, Settle.READY]
-    return verdict
-
-
 def pool_turns(
     rows: Iterable[Candidate], *, room: int, offline_is_down: bool
 ) -> tuple[list[tuple[Candidate, Decision]], bool]:
@@ -266,9 +224,9 @@ def decide(facts: TickFacts) -> TickDecision:
                 counts[State.SUCCEEDED if final in (Settle.SUCCEED, Settle.READY) else State.FAILED] += 1
                 last_settled = now if last_settled is None else max(last_settled, now)
         elif rollout.min_ready_seconds and (row.arrived_at is not None or final == Settle.ARRIVE):
-            still_arrived.append(row.arrived_at or now)
+            still_arrived.append(row.arrival(now=now))
     if still_arrived:
-        end = min(still_arrived) + timedelta(seconds=rollout.min_ready_seconds)
+        end = readiness_end(min(still_arrived), min_ready_seconds=rollout.min_ready_seconds)
         if now < end <= now + timedelta(seconds=facts.every):
             decision.tick_at = end
     if not running:

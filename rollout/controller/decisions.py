@@ -97,17 +97,3 @@ WAIT_PAUSED = Decision(Move.WAIT, Code.ROLLOUT_PAUSED)
 WAIT_GATE = Decision(Move.WAIT, Code.GATE)
 WAIT_SCHEDULE = Decision(Move.WAIT, Code.SCHEDULED)
 WAIT_APPROVAL = Decision(Move.WAIT, Code.AWAITING_APPROVAL)
-
-
-class Settle(StrEnum):
-    """What the tick does with an in-flight row (docs/controller.md#the-tick, Settle)."""
-
-    SUCCEED = "succeed"
-    ARRIVE = "arrive"
-    TIMEOUT = "timeout"
-    READY = "ready"
-    NOT_READY = "not_ready"
-
-
-#: The order the settles are written in.
-SETTLE_ORDER = (Settle.SUCCEED, Settle.ARRIVE, Settle.TIMEOUT, Settle.READY, Settle.NOT_READY)

@@ -10,11 +10,12 @@ from __future__ import annotations
 from datetime import datetime
 from uuid import UUID
 
-from django.db.models import Count, Exists, Max, OuterRef, Q
+from django.db.models import Count, Exists, Max, OuterRef, Q, Subquery
 
 from fleet.interface import Node, offline_verdicts_trusted, online_node_q, pool_windows_at
 from rollout import conf
-from rollout.controller.decide import FailedGate, InFlight, TickFacts
+from rollout.controller.decide import FailedGate, TickFacts
+from rollout.controller.settle_rules import InFlight
 from rollout.gates.verdicts import gates_holding_for
 from rollout.models import NodeUpgrade, Rollout, RolloutGate, RolloutWave
 from rollout.models.querysets import sessions_on_target
@@ -79,18 +80,19 @@ def _in_flight(rollout: Rollout, *, now: datetime) -> tuple[InFlight, ...]:
     online = Exists(Node.objects.filter(online_node_q(now=now), pk=OuterRef("node_id")))
     rows = (
         NodeUpgrade.objects.filter(rollout=rollout, state=State.IN_FLIGHT)
-        .annotate(on=Exists(sessions_on_target()), still=still, online=online)
-        .values_list("id", "wave", "on", "deadline", "arrived_at", "still", "online")
+        .annotate(joined=Subquery(sessions_on_target().values("joined_at")[:1]), still=still, online=online)
+        .values_list("id", "wave", "joined", "deadline", "arrived_at", "still", "online")
     )
     return tuple(
         InFlight(
             id=pk,
             wave=wave,
-            on_target=on,
+            on_target=joined is not None,
             overdue=deadline is not None and deadline <= now,
             arrived_at=arrived_at,
             still=still,
             online=online,
+            joined_at=joined,
         )
-        for pk, wave, on, deadline, arrived_at, still, online in rows
+        for pk, wave, joined, deadline, arrived_at, still, online in rows
     )

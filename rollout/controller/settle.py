@@ -6,7 +6,7 @@ Which rows move is decided here; each move is a function of rollout/controller/u
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from uuid import UUID
 
 import structlog
@@ -20,7 +20,7 @@ from fleet.interface import (
     online_node_q,
 )
 from rollout.controller.daemons import send_back_rows
-from rollout.controller.decisions import SETTLE_ORDER, Settle
+from rollout.controller.settle_rules import SETTLE_ORDER, InFlight, Settle, settle_verdict
 from rollout.controller.statements import SettleOnJoin
 from rollout.controller.tick_requests import rollout_request_tick
 from rollout.controller.upgrade_transitions import (
@@ -190,12 +190,20 @@ def node_upgrades_settle_ready(
     if not rows:
         return 0, 0
     trusted = offline_verdicts_trusted(now=now)
-    broken = [pk for pk, ok, up, _, _, _ in rows if not ok or (trusted and not up)]
-    ready = [
-        (pk, state)
+    verdicts = {
+        pk: (
+            settle_verdict(
+                InFlight(id=pk, wave=0, on_target=ok, overdue=False, arrived_at=arrived_at, still=ok, online=up),
+                min_ready_seconds=seconds,
+                now=now,
+                trusted=trusted,
+            ),
+            state,
+        )
         for pk, ok, up, arrived_at, seconds, state in rows
-        if ok and up and arrived_at is not None and arrived_at + timedelta(seconds=seconds) <= now
-    ]
+    }
+    broken = [pk for pk, (verdict, _) in verdicts.items() if verdict == [Settle.NOT_READY]]
+    ready = [(pk, state) for pk, (verdict, state) in verdicts.items() if verdict == [Settle.READY]]
     failed = fail_and_send_back(
         rows=send_back_rows(NodeUpgrade.objects.filter(id__in=broken)), reason=NodeUpgrade.Reason.NOT_READY, at=now
     )

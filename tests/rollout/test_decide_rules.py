@@ -12,8 +12,8 @@ from uuid import UUID
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rollout.controller.decide import FailedGate, InFlight, TickDecision, TickFacts, decide
-from rollout.controller.decisions import Settle
+from rollout.controller.decide import FailedGate, TickDecision, TickFacts, decide
+from rollout.controller.settle_rules import InFlight, Settle
 from rollout.models import NodeUpgrade, Rollout, RolloutGate, RolloutWave
 
 S = NodeUpgrade.State
@@ -69,6 +69,7 @@ def facts(draw) -> TickFacts:
                 ),
                 still=st.booleans(),
                 online=st.booleans(),
+                joined_at=st.sampled_from([None, NOW - timedelta(seconds=40), NOW - timedelta(seconds=5)]),
             ),
             max_size=4,
             unique_by=lambda row: row.id,

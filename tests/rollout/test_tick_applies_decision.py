@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from rollout.controller import tick as tick_module
 from rollout.controller.decide import Advance, StartStep, Stop, TickDecision, TickFacts
-from rollout.controller.decisions import Settle
+from rollout.controller.settle_rules import Settle
 from rollout.models import NodeUpgrade, Rollout, RolloutWave
 from tests.factories import fleet
 from tests.rollout.helpers import create, in_flight, tick
