@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from uuid import UUID
 
-from django.db.models import Count, Exists, Max, OuterRef, Q, Subquery
+from django.db.models import Count, Exists, Max, OuterRef, Q, Subquery, Value
 
 from fleet.interface import Node, offline_verdicts_trusted, online_node_q, pool_windows_at
 from rollout import conf
@@ -76,8 +76,11 @@ def _failed_gate(rollout: Rollout) -> FailedGate | None:
 
 def _in_flight(rollout: Rollout, *, now: datetime) -> tuple[InFlight, ...]:
     """The rollout's in-flight rows, each with what its settle reads: one query."""
-    still = Exists(sessions_on_target().filter(joined_at__lte=OuterRef("arrived_at")))
-    online = Exists(Node.objects.filter(online_node_q(now=now), pk=OuterRef("node_id")))
+    # Readiness (minReadySeconds > 0) reads whether each row stayed on its target and online; without it no row
+    # arrives, and those two are not read (a query over thousands of rows in flight is the tick's largest).
+    proving = rollout.min_ready_seconds > 0
+    still = Exists(sessions_on_target().filter(joined_at__lte=OuterRef("arrived_at"))) if proving else Value(False)
+    online = Exists(Node.objects.filter(online_node_q(now=now), pk=OuterRef("node_id"))) if proving else Value(True)
     rows = (
         NodeUpgrade.objects.filter(rollout=rollout, state=State.IN_FLIGHT)
         .annotate(joined=Subquery(sessions_on_target().values("joined_at")[:1]), still=still, online=online)
