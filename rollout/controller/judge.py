@@ -1,6 +1,6 @@
 """The failure ratio's rule (docs/controller.md#the-tick, Judge): a wave's counts, and whether they pause it.
 
-The tick judges the current wave on these (``tick.rollout_judge_failures``), and the plan predicts the pause it
+The tick's decision judges the current wave with these (``decide.decide``), and the plan predicts the pause it
 applies (rollout/controller/plan.py); resume reads the failures an operator accepts (``wave_failures``).
 """
 

@@ -11,8 +11,8 @@ One function, ``plan_at``, takes every decision from one read of the facts (docs
   (``rollout_wait``: approval, schedule, paused, gate, soak, a later wave), its pool's windows, then its
   turn in the pool (rollout/controller/turns.py: start, skip, or wait for the budget or an offline agent).
 
-The tick executes the plan's turns under each pool's row lock (``start.rollout_start_nodes``, which
-re-reads the budget and the rows there: what the locks protect). The blockers (API and admin,
+The tick takes its own decision from its own read of the facts (rollout/controller/decide.py, with the same
+rules: ``tick_stop``, ``failure_ratio_exceeded``, ``Rollout.soaking``, ``turn_decision``). The blockers (API and admin,
 rollout/rollouts/blockers.py) render this plan and decide nothing; the property test in
 tests/rollout/test_start_plan.py checks that the rows whose blocker is ``next_tick`` are exactly those
 the tick starts (or skips for want of a binary).
@@ -179,7 +179,7 @@ def rollout_facts(rollouts: Iterable[Rollout], *, now: datetime) -> dict[UUID, R
 
 def _settles_unrecorded(facts: dict[UUID, RolloutFacts], *, now: datetime) -> None:
     """A current wave whose last node settled after the last tick: the next tick's advance records it first
-    (``tick.rollout_advance``, ``Rollout.wave_settles``: settled at its last node's ``settled_at``, the soak
+    (``decide.decide``'s advance, ``Rollout.wave_settles``: settled at its last node's ``settled_at``, the soak
     from then), so the plan sees it as recorded, on copies. For the rollouts the next tick advances (it starts
     nodes); no query of its own."""
     for f in facts.values():

@@ -13,8 +13,8 @@ from datetime import datetime
 
 from rollout.controller.aborts import rollout_abort_now
 from rollout.controller.events import DeadlinePassed, Paused, event_record
-from rollout.controller.transitions import hold_at_deadline, pause_rollout, start_scheduled_rollout
-from rollout.models import Rollout
+from rollout.controller.transitions import hold_at_deadline, pause_rollout
+from rollout.models import Rollout, end_passed, start_ahead
 
 State = Rollout.State
 EndBehavior = Rollout.EndBehavior
@@ -22,15 +22,9 @@ EndBehavior = Rollout.EndBehavior
 
 def start_due(rollout: Rollout, *, now: datetime) -> bool:
     """Whether the rollout is scheduled and its ``startAt`` has come: the tick starts it now."""
-    return rollout.state == State.SCHEDULED and rollout.start_at is not None and rollout.start_at <= now
-
-
-def rollout_start_due(*, rollout: Rollout, now: datetime) -> bool:
-    """The tick's step: a scheduled rollout whose ``startAt`` has come becomes active. Whether it did."""
-    if not start_due(rollout, now=now):
-        return False
-    start_scheduled_rollout(rollout=rollout, at=now, actor="schedule")
-    return True
+    return (
+        rollout.state == State.SCHEDULED and rollout.start_at is not None and not start_ahead(rollout.start_at, at=now)
+    )
 
 
 def deadline_due(rollout: Rollout, *, now: datetime) -> bool:
@@ -39,7 +33,7 @@ def deadline_due(rollout: Rollout, *, now: datetime) -> bool:
     A paused rollout too: its ``endBehavior`` aborts it, or its pause becomes the deadline's (once: then its
     ``pausedReason`` is ``deadline``).
     """
-    if rollout.end_by is None or rollout.end_by > now:
+    if not end_passed(rollout.end_by, at=now):
         return False
     if rollout.state in (State.ACTIVE, State.SCHEDULED):
         return True

@@ -5,13 +5,13 @@ Which rows move is decided here; each move is a function of rollout/controller/u
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from datetime import datetime, timedelta
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from uuid import UUID
 
 import structlog
 from django.db import transaction
-from django.db.models import Exists, Min, OuterRef
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from fleet.interface import (
@@ -19,8 +19,8 @@ from fleet.interface import (
     offline_verdicts_trusted,
     online_node_q,
 )
-from rollout import conf
 from rollout.controller.daemons import send_back_rows
+from rollout.controller.settle_rules import SETTLE_ORDER, InFlight, Settle, settle_verdict
 from rollout.controller.statements import SettleOnJoin
 from rollout.controller.tick_requests import rollout_request_tick
 from rollout.controller.upgrade_transitions import (
@@ -32,32 +32,12 @@ from rollout.controller.upgrade_transitions import (
     succeed_rejoined,
     succeed_upgrades,
 )
-from rollout.dispatch import TICK_TASK, publish_on_commit
 from rollout.models import NodeUpgrade, Rollout
 from rollout.models.querysets import sessions_on_target
 
 log = structlog.get_logger("rollout")
 
 State = NodeUpgrade.State
-
-
-def node_upgrades_settle_succeeded(*, rollout: Rollout, now: datetime) -> int:
-    """In-flight nodes whose current session reports the target version succeed.
-
-    With minReadySeconds > 0 they record ``arrived_at`` instead and prove readiness
-    (``node_upgrades_settle_ready``). Returns the nodes that succeeded.
-    """
-    ids = list(
-        NodeUpgrade.objects.filter(rollout=rollout, state=State.IN_FLIGHT, arrived_at__isnull=True)
-        .on_target()
-        .values_list("id", flat=True)
-    )
-    if rollout.min_ready_seconds:
-        mark_arrived(ids=ids, rollout=str(rollout.id))
-        return 0
-    return succeed_upgrades(
-        ids=ids, rollout_state=rollout.state, at=now, rollout=str(rollout.id), version=rollout.release.version
-    )
 
 
 def node_upgrade_settle_reported(*, node_id: UUID, daemon_version: str, row: SettleOnJoin | None = None) -> bool:
@@ -210,12 +190,20 @@ def node_upgrades_settle_ready(
     if not rows:
         return 0, 0
     trusted = offline_verdicts_trusted(now=now)
-    broken = [pk for pk, ok, up, _, _, _ in rows if not ok or (trusted and not up)]
-    ready = [
-        (pk, state)
+    verdicts = {
+        pk: (
+            settle_verdict(
+                InFlight(id=pk, wave=0, on_target=ok, overdue=False, arrived_at=arrived_at, still=ok, online=up),
+                min_ready_seconds=seconds,
+                now=now,
+                trusted=trusted,
+            ),
+            state,
+        )
         for pk, ok, up, arrived_at, seconds, state in rows
-        if ok and up and arrived_at is not None and arrived_at + timedelta(seconds=seconds) <= now
-    ]
+    }
+    broken = [pk for pk, (verdict, _) in verdicts.items() if verdict == [Settle.NOT_READY]]
+    ready = [(pk, state) for pk, (verdict, state) in verdicts.items() if verdict == [Settle.READY]]
     failed = fail_and_send_back(
         rows=send_back_rows(NodeUpgrade.objects.filter(id__in=broken)), reason=NodeUpgrade.Reason.NOT_READY, at=now
     )
@@ -225,24 +213,6 @@ def node_upgrades_settle_ready(
             ids=[pk for pk, state in ready if state == rollout_state], rollout_state=rollout_state, at=now, why="ready"
         )
     return succeeded, failed
-
-
-def readiness_tick_publish(*, rollout: Rollout, now: datetime) -> None:
-    """One tick at the earliest readiness end of the rollout's nodes, when it comes before the next period.
-
-    Later ends are the business of later ticks (the periodic one always runs within a
-    period before each), so a tick publishes at most one message, whatever its nodes.
-    """
-    if not rollout.min_ready_seconds:
-        return
-    first = NodeUpgrade.objects.filter(rollout=rollout, state=State.IN_FLIGHT, arrived_at__isnull=False).aggregate(
-        first=Min("arrived_at")
-    )["first"]
-    if first is None:
-        return
-    end = first + timedelta(seconds=rollout.min_ready_seconds)
-    if now < end <= now + timedelta(seconds=conf.options().every):
-        publish_on_commit(TICK_TASK, args=[str(rollout.id)], eta=end)
 
 
 def node_upgrades_roll_back(*, rollout: Rollout, now: datetime) -> tuple[int, int]:
@@ -265,3 +235,35 @@ def node_upgrades_roll_back(*, rollout: Rollout, now: datetime) -> tuple[int, in
     rolled_back = roll_back_upgrades(rows=back, at=now)
     keep_in_flight(ids=kept, reason=NodeUpgrade.Reason.PREVIOUS_NOT_REGISTERED)
     return rolled_back, len(kept)
+
+
+def settles_apply(*, rollout: Rollout, settles: Mapping[Settle, Sequence[int]], now: datetime) -> tuple[int, int]:
+    """Write the settles a tick decided (``decide.settle_verdict``), in ``SETTLE_ORDER``: (succeeded, failed).
+
+    Each move is conditional (a row the join path settled meanwhile is left alone); the rows sent back are
+    locked first, skipping those another worker holds.
+    """
+    succeeded = failed = 0
+    context: dict[str, str | int] = {"rollout": str(rollout.id)}
+    for verdict in SETTLE_ORDER:
+        ids = list(settles.get(verdict, ()))
+        if not ids:
+            continue
+        rows = NodeUpgrade.objects.filter(id__in=ids, state=State.IN_FLIGHT)
+        if verdict == Settle.SUCCEED:
+            succeeded += succeed_upgrades(
+                ids=ids, rollout_state=rollout.state, at=now, version=rollout.release.version, **context
+            )
+        elif verdict == Settle.ARRIVE:
+            mark_arrived(ids=ids, **context)
+        elif verdict == Settle.READY:
+            succeeded += succeed_upgrades(ids=ids, rollout_state=rollout.state, at=now, why="ready", **context)
+        else:
+            locked = rows.select_for_update(skip_locked=True, of=("self",))
+            if verdict == Settle.TIMEOUT:  # one that arrived meanwhile is not timed out
+                locked = locked.filter(arrived_at__isnull=True).exclude(Exists(sessions_on_target()))
+                reason = NodeUpgrade.Reason.TIMEOUT
+            else:
+                reason = NodeUpgrade.Reason.NOT_READY
+            failed += fail_and_send_back(rows=send_back_rows(locked), reason=reason, at=now)
+    return succeeded, failed

@@ -23,17 +23,16 @@ from fleet.interface import (
     Command,
     Node,
     commands_enqueue,
-    offline_verdicts_trusted,
     online_node_q,
     pool_budget,
     pool_budgets,
     pool_windows_open,
 )
 from rollout.controller.daemons import SignedRelease, min_protocol_version, set_daemons, signed_releases
+from rollout.controller.decide import StartStep, pool_turns
 from rollout.controller.decisions import Decision, Move
-from rollout.controller.plan import plan_at, rollout_wait
 from rollout.controller.timeouts import timeouts_due_arm_safely
-from rollout.controller.turns import Candidate, PoolPlan, pool_turns
+from rollout.controller.turns import Candidate, PoolPlan, pool_rows
 from rollout.controller.upgrade_transitions import (
     converge_upgrades,
     skip_upgrades,
@@ -66,43 +65,27 @@ class StartPlan:
         return sum(len(plan.moves(Move.SKIP)) for plan in self.pools.values())
 
 
-def rollout_start_nodes(*, rollout: Rollout, now: datetime) -> StartPlan:
-    """Execute the rollout's plan at ``now`` (controller/plan.py ``plan_at``): start and skip its starting wave's
-    pending nodes in its open pools, each pool's turn read again under the pool's row lock.
-
-    The plan says whether the rollout starts anything (gate, soak, pause, schedule, a stop the tick applies
-    first) and which pools are open; only what the locks protect is read again: the budget and the rows.
+def start_apply(*, rollout: Rollout, step: StartStep, now: datetime) -> tuple[StartPlan, bool]:
+    """Apply the decision's start step (rollout/controller/decide.py): under the open pools' row locks (taken in
+    id order by one statement), each pool's turn (``decide.pool_turns``) within its free slots read there, the one
+    fact another rollout changes; then skip and start. Returns the plan and whether every pending row was reached.
     """
-    planned = plan_at([rollout], now=now)
-    facts = planned.facts[rollout.id]
-    wave = facts.startable_wave
-    plan = StartPlan(wave=rollout.current_wave if wave is None else wave)
-    # Only the advance moves a rollout to its next wave (and records it started): a plan that counts a wave the
-    # advance has not recorded as settled (an empty one, just started) starts nothing beyond it here.
-    if wave != rollout.current_wave or rollout_wait(wave=wave, facts=facts) is not None:
-        return plan
-    pools = [planned.pools[pool_id] for pool_id in facts.pending_pools() if pool_id in planned.pools]
-    # A closed pool's pending nodes wait (they are not skipped); the periodic tick sees the window open.
-    plan.closed = {pool.pool_id: pool.windows.opens_at for pool in pools if not pool.is_open}
-    pool_ids = [pool.pool_id for pool in pools if pool.is_open]
-    if not pool_ids:
-        return plan
-    # Right after the server could not hear its fleet (its database or web tier was down), a
-    # node that looks offline may well be running: wait for it instead of skipping it.
-    offline_is_down = offline_verdicts_trusted(now=now)
-    pending = NodeUpgrade.objects.filter(rollout=rollout, wave=wave).pending()
-    # The pools' rows locked in id order (every writer's order) by one statement, then counted by one.
-    budgets = pool_budgets(pool_ids=pool_ids, lock=True)
-    for pool_id in pool_ids:
+    plan = StartPlan(wave=step.wave, closed=dict(step.closed))
+    if not step.open:
+        return plan, False
+    pending = NodeUpgrade.objects.filter(rollout=rollout, wave=step.wave).pending()
+    budgets = pool_budgets(pool_ids=step.open, lock=True)
+    exhausted = True
+    for pool_id in step.open:
         budget = budgets.get(pool_id)
         if budget is None:
             continue  # deleted meanwhile
-        turns = pool_turns(
-            pending.filter(pool_id=pool_id), room=budget.available, now=now, offline_is_down=offline_is_down
-        )
+        rows = pool_rows(pending.filter(pool_id=pool_id), room=budget.available, now=now)
+        turns, reached = pool_turns(rows, room=budget.available, offline_is_down=step.offline_is_down)
+        exhausted = exhausted and reached
         plan.pools[pool_id] = PoolPlan(pool_id=pool_id, budget=budget, turns=turns)
     _execute(rollout=rollout, plan=plan, now=now)
-    return plan
+    return plan, exhausted
 
 
 def _execute(*, rollout: Rollout, plan: StartPlan, now: datetime) -> None:
@@ -198,7 +181,7 @@ def rollouts_converge(*, now: datetime) -> int:
     """Upgrade the nodes of completed rollouts that come back (``convergence_candidates``), within budgets.
 
     Per pool, in id order, under the pool's row lock (``pool_budget(lock=True)``, as
-    ``rollout_start_nodes``): two workers converging at once never exceed a budget.
+    ``start_apply``): two workers converging at once never exceed a budget.
     The candidates are read again under the lock. Returns the nodes started.
     """
     pool_ids = sorted(set(convergence_candidates(now=now).values_list("pool_id", flat=True).order_by()))

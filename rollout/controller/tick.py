@@ -1,27 +1,19 @@
-"""The controller: the steps of a tick, and the tick that runs them for one rollout.
+"""The controller's tick for one rollout: load -> decide -> apply (docs/controller.md#the-tick).
 
-A tick (docs/controller.md#the-tick), for one rollout, under its row lock taken with
-``skip_locked`` so two workers never reconcile the same rollout at once:
+Under the rollout's row lock, taken with ``skip_locked`` so two workers never reconcile the same rollout at once:
+``load.tick_facts`` reads its facts once, ``decide.decide`` (a pure function: the steps stop, settle, judge,
+advance, start, and their order, live there) returns one ``TickDecision``, and ``tick_apply`` writes it through
+the transitions (rollout/controller/transitions.py, the rollout's; upgrade_transitions.py, its node upgrades')
+and decides nothing: the one fact it reads again is each open pool's free slots, under the pool's row lock.
 
-0. stop: its deadline, a blocked or expired release, a failed gate (rollout/controller/stops.py); else a
-   scheduled rollout whose ``startAt`` has come starts;
-1. settle: in-flight nodes whose session reports the target version succeed;
-   overdue ones fail and their spec.daemon goes back to the previous section;
-2. judge: pause when the current wave's failure ratio exceeds the maximum;
-3. advance: when the wave has settled and its soak is over, start the next
-   wave, or complete after the last one;
-4. start: pending nodes of the current wave, in position order, per pool,
-   within the pool's disruption budget (under the pool's row lock).
-
-The controller decides which rows move; the moves themselves (conditional
-UPDATE, one-writer flag, event, log line) are rollout/controller/transitions.py (the rollout's) and
-upgrade_transitions.py (its node upgrades').
+Also here: ``rollout_tick`` (one asked tick, its waiter and retries) and ``rollouts_tick_all`` (the period).
 """
 
 from __future__ import annotations
 
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
@@ -34,18 +26,14 @@ from core.maintenance import tables_vacuum
 from fleet.interface import node_tables_vacuum
 from rollout import conf
 from rollout.controller.aborts import rollout_abort_now
+from rollout.controller.decide import Advance, Stop, TickDecision, TickFacts, decide
 from rollout.controller.events import Paused
 from rollout.controller.health import controller_beat_record, rollout_ticked
-from rollout.controller.judge import failure_ratio_exceeded, wave_counts
-from rollout.controller.scheduled import rollout_deadline, rollout_start_due
-from rollout.controller.settle import (
-    node_upgrades_settle_overdue,
-    node_upgrades_settle_ready,
-    node_upgrades_settle_succeeded,
-    readiness_tick_publish,
-)
-from rollout.controller.start import StartPlan, rollout_start_nodes, rollouts_converge
-from rollout.controller.stops import tick_stop, with_stop_facts
+from rollout.controller.load import tick_facts
+from rollout.controller.scheduled import rollout_deadline
+from rollout.controller.settle import node_upgrades_settle_overdue, node_upgrades_settle_ready, settles_apply
+from rollout.controller.start import StartPlan, rollouts_converge, start_apply
+from rollout.controller.stops import with_stop_facts
 from rollout.controller.tick_requests import (
     holder_awaited,
     rollout_request_tick,
@@ -54,8 +42,15 @@ from rollout.controller.tick_requests import (
     tick_send,
 )
 from rollout.controller.timeouts import timeouts_due_rearm
-from rollout.controller.transitions import complete_rollout, pause_rollout, start_next_wave, wave_settled_record
+from rollout.controller.transitions import (
+    complete_rollout,
+    pause_rollout,
+    start_next_wave,
+    start_scheduled_rollout,
+    wave_settled_record,
+)
 from rollout.controller.upgrade_transitions import release_settled_claims
+from rollout.dispatch import TICK_TASK, publish_on_commit
 from rollout.metrics import TICK_SECONDS
 from rollout.models import NodeUpgrade, Rollout, RolloutGate, RolloutWave, TickRequest
 
@@ -77,71 +72,20 @@ class TickResult:
     plan: StartPlan | None = None
 
 
-# --- judging and advancing ---------------------------------------------------------------
-
-
-def rollout_judge_failures(*, rollout: Rollout, now: datetime, counts: dict[str, int] | None = None) -> bool:
-    """Pause the rollout (``failure_ratio``) when its current wave's failure ratio is exceeded."""
-    if counts is None:
-        counts = wave_counts(rollout=rollout, wave=rollout.current_wave)
-    if not failure_ratio_exceeded(rollout=rollout, counts=counts):
-        return False
-    paused = Paused(
-        paused_reason=Rollout.PausedReason.FAILURE_RATIO,
-        wave=rollout.current_wave,
-        failed=counts[State.FAILED],
-        succeeded=counts[State.SUCCEEDED],
-        max_failure_ratio=float(rollout.max_failure_ratio),
-    )
-    pause_rollout(rollout=rollout, at=now, paused=paused)
-    return True
-
-
-def rollout_advance(*, rollout: Rollout, now: datetime, counts: dict[str, int] | None = None) -> bool:
-    """When the current wave has settled: record it, then after the soak start the next wave, or complete.
-
-    ``counts``: the current wave's, when the caller judged on them (read now when not given).
-    """
-    if counts is None:
-        counts = wave_counts(rollout=rollout, wave=rollout.current_wave)
-    if counts[State.PENDING] or counts[State.IN_FLIGHT]:
-        return False
-    # Judged on the very counts that say the wave is over: a failure committed after
-    # they were read (a timeout task) left a node in flight in them, so nothing moves on.
-    if rollout_judge_failures(rollout=rollout, now=now, counts=counts):
-        return False
-    waves = {wave.index: wave for wave in RolloutWave.objects.filter(rollout=rollout)}
-    wave = waves[rollout.current_wave]
-    wave_settled_record(rollout=rollout, waves=waves, at=now)
-    if rollout.on_last_wave(last_index=max(waves)):
-        complete_rollout(rollout=rollout, at=now)
-        return True
-    if rollout.soaking(wave=wave, last_index=max(waves), at=now):
-        return False
-    start_next_wave(rollout=rollout, wave=waves[rollout.current_wave + 1], at=now)
-    return True
-
-
 # --- the tick --------------------------------------------------------------------------
 
 
-def rollout_stop(*, rollout: Rollout, reason: str, now: datetime) -> None:
-    """active -> paused for a stop other than the deadline (rollout/controller/stops.py). A gate's stop
-    (``gate_failed:<name>``, docs/controller.md#gates) does what the gate's ``onFailure`` says: a pause carrying
-    the gate and its latest value in the event, or an abort (``abortedReason`` the same words), with rollback
-    for ``abort_rollback``."""
-    if not reason.startswith(Rollout.GATE_FAILED_PREFIX):
-        pause_rollout(rollout=rollout, at=now, paused=Paused(paused_reason=reason))
+def rollout_stop(*, rollout: Rollout, stop: Stop, now: datetime) -> None:
+    """The decision's stop other than the deadline (rollout/controller/stops.py): a pause (a gate's carries the
+    gate and its latest value in the event), or a gate's abort (``abortedReason`` the stop's words), with rollback
+    for ``abort_rollback`` (docs/controller.md#gates)."""
+    if stop.action == RolloutGate.OnFailure.PAUSE:
+        pause_rollout(
+            rollout=rollout, at=now, paused=Paused(paused_reason=stop.reason, gate=stop.gate, value=stop.value)
+        )
         return
-    name = reason.removeprefix(Rollout.GATE_FAILED_PREFIX)
-    value, on_failure = RolloutGate.objects.filter(rollout=rollout, name=name).values_list(
-        "value", "on_failure"
-    ).first() or (None, RolloutGate.OnFailure.PAUSE)
-    if on_failure == RolloutGate.OnFailure.PAUSE:
-        pause_rollout(rollout=rollout, at=now, paused=Paused(paused_reason=reason, gate=name, value=value))
-        return
-    rollback = on_failure == RolloutGate.OnFailure.ABORT_ROLLBACK
-    rollout_abort_now(rollout=rollout, now=now, actor=f"gate:{name}", rollback=rollback, reason=reason)
+    rollback = stop.action == RolloutGate.OnFailure.ABORT_ROLLBACK
+    rollout_abort_now(rollout=rollout, now=now, actor=f"gate:{stop.gate}", rollback=rollback, reason=stop.reason)
 
 
 #: Ticks one asked tick tries at most, each but the first after waiting for another worker's (``rollout_tick``).
@@ -204,6 +148,8 @@ def _rollout_tick_marked(*, rollout_id: UUID | str) -> tuple[TickResult | None, 
 
 @TICK_SECONDS.time()
 def _rollout_tick_unless_held(*, rollout_id: UUID | str) -> TickResult | None:
+    """Load, decide, apply: the rollout's facts read once under its row lock (``load.tick_facts``), its decision
+    (``decide.decide``, a pure function), and that decision's writes (``tick_apply``)."""
     with transaction.atomic():
         now = timezone.now()
         # What its stops read (a blocked or expired release, a failed gate) comes with the lock, in one query.
@@ -217,40 +163,52 @@ def _rollout_tick_unless_held(*, rollout_id: UUID | str) -> TickResult | None:
         if rollout is None:
             return None
         rollout_ticked(rollout=rollout, at=now)
-        result = TickResult()
-        stop = tick_stop(rollout, now=now)
-        was_paused = rollout.state == Rollout.State.PAUSED
-        if stop == Rollout.PausedReason.DEADLINE:
-            rollout_deadline(rollout=rollout, now=now)
-            result.paused = rollout.state == Rollout.State.PAUSED and not was_paused
-        else:
-            rollout_start_due(rollout=rollout, now=now)
-            if stop is not None:
-                # Nodes in flight settle below; nothing starts.
-                rollout_stop(rollout=rollout, reason=stop, now=now)
-                result.paused = True
-        result.succeeded = node_upgrades_settle_succeeded(rollout=rollout, now=now)
-        arrived, result.failed = node_upgrades_settle_overdue(now=now, rollout=rollout)
-        ready, not_ready = node_upgrades_settle_ready(now=now, rollout=rollout)
-        result.succeeded += arrived + ready
-        result.failed += not_ready
-        readiness_tick_publish(rollout=rollout, now=now)
-        if rollout.state != Rollout.State.ACTIVE:
-            return result
-        counts = wave_counts(rollout=rollout, wave=rollout.current_wave)
-        if rollout_judge_failures(rollout=rollout, now=now, counts=counts):
-            result.paused = True
-            return result
-        result.advanced = rollout_advance(rollout=rollout, now=now, counts=counts)
-        # The start step executes the plan, which also says whether anything starts (a gate holds: blocker "gate").
-        if rollout.state == Rollout.State.ACTIVE:
-            result.plan = rollout_start_nodes(rollout=rollout, now=now)
-            result.started, result.skipped = result.plan.started, result.plan.skipped
-            if result.skipped and not result.started:
-                # A wave of only offline nodes settles here: move on without waiting a period.
-                result.advanced = rollout_advance(rollout=rollout, now=now) or result.advanced
-        result.completed = rollout.state == Rollout.State.COMPLETED
-        return result
+        facts = tick_facts(rollout, now=now)
+        return tick_apply(rollout=rollout, facts=facts, decision=decide(facts))
+
+
+def tick_apply(*, rollout: Rollout, facts: TickFacts, decision: TickDecision) -> TickResult:
+    """Write what ``decision`` says, in its order, and nothing else; the start step re-reads only what the pools'
+    locks protect (their free slots, ``start.start_apply``)."""
+    now, result = facts.now, TickResult()
+    was_paused = rollout.state == Rollout.State.PAUSED
+    if decision.deadline:
+        rollout_deadline(rollout=rollout, now=now)
+        result.paused = rollout.state == Rollout.State.PAUSED and not was_paused
+    if decision.start_scheduled:
+        start_scheduled_rollout(rollout=rollout, at=now, actor="schedule")
+    if decision.stop is not None:
+        rollout_stop(rollout=rollout, stop=decision.stop, now=now)  # nodes in flight settle below
+        result.paused = True
+    result.succeeded, result.failed = settles_apply(rollout=rollout, settles=decision.settles, now=now)
+    if decision.tick_at is not None:
+        publish_on_commit(TICK_TASK, args=[str(rollout.id)], eta=decision.tick_at)
+    if decision.advance is not None:
+        result.advanced = _advance_apply(rollout=rollout, advance=decision.advance, waves=facts.waves, now=now)
+        result.paused = result.paused or decision.advance.pause is not None
+    if decision.start is not None:
+        result.plan, exhausted = start_apply(rollout=rollout, step=decision.start, now=now)
+        result.started, result.skipped = result.plan.started, result.plan.skipped
+        then = decision.after_start(started=result.started, skipped=result.skipped, exhausted=exhausted)
+        if then is not None:  # a wave of only offline nodes settles here: move on without waiting a period
+            moved = _advance_apply(rollout=rollout, advance=then, waves=facts.waves, now=now)
+            result.advanced = moved or result.advanced
+    result.completed = rollout.state == Rollout.State.COMPLETED
+    return result
+
+
+def _advance_apply(*, rollout: Rollout, advance: Advance, waves: Mapping[int, RolloutWave], now: datetime) -> bool:
+    """The decision's advance: its pause, its wave recorded settled, then the completion or the next wave."""
+    if advance.pause is not None:
+        pause_rollout(rollout=rollout, at=now, paused=advance.pause)
+        return False
+    if advance.record:
+        wave_settled_record(rollout=rollout, waves=dict(waves), at=now)
+    if advance.complete:
+        complete_rollout(rollout=rollout, at=now)
+    elif advance.next_wave is not None:
+        start_next_wave(rollout=rollout, wave=waves[advance.next_wave], at=now)
+    return advance.moves
 
 
 def rollouts_tick_all() -> int:

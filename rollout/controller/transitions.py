@@ -53,7 +53,7 @@ from rollout.controller.upgrade_transitions import (
     release_settled_claims,
 )
 from rollout.dispatch import TICK_TASK, publish_on_commit
-from rollout.models import NodeUpgrade, Rollout, RolloutApproval, RolloutWave
+from rollout.models import NodeUpgrade, Rollout, RolloutApproval, RolloutWave, start_ahead
 from rollout.words import cannot_be
 
 State = NodeUpgrade.State
@@ -296,7 +296,7 @@ def start_next_wave(*, rollout: Rollout, wave: RolloutWave, at: datetime) -> Non
 def approve_rollout(*, rollout: Rollout, at: datetime, actor: str) -> None:
     """awaiting_approval -> active (``rollout.approved``): its first wave starts now, at the next tick; or
     -> scheduled when its ``startAt`` is ahead (the tick starts it then, docs/controller.md#schedules)."""
-    ahead = rollout.start_at is not None and rollout.start_at > at
+    ahead = start_ahead(rollout.start_at, at=at)
     state = Rollout.State.SCHEDULED if ahead else Rollout.State.ACTIVE
     _move_rollout(rollout, sources=[Rollout.State.AWAITING_APPROVAL], action="approved", state=state, approved_at=at)
     if state == Rollout.State.ACTIVE:

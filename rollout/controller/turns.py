@@ -5,14 +5,15 @@ free slots: an offline row is skipped (or, right after an outage, waited for), a
 binary for its arch is skipped, any other starts. Offline and binary-less rows take no slot. A
 row the tick does not reach waits for the budget (``turn_decision``).
 
-The tick reads a locked pool's rows in that order (``pool_turns``); the plan, for a page of rows,
-learns which the tick reaches from one query (``rows_reached``) instead of reading every pool.
+The tick reads a locked pool's rows in that order (``pool_rows``, taken by ``decide.pool_turns``); the plan,
+for a page of rows, learns which the tick reaches from one query (``rows_reached``) instead of reading every
+pool.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from uuid import UUID
@@ -119,31 +120,18 @@ class PoolPlan:
         return [(row, decision) for row, decision in self.turns if decision.move == move]
 
 
-def pool_turns(
-    rows: NodeUpgradeQuerySet, *, room: int, now: datetime, offline_is_down: bool
-) -> list[tuple[Candidate, Decision]]:
-    """The tick's reading of one pool: its pending ``rows`` in position order, each decided, until no slot is left.
-
-    Reads ``room + START_LOOKAHEAD`` rows per query, so offline rows ahead cost a query per
-    hundred, not one each.
-    """
-    turns: list[tuple[Candidate, Decision]] = []
-    started = 0
+def pool_rows(rows: NodeUpgradeQuerySet, *, room: int, now: datetime) -> Iterator[Candidate]:
+    """A locked pool's pending ``rows`` in position order, with their start facts, read lazily as its turn
+    (``decide.pool_turns``) takes them: ``room + START_LOOKAHEAD`` rows per query, so offline rows ahead cost a
+    query per hundred, not one each, and the tick never reads past the pool's last free slot."""
     cursor = -1
-    while started < room:
-        limit = room - started + START_LOOKAHEAD
+    while True:
+        limit = room + START_LOOKAHEAD
         chunk = candidates(rows.filter(position__gt=cursor).order_by("position")[:limit], now=now)
-        for row in chunk:
-            if started >= room:
-                return turns
-            decision = turn_decision(row, reached=True, offline_is_down=offline_is_down)
-            turns.append((row, decision))
-            cursor = row.position
-            if decision.move == Move.START:
-                started += 1
+        yield from chunk
         if len(chunk) < limit:
-            break
-    return turns
+            return
+        cursor = chunk[-1].position
 
 
 def rows_reached(

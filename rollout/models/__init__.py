@@ -4,7 +4,15 @@ from rollout.models.approvals import RolloutApproval
 from rollout.models.gates import RolloutGate
 from rollout.models.health import ControllerBeat, TickScheduleWritten
 from rollout.models.releases import Release, ReleaseBinary, ReleaseBlock, ReleaseRoot, binary_storage_name
-from rollout.models.rollouts import NodeUpgrade, Rollout, RolloutEvent, RolloutWave, TickRequest
+from rollout.models.rollouts import (
+    NodeUpgrade,
+    Rollout,
+    RolloutEvent,
+    RolloutWave,
+    TickRequest,
+    end_passed,
+    start_ahead,
+)
 from rollout.models.webhooks import Webhook, WebhookDelivery
 
 __all__ = [
@@ -24,4 +32,6 @@ __all__ = [
     "Webhook",
     "WebhookDelivery",
     "binary_storage_name",
+    "end_passed",
+    "start_ahead",
 ]

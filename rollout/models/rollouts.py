@@ -27,6 +27,18 @@ from rollout.models.querysets import NodeUpgradeQuerySet
 from rollout.models.releases import Release, ReleaseBlock
 
 
+def start_ahead(start_at: datetime | None, *, at: datetime) -> bool:
+    """A ``startAt`` still ahead of ``at``: the rollout is held (``scheduled``) until then
+    (docs/controller.md#schedules). The one reading of ``startAt``: create, approve, resume and the tick."""
+    return start_at is not None and start_at > at
+
+
+def end_passed(end_by: datetime | None, *, at: datetime) -> bool:
+    """An ``endBy`` come by ``at``: the deadline applies (docs/controller.md#schedules). The one reading of
+    ``endBy``: the tick's stop and resume's refusal."""
+    return end_by is not None and end_by <= at
+
+
 class Rollout(models.Model):
     class State(models.TextChoices):
         ACTIVE = "active", "active"
@@ -158,14 +170,15 @@ class Rollout(models.Model):
 
     def wave_settles(self, wave: RolloutWave, *, at: datetime) -> None:
         """Record on these instances that ``wave`` settled ``at`` (its last node's settle): its soak ends
-        ``soak_seconds`` later (``next_wave_at``). ``rollout_advance`` saves them; the plan foresees it on copies."""
+        ``soak_seconds`` later (``next_wave_at``). The tick's advance saves them
+        (``transitions.wave_settled_record``); the plan foresees it on copies."""
         wave.settled_at = at
         self.next_wave_at = at + timedelta(seconds=self.soak_seconds)
 
     def soak_until(self, *, at: datetime) -> datetime | None:
         """When a soak that may run at ``at`` ends: ``next_wave_at``, while active and ahead of ``at``; else None.
 
-        ``rollout_advance`` sets it when a wave settles (its settled time plus ``soak_seconds``); whether
+        The tick's advance sets it when a wave settles (its settled time plus ``soak_seconds``); whether
         the rollout soaks also needs that wave settled and not the last (``soaking``)."""
         if self.state != Rollout.State.ACTIVE or self.next_wave_at is None or self.next_wave_at <= at:
             return None
@@ -219,7 +232,7 @@ class RolloutWave(models.Model):
 
     @property
     def settled(self) -> bool:
-        """None of its nodes is pending or in flight any more, and a tick recorded it (``rollout_advance`` sets
+        """None of its nodes is pending or in flight any more, and a tick recorded it (its advance sets
         ``settled_at``): its soak runs from then, and the next wave waits for it."""
         return self.settled_at is not None
 

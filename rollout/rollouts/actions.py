@@ -32,7 +32,7 @@ from rollout.controller.transitions import (
     start_scheduled_rollout,
 )
 from rollout.gates.verdicts import gates_counts_clear
-from rollout.models import Rollout
+from rollout.models import Rollout, end_passed, start_ahead
 from rollout.rollouts.spec import schedule_time
 from rollout.words import cannot_be
 
@@ -129,7 +129,7 @@ def rollout_resume(
         before: dict[str, Any] = _state(rollout)
         if new_end_by is not None and rollout.start_at is not None and new_end_by <= rollout.start_at:
             raise InvalidInput("endBy must be after startAt.", code="invalid_schedule", field="endBy")
-        past = rollout.end_by is not None and rollout.end_by <= now
+        past = end_passed(rollout.end_by, at=now)
         if rollout.state == Rollout.State.PAUSED and past and new_end_by is None:
             raise Conflict(
                 "The rollout's deadline (endBy) has passed: resume with a later endBy.",
@@ -151,7 +151,7 @@ def rollout_resume(
             # The operator saw these failures and chose to go on; failures that came while
             # an operator's pause was on were seen by no one, and are judged as usual.
             acknowledged = wave_failures(rollout)
-        ahead = rollout.start_at is not None and rollout.start_at > now
+        ahead = start_ahead(rollout.start_at, at=now)
         resume_rollout(
             rollout=rollout,
             at=now,

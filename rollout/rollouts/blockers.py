@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from uuid import UUID
 
 from rollout.controller.decisions import (
@@ -48,6 +48,7 @@ from rollout.controller.decisions import (
 )
 from rollout.controller.health import BEAT_COMMAND, WORKER_COMMAND, controller_missing
 from rollout.controller.plan import Plan, PoolState, RolloutDecision, plan_at
+from rollout.controller.settle_rules import readiness_end
 from rollout.controller.turns import Candidate
 from rollout.models import NodeUpgrade, Rollout, RolloutGate
 from rollout.rollouts.reads import approval_counts
@@ -241,7 +242,7 @@ def _turn_blocker(decision: Decision, *, pool: PoolState | None, candidate: Cand
 def _in_flight_blocker(row: NodeUpgrade) -> Blocker:
     rollout = row.rollout
     if row.arrived_at is not None and rollout.min_ready_seconds:
-        until = row.arrived_at + timedelta(seconds=rollout.min_ready_seconds)
+        until = readiness_end(row.arrived_at, min_ready_seconds=rollout.min_ready_seconds)
         return Blocker(
             Code.PROVING_READY,
             f"It rejoined on {row.target_version} and proves readiness until {at_words(until)}.",

@@ -37,7 +37,7 @@ from rollout.controller.upgrade_transitions import (
     supersede_upgrades,
 )
 from rollout.gates.verdicts import gates_create
-from rollout.models import NodeUpgrade, Release, ReleaseBlock, Rollout, RolloutWave, TickRequest
+from rollout.models import NodeUpgrade, Release, ReleaseBlock, Rollout, RolloutWave, TickRequest, start_ahead
 from rollout.rollouts.create_checks import (
     Taken,
     binaries_require_stored,
@@ -242,7 +242,7 @@ def rollout_create(
         snapshot = _snapshot(tenant=tenant, spec=spec, lock=True)
         superseded_state = snapshot.superseded.state if snapshot.superseded is not None else None
         # A startAt ahead: the nodes are held now, nothing starts before then (docs/controller.md#schedules).
-        scheduled = spec.schedule.start_at is not None and spec.schedule.start_at > now
+        scheduled = start_ahead(spec.schedule.start_at, at=now)
         options = snapshot.options
         approvals_required = tenant.rollout_approvals
         starts_now = approvals_required == 0

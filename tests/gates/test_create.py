@@ -54,6 +54,7 @@ def test_gates_are_stored_with_their_options_an_unreachable_prometheus_inconclus
     )
     assert first["detail"]  # the provider's error, e.g. "connection refused"
     assert first["at"]
+    assert first["onFailure"] == "pause"
     assert second == {
         "name": "health.api-1",
         "state": "pending",

@@ -9,7 +9,7 @@ import time_machine
 from django.utils import timezone
 
 from fleet.models import Pool
-from rollout.models import NodeUpgrade, RolloutEvent
+from rollout.models import NodeUpgrade, Rollout, RolloutEvent
 from rollout.rollouts.actions import rollout_pause, rollout_resume
 from tests.factories import fleet
 from tests.rollout.helpers import create, events, heartbeat_all, in_flight, rejoin, states, tick
@@ -74,8 +74,12 @@ def test_resume_accepts_the_failures_seen_and_new_ones_pause_again(tenant, relea
     assert events(rollout).count("rollout.paused") == 2
 
 
-def test_a_failure_committed_after_the_judge_step_still_pauses_instead_of_advancing(tenant, releases):
-    from rollout.controller.tick import rollout_advance
+def test_the_judge_and_the_advance_read_the_same_counts(tenant, releases):
+    """One decision judges and advances on one read of the wave's counts: a failure that says the wave is over
+    pauses it instead of completing it (the tick has no second reading to disagree with)."""
+    from rollout.controller.decide import decide
+    from rollout.controller.load import tick_facts
+    from rollout.controller.stops import with_stop_facts
 
     fleet(tenant, {"a": (3, "1")})
     rollout = create(tenant, waves=[100], max_failure_ratio=0.2, upgrade_timeout_seconds=60)
@@ -83,9 +87,16 @@ def test_a_failure_committed_after_the_judge_step_still_pauses_instead_of_advanc
     first, second, third = in_flight(rollout)
     rejoin(first.node_id, "1.0.0")
     rejoin(second.node_id, "1.0.0")
-    # The judge step ran and saw no failure; then a timeout task fails the third node.
+    # A timeout task fails the third node: the wave is over, with one failure in three.
     NodeUpgrade.objects.filter(pk=third.pk).update(state="failed", reason="timeout", settled_at=timezone.now())
-    assert rollout_advance(rollout=rollout, now=timezone.now()) is False
+    now = timezone.now()
+    loaded = with_stop_facts(Rollout.objects.select_related("release"), now=now).get(pk=rollout.pk)
+    decision = decide(tick_facts(loaded, now=now))
+    assert decision.advance is not None
+    assert decision.advance.pause is not None
+    assert not decision.advance.moves
+    assert decision.start is None
+    tick(rollout)
     rollout.refresh_from_db()
     assert (rollout.state, rollout.paused_reason) == ("paused", "failure_ratio")
     assert Pool.objects.get().default_daemon_version is None

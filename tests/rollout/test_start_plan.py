@@ -305,6 +305,8 @@ def check(scenario: Scenario, tenant, release: Release) -> None:
 
     # 3: what the tick left pending says why, as its plan says.
     plan = result.plan
+    # The wave its start step took (a gate holds it: none, and the wave is the one it stands on after the tick).
+    start_wave = plan.wave if plan is not None else Rollout.objects.get(pk=rollout.pk).current_wave
     decided = plan.decided() if plan is not None else {}
     # A gate holds the current wave's rows and those of the wave that starts next: the plan's, or during a soak
     # the one that starts when it ends (docs/controller.md#why-not-yet: right after rollout_paused).
@@ -319,7 +321,7 @@ def check(scenario: Scenario, tenant, release: Release) -> None:
             expected = {"rollout_paused"}
         elif hold == "scheduled":
             expected = {"scheduled"}
-        elif hold == "gate" and plan is not None and row.wave in gated:
+        elif hold == "gate" and row.wave in gated | {start_wave}:
             expected = {"gate"}
         elif plan is None or row.wave != plan.wave:
             expected = {"soaking"} if soaking else {"wave_not_started"}
