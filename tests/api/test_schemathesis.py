@@ -30,8 +30,10 @@ from fleet.services.iam import api_key_create
 from fleet.services.nodes import node_create
 from fleet.services.workflows import workflow_start
 from project import celery_app
+from rollout.controller.tick import rollouts_tick_all
 from rollout.rollouts.create import rollout_create
 from rollout.rollouts.spec import rollout_spec
+from rollout.schedules import periodic_tick_ensure
 from tests.factories import fleet, manifest, release_stored, rollout_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -74,6 +76,10 @@ def seeded(live_server, settings, tenant, tmp_path):
             tenant=tenant, spec=rollout_spec(version="1.0.0", pool_ids=[str(gpu_pool.id)], soak_seconds=0)
         )
         workflow = workflow_start(tenant=tenant, node_id=nodes["cpu"][1].id, kind="remediation")
+        # A controller that ticked, on a schedule the run cannot outlast: /health answers 200 (its 503 when no
+        # controller runs is the contract's, and tests/rollout/test_health.py's).
+        periodic_tick_ensure(every=3600, reset=True)
+        rollouts_tick_all()
         fuzzer_key, key = api_key_create(tenant=tenant, username="fuzzer", grants=[Permission.FLEET_ADMIN])
         # The fuzzer's own key out of reach of a guessed id (the API takes at most 18 digits): a DELETE
         # /apikeys/{id}/ must not revoke it mid-run. It revokes a spare key of its user instead.
