@@ -74,12 +74,16 @@ def ending(rollout: dict[str, Any], events: list[dict[str, Any]]) -> list[tuple[
 
 
 def _abort_reason(rollout: dict[str, Any], events: list[dict[str, Any]]) -> str:
-    """``abortedReason`` when the server gives one; otherwise what the events before the abort say."""
-    if rollout.get("abortedReason"):
-        return str(rollout["abortedReason"])
+    """Why, in words: from ``abortedReason`` (``manual``, ``deadline``, ``gate_failed:<name>``) and the events
+    before the abort (an older server gives no ``abortedReason``: the events alone)."""
+    reason = str(rollout.get("abortedReason") or "")
     before = [e.get("kind") for e in events]
     last = before[-2] if len(before) > 1 and before[-1] == "rollout.aborted" else None
-    if last == "rollout.deadline":
+    if reason == "manual":
+        return "an operator's abort"
+    if reason.startswith("gate_failed:") and last != "rollout.gate_failed":
+        return reason
+    if reason == "deadline" or last == "rollout.deadline":
         deadline = (_last(events, "rollout.deadline") or {}).get("data") or {}
         return f"its endBy ({deadline.get('endBy', '?')}) passed (endBehavior {deadline.get('endBehavior', '?')})"
     if last == "rollout.gate_failed":

@@ -117,3 +117,12 @@ def test_wait_counts_cancelled_nodes_apart_and_waves_from_1(api, ctl):
     code, out, _ = ctl("wait", RID)
     assert code == 3
     assert out.strip() == f"{RID} denied  wave 1/2: 0/5 settled, 5 cancelled"
+
+
+def test_an_operators_abort_reads_as_such_whatever_the_server_sends(api, ctl):
+    """``abortedReason: manual`` (a server with the field) and no field (an older one) say the same words."""
+    for reason in ("manual", None):
+        api.on("GET", f"rollouts/{RID}/", (200, rollout("aborted", abortedReason=reason)))
+        code, out, _ = ctl("status", RID)
+        assert code == 0
+        assert "why an operator's abort" in said(out)
