@@ -1,15 +1,7 @@
 import pytest
 
-from tests.factories import manifest, release_stored, rollout_settings
-
-
-@pytest.fixture(autouse=True)
-def module_settings(settings, tmp_path):
-    settings.ROLLOUT = rollout_settings()
-    settings.MEDIA_ROOT = tmp_path / "media"
-    settings.FLEET_MIN_PROTOCOL_VERSION = 2
-    settings.FLEET_HEARTBEAT_SECONDS = 10
-    return settings
+from tests.factories import manifest, release_stored
+from tests.rollout.conftest import module_settings  # noqa: F401 (the same settings as the rollout tests, autouse)
 
 
 @pytest.fixture
